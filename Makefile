@@ -1,0 +1,50 @@
+# mle_jax: `make run` (the embedded end-to-end run on CPU) and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
+APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap
+
+.PHONY: install apt run test test-unit bench lint sandbox-env vllm-env clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip setuptools wheel
+	$(VPY) -m pip install -q -e '.[test,ray,sandbox,vllm]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+# System packages the sandbox tiers need (we run as root; idempotent).
+apt:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
+	fi
+
+run: install apt sandbox-env
+	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
+
+test: install apt sandbox-env
+	$(VPY) -m pytest -q --timeout=1200 tests
+
+test-unit: install
+	$(VPY) -m pytest -q -m "not integration and not e2e" tests
+
+bench: install apt sandbox-env
+	@for b in bench/*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+# The interpreter agent code runs with inside bwrap (the paper's package list, as far as it installs here).
+sandbox-env:
+	@true
+
+vllm-env:
+	@true
+
+clean:
+	rm -rf $(VENV) .sandbox-venv .vllm-venv runs

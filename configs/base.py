@@ -1,0 +1,156 @@
+"""Defaults shared by every task config. Values are the paper's (Table 3, §4.1) unless noted."""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def tiny_model() -> ml_collections.ConfigDict:
+    """A tiny random Qwen2 that runs on 2 CPU cores (embedded run and tests)."""
+    m = ml_collections.ConfigDict()
+    m.path = ""  # no checkpoint: build from the fields below with a BPE tokenizer trained on the task
+    m.vocab_size = 4096
+    m.hidden_size = 128
+    m.intermediate_size = 384
+    m.num_hidden_layers = 2
+    m.num_attention_heads = 4
+    m.num_key_value_heads = 2
+    m.head_dim = 32
+    m.max_position_embeddings = 4096
+    m.rope_theta = 1_000_000.0
+    m.rms_norm_eps = 1e-6
+    m.tie_word_embeddings = True
+    m.dtype = "float32"
+    m.param_dtype = "float32"
+    m.remat = False
+    return m
+
+
+def qwen25_3b_model() -> ml_collections.ConfigDict:
+    """Qwen2.5-3B-Instruct; weights come from `path` (a local HF folder)."""
+    m = tiny_model()
+    m.path = ""
+    m.vocab_size = 151936
+    m.hidden_size = 2048
+    m.intermediate_size = 11008
+    m.num_hidden_layers = 36
+    m.num_attention_heads = 16
+    m.num_key_value_heads = 2
+    m.head_dim = 128
+    m.max_position_embeddings = 32768
+    m.dtype = "bfloat16"
+    m.param_dtype = "bfloat16"
+    m.remat = True
+    return m
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.workdir = "runs/default"
+    c.resume = True  # continue from the last checkpoint in workdir when there is one
+
+    c.model = qwen25_3b_model()
+
+    c.task = ml_collections.ConfigDict()
+    c.task.id = ""
+    c.task.prepared_dir = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
+    c.task.raw_dir = "../shared/data/raw"  # raw Kaggle files, one folder per task id
+    c.task.data_root = "data/tasks"  # where preparers write <id>/prepared/
+
+    c.prompt = ml_collections.ConfigDict()
+    c.prompt.max_prompt_tokens = 1024
+    c.prompt.improve_fraction = 0.5  # share of prompts that ask to improve an earlier solution
+    c.prompt.snippet_chars = 1200
+    c.prompt.output_tail_chars = 1500
+
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.backend = "vllm"  # "jax" (in process) or "vllm" (OpenAI server)
+    c.sampler.temperature = 0.7
+    c.sampler.top_p = 1.0
+    c.sampler.top_k = -1
+    c.sampler.max_tokens = 1024
+    c.sampler.vllm_url = ""  # empty: launch/ starts one
+    c.sampler.vllm_gpu_memory_utilization = 0.2
+    c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
+
+    c.instrument = ml_collections.ConfigDict()
+    c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
+    c.instrument.max_tokens = 1536
+    c.instrument.temperature = 0.0
+
+    c.executor = ml_collections.ConfigDict()
+    c.executor.backend = "docker"  # "bwrap" | "docker"
+    c.executor.fleet = "local"  # "local" pool | "ray"
+    c.executor.slots = 0  # 0: number of cores
+    c.executor.queue_size = 1024
+    c.executor.ray_address = ""
+    c.executor.image = "mle-jax-sandbox:latest"
+    c.executor.sandbox_python = ""  # bwrap: interpreter of the sandbox venv; empty: .sandbox-venv/bin/python
+    c.executor.timeout_s = 3600.0
+    c.executor.memory_mb = 16384
+    c.executor.cpus = 4
+    c.executor.max_procs = 512
+    c.executor.max_file_mb = 2048
+    c.executor.max_output_bytes = 65536
+
+    c.reward = ml_collections.ConfigDict()
+    c.reward.failure = -10.0
+    c.reward.per_print = 0.1
+
+    c.ppo = ml_collections.ConfigDict()
+    c.ppo.gamma = 1.0
+    c.ppo.lam = 1.0
+    c.ppo.clip_ratio = 0.2
+    c.ppo.dual_clip = 0.0  # 0: off; else e.g. 3.0
+    c.ppo.value_clip = 0.5
+    c.ppo.entropy_coef = 0.001
+    c.ppo.kl_coef = 0.001
+    c.ppo.kl_estimator = "k1"  # "k1" | "k3"
+    c.ppo.whiten_advantages = True
+    c.ppo.loss_agg = "token-mean"  # "token-mean" | "seq-mean-token-mean"
+    c.ppo.duration_weights = "batch_mean"  # "off" | "batch_mean" (paper) | "clipped" | "log"
+    c.ppo.duration_max_weight = 10.0  # for "clipped"
+    c.ppo.epochs = 1
+    c.ppo.mini_batch_size = 128
+    c.ppo.micro_batch_size = 8
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.actor_lr = 1e-5
+    c.optim.critic_lr = 1e-5
+    c.optim.weight_decay = 0.0
+    c.optim.grad_clip = 1.0
+    c.optim.warmup_steps = 0
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = 1
+    c.mesh.fsdp = -1  # -1: all remaining devices
+    c.mesh.tensor = 1
+    c.mesh.reference_on_host = False
+
+    c.loop = ml_collections.ConfigDict()
+    c.loop.batch_size = 128  # B: samples per update
+    c.loop.in_flight_multiplier = 2  # m: m*B samples kept in flight
+    c.loop.max_version_lag = 4  # samples older than this many versions are dropped
+    c.loop.steps = 100
+    c.loop.improve_buffer_size = 256
+
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every = 1
+    c.checkpoint.keep = 3
+
+    c.warmstart = ml_collections.ConfigDict()
+    c.warmstart.enabled = False
+    c.warmstart.corpus_size = 256
+    c.warmstart.steps = 300
+    c.warmstart.lr = 1e-3
+    c.warmstart.batch_size = 8
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.samples = 128
+    c.eval.improve = True
+
+    c.report = ml_collections.ConfigDict()
+    c.report.tensorboard = True
+    c.report.plots = True
+    return c

@@ -1,0 +1,1 @@
+"""Executors: sandbox backends and fleets that run untrusted agent code."""

@@ -1,0 +1,1 @@
+"""Instrumentation: progress prints by a frozen LM, verification, AST fallback."""

@@ -1,0 +1,1 @@
+"""RL: pure PPO math, the sharded learner, the asynchronous loop."""

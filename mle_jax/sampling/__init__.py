@@ -1,0 +1,1 @@
+"""Samplers: protocol, in-process JAX sampler, vLLM server client."""

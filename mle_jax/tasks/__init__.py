@@ -1,0 +1,1 @@
+"""Tasks: registry, MLE-bench folders, preparers, graders, prompts."""

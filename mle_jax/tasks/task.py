@@ -1,0 +1,50 @@
+"""The Task record: everything the prompt, the sandbox and the grader need to know of one competition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Static facts of one MLE-bench competition (no paths).
+
+    metric: name of a grader in mle_jax.tasks.graders (e.g. "auc", "log_loss").
+    id_column / target_columns: the submission's columns, in order.
+    data_files: the public files the agent is told about.
+    """
+
+    id: str
+    metric: str
+    lower_is_better: bool
+    statement: str
+    id_column: str
+    target_columns: tuple[str, ...]
+    data_files: tuple[str, ...]
+    has_data_here: bool = False  # raw data ships in ../shared/data/raw
+
+
+@dataclass(frozen=True)
+class Task:
+    """A prepared task: the spec plus its MLE-bench `prepared/` folders.
+
+    public_dir is what the agent sees (read-only in the sandbox); private_dir holds the answers
+    and is only ever read by the grader, never mounted into a sandbox.
+    """
+
+    spec: TaskSpec
+    public_dir: Path
+    private_dir: Path
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.spec.lower_is_better
+
+    @property
+    def answers_path(self) -> Path:
+        return self.private_dir / "test.csv"
