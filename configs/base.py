@@ -78,6 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
     c.instrument.max_tokens = 1536
     c.instrument.temperature = 0.0
+    c.instrument.vllm_url = ""  # vLLM server with the frozen initial weights (never synced)
 
     c.executor = ml_collections.ConfigDict()
     c.executor.backend = "docker"  # "bwrap" | "docker"
@@ -134,6 +135,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.loop.max_version_lag = 4  # samples older than this many versions are dropped
     c.loop.steps = 100
     c.loop.improve_buffer_size = 256
+    # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
+    # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
+    c.loop.min_duration_s = 1.0
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 1
