@@ -158,3 +158,42 @@ def get_config() -> ml_collections.ConfigDict:
     c.report.tensorboard = True
     c.report.plots = True
     return c
+
+
+def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The embedded run: same code path as the paper setup, sized for 2 CPU cores and minutes."""
+    c.model = tiny_model()
+    c.sampler.backend = "jax"
+    c.sampler.max_tokens = 640
+    c.prompt.max_prompt_tokens = 768
+    c.instrument.mode = "ast"
+    c.executor.backend = "bwrap"
+    c.executor.slots = 2
+    c.executor.timeout_s = 120.0
+    c.executor.memory_mb = 4096
+    c.executor.cpus = 1
+    c.loop.batch_size = 8
+    c.loop.in_flight_multiplier = 2
+    c.loop.steps = 4
+    c.ppo.mini_batch_size = 8
+    c.ppo.micro_batch_size = 4
+    c.optim.actor_lr = 1e-4
+    c.optim.critic_lr = 1e-4
+    c.warmstart.enabled = True
+    c.eval.samples = 16
+    c.mesh.fsdp = 1
+    return c
+
+
+def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
+    """`paper`: the paper's setup (a Qwen2.5-3B-Instruct from --config.model.path, vLLM, Docker).
+    `cpu`: the embedded run. Tasks whose data does not ship here need --config.task.prepared_dir."""
+    c = get_config()
+    c.task.id = task_id
+    c.workdir = f"runs/{task_id}"
+    if arg == "paper":
+        return c
+    if arg == "cpu":
+        c.workdir = f"runs/{task_id}-cpu"
+        return apply_cpu(c)
+    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper' or 'cpu'")
