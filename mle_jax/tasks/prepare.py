@@ -56,7 +56,8 @@ def _prepare_pizza(raw: Path, public: Path, private: Path) -> None:
     test_fields = [k for k in old_test[0] if k in train_fields]
     new_train, new_test = _split(old_train, test_ratio)
     (public / "train.json").write_text(json.dumps(new_train, indent=4))
-    (public / "test.json").write_text(json.dumps([{k: r[k] for k in test_fields} for r in new_test], indent=4))
+    public_test = [{k: r[k] for k in test_fields} for r in new_test]
+    (public / "test.json").write_text(json.dumps(public_test, indent=4))
     answers = pd.DataFrame(
         {
             "request_id": [r["request_id"] for r in new_test],
@@ -135,7 +136,9 @@ def _prepare_nomad(raw: Path, public: Path, private: Path) -> None:
                 dst = public / split / str(mapping[old_id])
                 dst.mkdir(parents=True, exist_ok=True)
                 (dst / "geometry.xyz").write_bytes(tar.extractfile(member).read())
-    sample = pd.DataFrame({"id": new_test["id"], "formation_energy_ev_natom": 0.1779, "bandgap_energy_ev": 1.8892})
+    sample = pd.DataFrame(
+        {"id": new_test["id"], "formation_energy_ev_natom": 0.1779, "bandgap_energy_ev": 1.8892}
+    )
     sample.to_csv(public / spec.sample_submission, index=False)
 
 
