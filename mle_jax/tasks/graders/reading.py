@@ -21,7 +21,8 @@ def size_cap(answers_path: Path) -> int:
 
 
 def read_submission(path: str | Path, max_bytes: int = MIN_SIZE_CAP) -> pd.DataFrame:
-    """The submission as a frame read like MLE-bench (pandas, round-trip floats), or InvalidSubmission.
+    """The submission as a frame read like MLE-bench (pandas; pandas 3 parses floats round-trip exactly),
+    or InvalidSubmission.
 
     Rejected: missing/unreadable file, not .csv, over max_bytes, NUL bytes (binary), not UTF-8, empty,
     unparsable CSV.
@@ -51,7 +52,7 @@ def read_submission(path: str | Path, max_bytes: int = MIN_SIZE_CAP) -> pd.DataF
 
 def parse_csv_text(text: str) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(io.StringIO(text), float_precision="round_trip", low_memory=False)
+        frame = pd.read_csv(io.StringIO(text), low_memory=False)
     except pd.errors.EmptyDataError:
         raise InvalidSubmission("submission has no header or rows") from None
     except (pd.errors.ParserError, ValueError, csv.Error, OverflowError, MemoryError) as e:
@@ -66,4 +67,4 @@ def read_answers(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"private answers not found at {path}")
-    return pd.read_csv(path, float_precision="round_trip", low_memory=False)
+    return pd.read_csv(path, low_memory=False)
