@@ -134,7 +134,7 @@ def main(argv: list[str]) -> None:
     from mle_jax import run as run_lib
     from mle_jax.executor.fleet import make_fleet
     from mle_jax.executor.runtime import sandbox_packages
-    from mle_jax.instrument import instrument
+    from mle_jax.instrument import instrument_batch
 
     workdir = Path(_WORKDIR.value)
     cfg_path = workdir / "config.json"
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> None:
     try:
         from functools import partial
 
-        instrument_fn = partial(instrument, mode="ast" if cfg.instrument.mode == "lm" else cfg.instrument.mode)
+        instrument_fn = partial(instrument_batch, mode="ast" if cfg.instrument.mode == "lm" else cfg.instrument.mode)
         result = evaluate(cfg, task, tokenizer, sandbox_packages(), sampler, instrument_fn, fleet,
                           n=_SAMPLES.value or cfg.eval.samples, improve=cfg.eval.improve)
     finally:

@@ -19,7 +19,7 @@ from rich.console import Console
 from mle_jax import checkpoint, evaluate, report, sharding
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
-from mle_jax.instrument import instrument
+from mle_jax.instrument import instrument_batch
 from mle_jax.models import hf, qwen2
 from mle_jax.models import tokenizer as tok_lib
 from mle_jax.models.value import Qwen2ValueModel
@@ -139,7 +139,7 @@ def run(cfg: Any) -> dict:
         if cfg.instrument.mode == "lm":  # a frozen copy of the initial model inserts the progress prints
             frozen = make_sampler(cfg, nnx.clone(model), tokenizer, workdir, frozen=True)
         instrument_fn = partial(
-            instrument, mode=cfg.instrument.mode, sampler=frozen, tokenizer=tokenizer,
+            instrument_batch, mode=cfg.instrument.mode, sampler=frozen, tokenizer=tokenizer,
             max_tokens=cfg.instrument.max_tokens,
         )
         writer = report.MetricsWriter(workdir, tensorboard=cfg.report.tensorboard)

@@ -88,7 +88,7 @@ class AsyncRLLoop:
         tokenizer: Any,
         packages: list[str],
         sampler: Sampler,
-        instrument_fn: Callable[[str], Any],
+        instrument_fn: Callable[[list[str]], list[Any]],
         fleet: Any,
         learner: Any,
         checkpointer: Any,

@@ -110,21 +110,22 @@ def sample_responses(
 
 def submit(
     samples: Sequence[Sample],
-    instrument_fn: Callable[[str], Any],
+    instrument_fn: Callable[[list[str]], list[Any]],
     fleet: Any,
     task: Task,
     limits: Limits,
     reward_cfg: Any,
 ) -> None:
-    """Instruments each sample's code and submits it to the executor fleet.
+    """Instruments the samples' code (one batch: the LM instrumenter sees them in one generate call)
+    and submits each program to the executor fleet.
 
     A sample without code never runs: it is finished at once with the total-failure reward.
     """
+    runnable = [s for s in samples if s.code is not None]
     for s in samples:
         if s.code is None:
             s.reward = compute_reward(None, "", task.lower_is_better, reward_cfg.failure, reward_cfg.per_print)
-            continue
-        inst = instrument_fn(s.code)
+    for s, inst in zip(runnable, instrument_fn([s.code for s in runnable]) if runnable else [], strict=True):
         s.instrumented_code, s.instrument_path = inst.code, inst.path
         s.submitted_at = time.monotonic()
         s.future = fleet.submit(inst.code, task, limits)
