@@ -100,7 +100,9 @@ class AsyncRLLoop:
         self.counters = LoopCounters()
         self.buffer = ImproveBuffer(cfg.loop.improve_buffer_size)
         self.rng = np.random.default_rng(cfg.seed)
+        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         self.in_flight: list[rollout.Sample] = []
+        self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
         e = cfg.executor
         self.limits = Limits(
@@ -187,12 +189,15 @@ class AsyncRLLoop:
             durations_s=[max(s.duration_s, floor) for s in samples],
             versions=[s.version for s in samples],
             pad_to=self.cfg.prompt.max_prompt_tokens + self.cfg.sampler.max_tokens,
+            pad_id=self.pad_id,
         )
 
     def step(self) -> dict[str, float]:
         """One update: fill the pipeline, wait for B finished samples, train, sync, checkpoint."""
         B = self.cfg.loop.batch_size
         t_start = time.monotonic()
+        self._collect(block=False)
+        self._drop_stale()
         self._refill()
         t0 = time.monotonic()
         while len(self.finished) < B:
@@ -203,6 +208,7 @@ class AsyncRLLoop:
         self._collect(block=False)
         self.counters.wait_s += time.monotonic() - t0
         used, self.finished = self.finished[:B], self.finished[B:]
+        self.last_used = used
         stats = StepStats(used)
 
         t0 = time.monotonic()
