@@ -40,6 +40,14 @@ def test_scratch_prompt_carries_the_instructions(prepared):
     assert "t3_" in user  # first rows of the sample submission
 
 
+def test_messages_pickle_as_a_plain_chat(prepared):
+    import copy
+    import pickle
+
+    msgs = scratch_messages(prepared["leaf-classification"], PACKAGES)
+    assert pickle.loads(pickle.dumps(msgs)) == list(msgs) == copy.deepcopy(msgs)
+
+
 def test_render_keeps_instructions_and_shrinks_the_snippet(prepared, tok):
     spooky = prepared["spooky-author-identification"]
     msgs = scratch_messages(spooky, PACKAGES, snippet_chars=4000)
