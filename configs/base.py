@@ -77,6 +77,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.instrument = ml_collections.ConfigDict()
     c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
     c.instrument.max_tokens = 1536
+    c.instrument.max_prompt_tokens = 4096
     c.instrument.temperature = 0.0
     c.instrument.vllm_url = ""  # vLLM server with the frozen initial weights (never synced)
 

@@ -140,7 +140,8 @@ def run(cfg: Any) -> dict:
             frozen = make_sampler(cfg, nnx.clone(model), tokenizer, workdir, frozen=True)
         instrument_fn = partial(
             instrument_batch, mode=cfg.instrument.mode, sampler=frozen, tokenizer=tokenizer,
-            max_tokens=cfg.instrument.max_tokens,
+            max_tokens=cfg.instrument.max_tokens, max_prompt_tokens=cfg.instrument.max_prompt_tokens,
+            temperature=cfg.instrument.temperature,
         )
         writer = report.MetricsWriter(workdir, tensorboard=cfg.report.tensorboard)
         ckpt = checkpoint.Checkpointer(workdir / "checkpoints", keep=cfg.checkpoint.keep)
