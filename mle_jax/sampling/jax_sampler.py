@@ -120,7 +120,10 @@ class JaxSampler:
     model: the policy (its current params are copied at construction; `sync` swaps them).
     tokenizer: optional HF tokenizer (decodes text; its eos and ChatML stop tokens become stop ids).
     eos_ids: explicit stop ids (used instead of the tokenizer's when given; [] = never stop early).
-    min_prompt_bucket / min_batch_bucket: smallest padded prompt length / batch size (powers of two).
+    min_prompt_bucket / min_batch_bucket / min_new_bucket: smallest padded prompt length / batch size /
+    max-tokens (all rounded up to powers of two).
+    copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
+    donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
 
     def __init__(
@@ -134,9 +137,13 @@ class JaxSampler:
         min_prompt_bucket: int = 16,
         min_batch_bucket: int = 1,
         min_new_bucket: int = 16,
+        copy_params: bool = True,
     ):
         self.tokenizer = tokenizer
+        self.copy_params = copy_params
         self.graphdef, self.state = nnx.split(model)
+        if copy_params:
+            self.state = jax.tree.map(jnp.copy, self.state)
         self.config = model.config
         self.version = version
         if eos_ids is None:
@@ -164,6 +171,8 @@ class JaxSampler:
         """Takes new weights: an nnx.State of the policy (all of it or its Params) or the module itself."""
         if isinstance(params, nnx.Module):
             params = nnx.state(params)
+        if self.copy_params:
+            params = jax.tree.map(jnp.copy, params)
         model = nnx.merge(self.graphdef, self.state)
         nnx.update(model, params)
         self.graphdef, self.state = nnx.split(model)

@@ -9,9 +9,11 @@ import torch
 from flax import nnx
 
 from mle_jax.models import hf
-from mle_jax.sampling.jax_sampler import JaxSampler, sample_token
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.sampling.jax_sampler import JaxSampler, _generate, sample_token
 from mle_jax.sampling.protocol import Sampler
-from tests.models.reference import jax_logits, torch_qwen2
+from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
 
 pytestmark = pytest.mark.model
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [40, 41, 42, 43]]
@@ -98,11 +100,15 @@ def test_sync_swaps_weights_and_version(tmp_path):
     a.save_pretrained(tmp_path / "a")
     b.save_pretrained(tmp_path / "b")
     ma, mb = hf.from_pretrained(tmp_path / "a"), hf.from_pretrained(tmp_path / "b")
+    ref = JaxSampler(mb, eos_ids=[]).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
     s = JaxSampler(ma, eos_ids=[])
     before = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
-    s.sync(nnx.state(mb), version=5)
+    compiled = _generate._cache_size()
+    s.sync(nnx.state(mb, nnx.Param), version=5)
+    mb.model.embed_tokens[...] = mb.model.embed_tokens[...] * 0  # the sampler holds its own copy
+    s.generate([PROMPTS[0]], temperature=0.7, top_p=0.9, max_tokens=16, seed=0)
     after = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
-    ref = JaxSampler(mb, eos_ids=[]).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
+    assert _generate._cache_size() == compiled  # new weights and sampling settings: no recompile
     np.testing.assert_array_equal(after.token_ids, ref.token_ids)
     assert not np.array_equal(before.token_ids, after.token_ids)
     assert after.version == 5 and s.version == 5
@@ -113,3 +119,19 @@ def test_bad_prompts_are_rejected(sampler):
         sampler.generate([[]])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         sampler.generate([[1, 10_000]])
+
+
+def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
+    tok = train_bpe_tokenizer(["print('loaded data')\n", "training loss: 0.5\n"] * 20, 300, tmp_path / "tok")
+    cfg = Qwen2Config(**{**TINY, "vocab_size": len(tok)})
+    s = JaxSampler(numpy_random_model(Qwen2ForCausalLM, cfg, seed=1), tokenizer=tok)
+    assert set(s.stop_ids) == set(tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"]))
+    assert s.pad_id == tok.pad_token_id
+    messages = [{"role": "user", "content": "hi"}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+    for c in s.generate([prompt], n=2, temperature=1.0, max_tokens=24, seed=0):
+        assert c.text == tok.decode(c.token_ids.tolist(), skip_special_tokens=True)
+        stop_at = np.flatnonzero(np.isin(c.token_ids, s.stop_ids))
+        assert (c.finish_reason == "stop") == (len(stop_at) > 0)
+        if len(stop_at):
+            assert stop_at[0] == len(c.token_ids) - 1
