@@ -13,7 +13,7 @@ from flax import nnx
 
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
-from tests.models.reference import TINY, jax_logits, torch_logits, torch_qwen2
+from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
 
@@ -108,8 +108,7 @@ def test_params_carry_logical_axes():
 
 def test_bf16_and_remat_run_and_differentiate():
     cfg = dataclasses.replace(Qwen2Config(**TINY), remat=True, num_hidden_layers=1)
-    bf16 = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
-    model = nnx.jit(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), **bf16))()
+    model = numpy_random_model(Qwen2ForCausalLM, cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
     assert model.model.embed_tokens[...].dtype == jnp.bfloat16
     tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
 
