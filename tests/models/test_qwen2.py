@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import base
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
@@ -126,5 +127,7 @@ def test_config_round_trips():
     assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg
     m = ml_collections.ConfigDict({**TINY, "path": "", "dtype": "float32", "remat": True})
     assert Qwen2Config.from_model_config(m) == dataclasses.replace(cfg, remat=True)
+    tiny = Qwen2Config.from_model_config(base.tiny_model())
+    assert (tiny.hidden_size, tiny.num_key_value_heads, tiny.tie_word_embeddings) == (128, 2, True)
     with pytest.raises(ValueError, match="not a Qwen2 config"):
         Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "llama"})

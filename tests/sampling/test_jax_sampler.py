@@ -67,6 +67,14 @@ def test_sampled_logprobs_equal_full_forward_and_groups_by_prompt(models, sample
     assert len({tuple(c.token_ids) for c in out[:3]}) > 1
 
 
+def test_chunked_batches_give_the_same_greedy_output(models, sampler):
+    whole = sampler.generate(PROMPTS, temperature=0.0, max_tokens=10)
+    chunked = JaxSampler(models[1], eos_ids=[], max_batch=2).generate(PROMPTS, temperature=0.0, max_tokens=10)
+    for a, b in zip(whole, chunked, strict=True):
+        np.testing.assert_array_equal(a.token_ids, b.token_ids)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
 def test_top_k_1_and_tiny_top_p_are_greedy(sampler):
     greedy = sampler.generate(PROMPTS, temperature=0.0, max_tokens=10)
     k1 = sampler.generate(PROMPTS, temperature=1.5, top_k=1, max_tokens=10, seed=1)
