@@ -1,4 +1,4 @@
-"""The docker backend through Podman's Docker-compatible socket: the pizza solution and a few hostile programs."""
+"""The docker backend via Podman's Docker-compatible socket: the pizza solution, hostile programs."""
 
 from __future__ import annotations
 
