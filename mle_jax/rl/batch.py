@@ -58,7 +58,9 @@ class RolloutBatch:
         shape = self.tokens.shape
         for name in _TOKEN_FIELDS:
             if getattr(self, name).shape != shape:
-                raise ValueError(f"{name} must have the tokens' shape {shape}, got {getattr(self, name).shape}")
+                raise ValueError(
+                    f"{name} must have the tokens' shape {shape}, got {getattr(self, name).shape}"
+                )
         for name in _SAMPLE_FIELDS:
             if getattr(self, name).shape != (shape[0],):
                 raise ValueError(f"{name} must be [B] = ({shape[0]},), got {getattr(self, name).shape}")
@@ -66,9 +68,13 @@ class RolloutBatch:
             if not np.isin(getattr(self, name), (0, 1)).all():
                 raise ValueError(f"{name} must hold only 0 and 1")
         if np.any(self.response_mask > self.attention_mask):
-            raise ValueError("response_mask is 1 where attention_mask is 0 (response tokens must be attended)")
+            raise ValueError(
+                "response_mask is 1 where attention_mask is 0 (response tokens must be attended)"
+            )
         if np.any(self.response_mask[:, 0] > 0):
-            raise ValueError("a response cannot start at position 0: every row needs at least one prompt token")
+            raise ValueError(
+                "a response cannot start at position 0: every row needs at least one prompt token"
+            )
         # contiguity: at most one 0->1 rise per row in the response mask
         rises = np.sum(np.diff(self.response_mask, axis=1) == 1, axis=1) + self.response_mask[:, 0]
         if np.any(rises > 1):
@@ -102,8 +108,13 @@ class RolloutBatch:
         pad_to: T (default: the longest prompt + response). Rows longer than pad_to raise.
         """
         n = len(prompt_ids)
-        for name, seq in (("response_ids", response_ids), ("logprobs", logprobs), ("rewards", rewards),
-                          ("durations_s", durations_s), ("versions", versions)):
+        for name, seq in (
+            ("response_ids", response_ids),
+            ("logprobs", logprobs),
+            ("rewards", rewards),
+            ("durations_s", durations_s),
+            ("versions", versions),
+        ):
             if len(seq) != n:
                 raise ValueError(f"{name} has {len(seq)} entries, prompt_ids has {n}")
         if n == 0:
@@ -123,11 +134,13 @@ class RolloutBatch:
                 raise ValueError(f"sample {i}: {len(lp)} logprobs for {len(r)} response tokens")
             lp_, lr = len(p), len(r)
             tokens[i, :lp_] = np.asarray(p, np.int32)
-            tokens[i, lp_:lp_ + lr] = np.asarray(r, np.int32)
-            attn[i, :lp_ + lr] = 1
-            resp[i, lp_:lp_ + lr] = 1
-            lps[i, lp_:lp_ + lr] = np.asarray(lp, np.float32)
-        return cls(tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions))
+            tokens[i, lp_ : lp_ + lr] = np.asarray(r, np.int32)
+            attn[i, : lp_ + lr] = 1
+            resp[i, lp_ : lp_ + lr] = 1
+            lps[i, lp_ : lp_ + lr] = np.asarray(lp, np.float32)
+        return cls(
+            tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions)
+        )
 
     def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
         """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""
@@ -139,8 +152,15 @@ class RolloutBatch:
         def pad(x: np.ndarray, value: float = 0) -> np.ndarray:
             return np.pad(x, ((0, 0), (0, extra)), constant_values=value)
 
-        return RolloutBatch(pad(self.tokens, pad_id), pad(self.attention_mask), pad(self.response_mask),
-                            pad(self.behaviour_logprobs), self.rewards, self.durations_s, self.versions)
+        return RolloutBatch(
+            pad(self.tokens, pad_id),
+            pad(self.attention_mask),
+            pad(self.response_mask),
+            pad(self.behaviour_logprobs),
+            self.rewards,
+            self.durations_s,
+            self.versions,
+        )
 
     def select(self, index: np.ndarray | Sequence[int] | slice) -> RolloutBatch:
         """Rows `index` as a new batch."""
@@ -153,8 +173,9 @@ class RolloutBatch:
             raise ValueError("concat needs at least one batch")
         t = max(b.seq_len for b in batches)
         padded = [b.pad_to(t, pad_id=pad_id) for b in batches]
-        return RolloutBatch(**{f.name: np.concatenate([getattr(b, f.name) for b in padded])
-                               for f in fields(RolloutBatch)})
+        return RolloutBatch(
+            **{f.name: np.concatenate([getattr(b, f.name) for b in padded]) for f in fields(RolloutBatch)}
+        )
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

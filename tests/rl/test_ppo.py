@@ -149,7 +149,9 @@ def test_masked_whiten():
 def test_duration_weights_modes():
     d = jnp.array([1.0, 3.0, 8.0])
     np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off")), [1, 1, 1])
-    np.testing.assert_allclose(np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6
+    )
     c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.5))
     np.testing.assert_allclose(c, np.array([0.25, 0.75, 1.5]) / (2.5 / 3), rtol=1e-6)
     lg = np.asarray(ppo.duration_weights(d, "log"))
@@ -192,5 +194,5 @@ def test_aggregate_loss_denominator_sums_microbatches():
     x = jnp.asarray(rng.normal(size=(8, 10)), jnp.float32)
     for mode, denom in (("token-mean", jnp.sum(mask)), ("seq-mean-token-mean", 8.0)):
         full = ppo.aggregate_loss(x, mask, mode)
-        parts = sum(ppo.aggregate_loss(x[i:i + 2], mask[i:i + 2], mode, denom) for i in range(0, 8, 2))
+        parts = sum(ppo.aggregate_loss(x[i : i + 2], mask[i : i + 2], mode, denom) for i in range(0, 8, 2))
         np.testing.assert_allclose(float(parts), float(full), rtol=1e-5)
