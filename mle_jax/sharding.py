@@ -136,6 +136,14 @@ def _logical_axes(variable: nnx.Variable) -> Sequence[str | None] | None:
     return None
 
 
+def variable_sharding(
+    variable: nnx.Variable, mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_RULES
+) -> NamedSharding:
+    """The NamedSharding of one weight from its logical axes (replicated when it has none)."""
+    spec = logical_to_spec(_logical_axes(variable), rules)
+    return NamedSharding(mesh, fit_spec(spec, np.shape(variable.get_value()), mesh))
+
+
 def param_shardings(state: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_RULES) -> Any:
     """nnx.State (Variables with logical axes) -> the same tree with a NamedSharding per leaf.
 
@@ -144,8 +152,7 @@ def param_shardings(state: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = L
 
     def one(x: Any) -> Any:
         if isinstance(x, nnx.Variable):
-            spec = logical_to_spec(_logical_axes(x), rules)
-            return x.replace(NamedSharding(mesh, fit_spec(spec, np.shape(x.get_value()), mesh)))
+            return x.replace(variable_sharding(x, mesh, rules))
         return NamedSharding(mesh, PartitionSpec())
 
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
