@@ -114,6 +114,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.ppo.epochs = 1
     c.ppo.mini_batch_size = 128
     c.ppo.micro_batch_size = 8
+    c.ppo.shuffle = True  # reshuffle the batch into mini-batches every epoch
+    c.ppo.seq_bucket = 128  # pad T up to a multiple of this so the update compiles once per bucket (0: off)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.actor_lr = 1e-5
@@ -121,6 +123,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.optim.weight_decay = 0.0
     c.optim.grad_clip = 1.0
     c.optim.warmup_steps = 0
+    c.optim.adam_eps = 1e-8
+    c.optim.master_dtype = "float32"  # learner-side params and Adam moments ("" = the model's param dtype)
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1
