@@ -35,9 +35,7 @@ def _abstract(target: Any) -> Any:
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.Array):
             return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-        if isinstance(x, np.ndarray | np.generic):
-            return jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
-        return x
+        return x  # numpy leaves stay numpy: orbax restores them as numpy arrays
 
     return jax.tree.map(leaf, target)
 

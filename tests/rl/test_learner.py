@@ -11,7 +11,7 @@ from flax import nnx
 
 from mle_jax.rl import ppo
 from mle_jax.rl.learner import Learner, make_optimizer, merge_micro, split_micro
-from tests.rl.tiny import learner_config, make_models, params_digest, random_batch
+from tests.rl.tiny import learner_config, linear_adam, make_models, params_digest, random_batch
 
 pytestmark = pytest.mark.model
 
@@ -65,8 +65,7 @@ def test_update_equals_full_batch_ppo_step():
     cfg = learner_config(micro_batch_size=2)  # 4 micro-batches accumulated into one mini-batch
     # Adam's first step is lr * g / (|g| + eps): with the default eps it is ~lr * sign(g), blind to the
     # gradient's scale and noisy for g ~ 1e-9. A large eps makes it ~lr * g, so params check the gradient.
-    cfg.optim.adam_eps = 1.0
-    cfg.optim.actor_lr = cfg.optim.critic_lr = 0.5
+    linear_adam(cfg)
     policy, value = make_models(0)
     learner = Learner(cfg, policy, value)
     batch = random_batch(1)

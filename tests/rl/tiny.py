@@ -45,6 +45,14 @@ def learner_config(**ppo: Any) -> ml_collections.ConfigDict:
     return cfg
 
 
+def linear_adam(cfg: ml_collections.ConfigDict, lr: float = 0.5) -> ml_collections.ConfigDict:
+    """Adam with eps = 1: its step becomes ~lr * g (not ~lr * sign(g)), so comparing params after an update
+    compares gradients, without the sign noise of near-zero gradients."""
+    cfg.optim.adam_eps = 1.0
+    cfg.optim.actor_lr = cfg.optim.critic_lr = lr
+    return cfg
+
+
 def make_models(seed: int = 0, config: Qwen2Config = TINY) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel]:
     policy = Qwen2ForCausalLM(config, rngs=nnx.Rngs(seed))
     value = Qwen2ValueModel(config, rngs=nnx.Rngs(seed + 1000))
