@@ -95,6 +95,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.executor.max_procs = 512
     c.executor.max_file_mb = 2048
     c.executor.max_output_bytes = 65536
+    c.executor.max_work_mb = 8192  # cap on a run's work dir (disk), on top of max_file_mb per file
+    c.executor.docker_url = ""  # docker backend: the Docker API socket; empty: DOCKER_HOST / local Docker
+    c.executor.ray_actor_cpus = 0.0  # CPUs each Ray executor actor reserves; 0: executor.cpus
 
     c.reward = ml_collections.ConfigDict()
     c.reward.failure = -10.0
@@ -116,6 +119,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.ppo.epochs = 1
     c.ppo.mini_batch_size = 128
     c.ppo.micro_batch_size = 8
+    c.ppo.shuffle = True  # reshuffle the batch into mini-batches every epoch
+    c.ppo.seq_bucket = 128  # pad T up to a multiple of this so the update compiles once per bucket (0: off)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.actor_lr = 1e-5
@@ -123,6 +128,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.optim.weight_decay = 0.0
     c.optim.grad_clip = 1.0
     c.optim.warmup_steps = 0
+    c.optim.adam_eps = 1e-8
+    c.optim.master_dtype = "float32"  # learner-side params and Adam moments ("" = the model's param dtype)
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -148,3 +152,25 @@ def test_shape_mismatch_and_missing_tensor_are_named(good_dir, tmp_path):
     write_safetensors(d / "model.safetensors", kept)
     with pytest.raises(ValueError, match=r"lacks tensors \['model\.layers\.1\.self_attn\.k_proj\.bias'\]"):
         hf.from_pretrained(d)
+
+
+def test_loads_onto_a_four_device_mesh(tmp_path):
+    """4 fake CPU devices need a fresh process (XLA reads the flag once)."""
+    torch_qwen2(seed=6, num_key_value_heads=1).save_pretrained(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.models.sharded_load_check", str(tmp_path)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["max_diff"] <= 1e-5
+    assert out["q_proj"] == ["fsdp", "tensor", None] and out["q_proj_devices"] == 4
+    assert out["k_proj"] == ["fsdp", None, None]  # 1 KV head cannot split 2 ways
+    assert out["down_proj"] == ["tensor", "fsdp"]
+    assert out["shard_shape"] == [TINY["intermediate_size"] // 2, TINY["hidden_size"] // 2]

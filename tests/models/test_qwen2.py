@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import base
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
-from tests.models.reference import TINY, jax_logits, torch_logits, torch_qwen2
+from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
 
@@ -108,8 +109,7 @@ def test_params_carry_logical_axes():
 
 def test_bf16_and_remat_run_and_differentiate():
     cfg = dataclasses.replace(Qwen2Config(**TINY), remat=True, num_hidden_layers=1)
-    bf16 = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
-    model = nnx.jit(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), **bf16))()
+    model = numpy_random_model(Qwen2ForCausalLM, cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
     assert model.model.embed_tokens[...].dtype == jnp.bfloat16
     tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
 
@@ -127,5 +127,7 @@ def test_config_round_trips():
     assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg
     m = ml_collections.ConfigDict({**TINY, "path": "", "dtype": "float32", "remat": True})
     assert Qwen2Config.from_model_config(m) == dataclasses.replace(cfg, remat=True)
+    tiny = Qwen2Config.from_model_config(base.tiny_model())
+    assert (tiny.hidden_size, tiny.num_key_value_heads, tiny.tie_word_embeddings) == (128, 2, True)
     with pytest.raises(ValueError, match="not a Qwen2 config"):
         Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "llama"})

@@ -1,0 +1,155 @@
+"""Checkpoints: an orbax CheckpointManager over named items (array pytrees and JSON dicts).
+
+A step is written to a temporary folder and renamed when complete (orbax's atomic commit), so a
+process killed at any moment leaves either the previous steps or the new one, never half a step.
+`keep` bounds how many steps stay on disk. Resume: `latest_step()` then `restore(step, targets)`,
+where targets are the live structures (e.g. `Learner.state_dict()`) whose shapes, dtypes and
+shardings the restored arrays take.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+_KINDS_ITEM = "_kinds"  # records which items are arrays and which are JSON, so restore needs no schema
+
+
+def _is_json_able(x: Any) -> bool:
+    if isinstance(x, Mapping):
+        return all(isinstance(k, str) and _is_json_able(v) for k, v in x.items())
+    if isinstance(x, list | tuple):
+        return all(_is_json_able(v) for v in x)
+    return x is None or isinstance(x, str | bool | int | float)
+
+
+def _abstract(target: Any) -> Any:
+    """Concrete arrays -> ShapeDtypeStructs with their shardings (what orbax restores into)."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.Array):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        return x  # numpy leaves stay numpy: orbax restores them as numpy arrays
+
+    return jax.tree.map(leaf, target)
+
+
+class Checkpointer:
+    """Save/restore dicts of named items under `directory`, keeping the last `keep` steps.
+
+    items: name -> pytree of arrays (policy/critic params, optimizer states, step, RNG key) or a
+    JSON-able dict (loop state: counters, buffers of previous solutions, the prompt stream position).
+    """
+
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.directory = Path(directory).absolute()
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            create=True,
+            cleanup_tmp_directories=True,  # leftovers of a save killed mid-write
+            enable_async_checkpointing=async_save,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def save(self, step: int, items: Mapping[str, Any], force: bool = False) -> bool:
+        """Write `items` as step `step` (asynchronously when enabled; `wait()` blocks until on disk).
+
+        Returns whether a save was started (False when the step already exists and not `force`).
+        """
+        if _KINDS_ITEM in items:
+            raise ValueError(f"item name {_KINDS_ITEM!r} is reserved")
+        if not items:
+            raise ValueError("save needs at least one item")
+        kinds, args = {}, {}
+        for name, value in items.items():
+            if _is_json_able(value):
+                kinds[name] = "json"
+                args[name] = ocp.args.JsonSave(json.loads(json.dumps(value)))
+            else:
+                leaves = jax.tree.leaves(value)
+                bad = [
+                    type(x).__name__
+                    for x in leaves
+                    if not isinstance(x, jax.Array | np.ndarray | np.generic | int | float)
+                ]
+                if bad:
+                    raise TypeError(
+                        f"item {name!r} mixes arrays with non-array leaves {sorted(set(bad))}; "
+                        "pass JSON state as its own item"
+                    )
+                kinds[name] = "arrays"
+                args[name] = ocp.args.StandardSave(value)
+        args[_KINDS_ITEM] = ocp.args.JsonSave(kinds)
+        return self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
+
+    def wait(self) -> None:
+        """Block until pending asynchronous saves are committed."""
+        self._manager.wait_until_finished()
+
+    def latest_step(self) -> int | None:
+        """The newest fully written step, or None when there is none."""
+        self._manager.reload()
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        self._manager.reload()
+        return list(self._manager.all_steps())
+
+    def restore(self, step: int | None = None, targets: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Load every item of `step` (default: the latest).
+
+        targets: name -> live pytree (concrete or abstract arrays) to restore that item into, with the
+        same structure, dtypes and shardings. Array items without a target come back as saved
+        (numpy-like arrays in nested dicts).
+        """
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        if step not in self.all_steps():
+            raise FileNotFoundError(
+                f"no checkpoint step {step} in {self.directory} (have {self.all_steps()})"
+            )
+        kinds = self._manager.restore(step, args=ocp.args.Composite(**{_KINDS_ITEM: ocp.args.JsonRestore()}))
+        kinds = kinds[_KINDS_ITEM]
+        targets = dict(targets or {})
+        unknown = set(targets) - set(kinds)
+        if unknown:
+            raise KeyError(
+                f"targets {sorted(unknown)} not in checkpoint step {step} (items: {sorted(kinds)})"
+            )
+        args = {}
+        for name, kind in kinds.items():
+            if kind == "json":
+                args[name] = ocp.args.JsonRestore()
+            elif name in targets:
+                args[name] = ocp.args.StandardRestore(_abstract(targets[name]))
+            else:
+                args[name] = ocp.args.StandardRestore()
+        restored = self._manager.restore(step, args=ocp.args.Composite(**args))
+        return {name: restored[name] for name in kinds}
+
+    def restore_latest(self, targets: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]] | None:
+        """(step, items) of the newest checkpoint, or None when the directory has none (a fresh run)."""
+        step = self.latest_step()
+        if step is None:
+            return None
+        return step, self.restore(step, targets)
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Simulated experiments that check the method's claims (duration bias)."""

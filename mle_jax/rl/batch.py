@@ -1,0 +1,181 @@
+"""RolloutBatch: what the loop hands the learner (numpy, host side), with validation and padding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+_TOKEN_FIELDS = ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")
+_SAMPLE_FIELDS = ("rewards", "durations_s", "versions")
+
+
+@dataclass
+class RolloutBatch:
+    """B finished samples, prompt + response per row, right-padded to T.
+
+    tokens:             [B, T] int32, prompt then response then padding.
+    attention_mask:     [B, T] int32, 1 on prompt and response tokens, 0 on padding.
+    response_mask:      [B, T] int32, 1 on response tokens only (contiguous, after the prompt).
+    behaviour_logprobs: [B, T] float32, logprob of tokens[b, t] under the policy that sampled it;
+                        0 outside the response.
+    rewards:            [B] float32, scalar reward of each sample.
+    durations_s:        [B] float32, Δt: the sample's program run time (the duration weight's input).
+    versions:           [B] int32, policy version that produced the sample.
+    """
+
+    tokens: np.ndarray
+    attention_mask: np.ndarray
+    response_mask: np.ndarray
+    behaviour_logprobs: np.ndarray
+    rewards: np.ndarray
+    durations_s: np.ndarray
+    versions: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.tokens = np.asarray(self.tokens, np.int32)
+        self.attention_mask = np.asarray(self.attention_mask, np.int32)
+        self.response_mask = np.asarray(self.response_mask, np.int32)
+        self.behaviour_logprobs = np.asarray(self.behaviour_logprobs, np.float32)
+        self.rewards = np.asarray(self.rewards, np.float32)
+        self.durations_s = np.asarray(self.durations_s, np.float32)
+        self.versions = np.asarray(self.versions, np.int32)
+        self.validate()
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first inconsistent field."""
+        if self.tokens.ndim != 2:
+            raise ValueError(f"tokens must be [B, T], got shape {self.tokens.shape}")
+        shape = self.tokens.shape
+        for name in _TOKEN_FIELDS:
+            if getattr(self, name).shape != shape:
+                raise ValueError(
+                    f"{name} must have the tokens' shape {shape}, got {getattr(self, name).shape}"
+                )
+        for name in _SAMPLE_FIELDS:
+            if getattr(self, name).shape != (shape[0],):
+                raise ValueError(f"{name} must be [B] = ({shape[0]},), got {getattr(self, name).shape}")
+        for name in ("attention_mask", "response_mask"):
+            if not np.isin(getattr(self, name), (0, 1)).all():
+                raise ValueError(f"{name} must hold only 0 and 1")
+        if np.any(self.response_mask > self.attention_mask):
+            raise ValueError(
+                "response_mask is 1 where attention_mask is 0 (response tokens must be attended)"
+            )
+        if np.any(self.response_mask[:, 0] > 0):
+            raise ValueError(
+                "a response cannot start at position 0: every row needs at least one prompt token"
+            )
+        # contiguity: at most one 0->1 rise per row in the response mask
+        rises = np.sum(np.diff(self.response_mask, axis=1) == 1, axis=1) + self.response_mask[:, 0]
+        if np.any(rises > 1):
+            rows = np.nonzero(rises > 1)[0].tolist()
+            raise ValueError(f"response_mask must be one contiguous span per row; rows {rows[:5]} are not")
+        if np.any(np.diff(self.attention_mask, axis=1) == 1):
+            raise ValueError("attention_mask must be right-padded (ones then zeros)")
+        if np.any(self.behaviour_logprobs[self.response_mask == 0] != 0):
+            raise ValueError("behaviour_logprobs must be 0 outside the response")
+        if np.any(self.behaviour_logprobs > 1e-4) or not np.all(np.isfinite(self.behaviour_logprobs)):
+            raise ValueError("behaviour_logprobs must be finite log-probabilities (<= 0)")
+        if not np.all(np.isfinite(self.rewards)):
+            raise ValueError("rewards must be finite")
+        if not np.all(np.isfinite(self.durations_s)) or np.any(self.durations_s < 0):
+            raise ValueError("durations_s must be finite and >= 0")
+
+    @classmethod
+    def from_sequences(
+        cls,
+        prompt_ids: Sequence[Sequence[int]],
+        response_ids: Sequence[Sequence[int]],
+        logprobs: Sequence[Sequence[float]],
+        rewards: Sequence[float],
+        durations_s: Sequence[float],
+        versions: Sequence[int],
+        pad_to: int | None = None,
+        pad_id: int = 0,
+    ) -> RolloutBatch:
+        """Pack ragged prompts/responses (and the sampler's per-response-token logprobs) into a batch.
+
+        pad_to: T (default: the longest prompt + response). Rows longer than pad_to raise.
+        """
+        n = len(prompt_ids)
+        for name, seq in (
+            ("response_ids", response_ids),
+            ("logprobs", logprobs),
+            ("rewards", rewards),
+            ("durations_s", durations_s),
+            ("versions", versions),
+        ):
+            if len(seq) != n:
+                raise ValueError(f"{name} has {len(seq)} entries, prompt_ids has {n}")
+        if n == 0:
+            raise ValueError("from_sequences needs at least one sample")
+        lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids, strict=True)]
+        t = max(lengths) if pad_to is None else int(pad_to)
+        if max(lengths) > t:
+            raise ValueError(f"a sample has {max(lengths)} tokens, more than pad_to={t}")
+        tokens = np.full((n, t), pad_id, np.int32)
+        attn = np.zeros((n, t), np.int32)
+        resp = np.zeros((n, t), np.int32)
+        lps = np.zeros((n, t), np.float32)
+        for i, (p, r, lp) in enumerate(zip(prompt_ids, response_ids, logprobs, strict=True)):
+            if len(p) == 0:
+                raise ValueError(f"sample {i} has an empty prompt")
+            if len(lp) != len(r):
+                raise ValueError(f"sample {i}: {len(lp)} logprobs for {len(r)} response tokens")
+            lp_, lr = len(p), len(r)
+            tokens[i, :lp_] = np.asarray(p, np.int32)
+            tokens[i, lp_ : lp_ + lr] = np.asarray(r, np.int32)
+            attn[i, : lp_ + lr] = 1
+            resp[i, lp_ : lp_ + lr] = 1
+            lps[i, lp_ : lp_ + lr] = np.asarray(lp, np.float32)
+        return cls(
+            tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions)
+        )
+
+    def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
+        """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""
+        t = int(seq_len)
+        if t < self.seq_len:
+            raise ValueError(f"cannot pad T={self.seq_len} down to {t}")
+        extra = t - self.seq_len
+
+        def pad(x: np.ndarray, value: float = 0) -> np.ndarray:
+            return np.pad(x, ((0, 0), (0, extra)), constant_values=value)
+
+        return RolloutBatch(
+            pad(self.tokens, pad_id),
+            pad(self.attention_mask),
+            pad(self.response_mask),
+            pad(self.behaviour_logprobs),
+            self.rewards,
+            self.durations_s,
+            self.versions,
+        )
+
+    def select(self, index: np.ndarray | Sequence[int] | slice) -> RolloutBatch:
+        """Rows `index` as a new batch."""
+        return RolloutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    @staticmethod
+    def concat(batches: Sequence[RolloutBatch], pad_id: int = 0) -> RolloutBatch:
+        """Stack batches along B, padding all to the longest T."""
+        if not batches:
+            raise ValueError("concat needs at least one batch")
+        t = max(b.seq_len for b in batches)
+        padded = [b.pad_to(t, pad_id=pad_id) for b in batches]
+        return RolloutBatch(
+            **{f.name: np.concatenate([getattr(b, f.name) for b in padded]) for f in fields(RolloutBatch)}
+        )
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

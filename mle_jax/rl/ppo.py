@@ -1,0 +1,253 @@
+"""PPO math as small pure functions (verl's core_algos, in jnp), plus the paper's duration weights.
+
+Layout: every [B, T] array is aligned with `tokens[B, T]` (prompt + response, right-padded). A value
+at [b, t] belongs to the token tokens[b, t]: its logprob was computed from the logits at t - 1 and
+its value from the critic's output at t - 1 (the state before the token was generated). Only
+positions where `response_mask` is 1 take part in any loss; those are contiguous per row.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+DURATION_MODES = ("off", "batch_mean", "clipped", "log")
+KL_ESTIMATORS = ("k1", "k3")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
+
+
+def masked_sum(x: Array, mask: Array, axis: int | None = None) -> Array:
+    """sum(x * mask) over `axis` (all axes when None)."""
+    return jnp.sum(x * mask, axis=axis)
+
+
+def masked_mean(x: Array, mask: Array, axis: int | None = None) -> Array:
+    """Mean of x over positions where mask is 1; 0 where the mask is empty."""
+    total = jnp.sum(mask, axis=axis)
+    return masked_sum(x, mask, axis) / jnp.maximum(total, 1)
+
+
+def masked_whiten(x: Array, mask: Array, shift_mean: bool = True, eps: float = 1e-8) -> Array:
+    """[B, T] -> [B, T]: (x - mean) / std over masked positions (unbiased variance, as verl).
+
+    With shift_mean False the mean is added back (only the scale changes). Masked-out positions
+    are returned as 0.
+    """
+    mean = masked_mean(x, mask)
+    n = jnp.sum(mask)
+    var = masked_sum(jnp.square(x - mean), mask) / jnp.maximum(n - 1, 1)
+    out = (x - mean) * jax.lax.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * mask
+
+
+def last_token_index(response_mask: Array) -> Array:
+    """[B, T] 0/1 -> [B] index of the last response token (0 for an empty row)."""
+    t = jnp.arange(response_mask.shape[-1])
+    return jnp.max(jnp.where(response_mask > 0, t, 0), axis=-1)
+
+
+def place_terminal_reward(rewards: Array, response_mask: Array) -> Array:
+    """[B] scalar rewards -> [B, T] token rewards: reward on each row's last response token, 0 elsewhere."""
+    last = last_token_index(response_mask)
+    onehot = jax.nn.one_hot(last, response_mask.shape[-1], dtype=jnp.float32)
+    has_response = jnp.any(response_mask > 0, axis=-1, keepdims=True)
+    return rewards.astype(jnp.float32)[:, None] * onehot * has_response
+
+
+def kl_penalty(logprobs: Array, ref_logprobs: Array, estimator: str = "k1") -> Array:
+    """[B, T] per-token KL(π || π_ref) estimate from sampled tokens (Schulman's k1 / k3).
+
+    k1 = log π - log π_ref (unbiased, can be negative); k3 = exp(-k1) - 1 + k1 (>= 0, low variance).
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    k1 = logprobs - ref_logprobs
+    if estimator == "k1":
+        return k1
+    # clip as verl does: exp of a large negative log-ratio would overflow in low precision
+    log_ratio = jnp.clip(-k1, -20.0, 20.0)
+    return jnp.clip(jnp.exp(log_ratio) - 1.0 - log_ratio, -10.0, 10.0)
+
+
+def token_rewards(
+    rewards: Array,
+    response_mask: Array,
+    logprobs: Array,
+    ref_logprobs: Array,
+    kl_coef: float,
+    estimator: str = "k1",
+) -> tuple[Array, Array]:
+    """Scalar rewards [B] -> token rewards [B, T] = terminal reward - kl_coef * KL, and the KL [B, T].
+
+    `logprobs` are the behaviour logprobs of the sampled tokens (the policy that produced them),
+    `ref_logprobs` the frozen reference's; both are zeroed outside the response.
+    """
+    kl = kl_penalty(logprobs, ref_logprobs, estimator) * response_mask
+    return place_terminal_reward(rewards, response_mask) - kl_coef * kl, kl
+
+
+def gae(
+    token_rewards: Array, values: Array, response_mask: Array, gamma: float = 1.0, lam: float = 1.0
+) -> tuple[Array, Array]:
+    """Generalised advantage estimation over response tokens.
+
+    token_rewards, values, response_mask: [B, T]. Positions outside the mask are skipped: the
+    recursion carries the next response token's value and advantage through them, and the value
+    after the last response token is 0 (the episode ends there).
+        δ_t = r_t + γ V_{t'} - V_t,  A_t = δ_t + γλ A_{t'}   (t' = next response position)
+    Returns (advantages [B, T], returns [B, T] = advantages + values), both 0 outside the mask.
+    """
+    mask = response_mask.astype(jnp.float32)
+    r = token_rewards.astype(jnp.float32)
+    v = values.astype(jnp.float32)
+
+    def step(carry, xs):
+        next_value, next_adv = carry
+        r_t, v_t, m_t = xs
+        delta = r_t + gamma * next_value - v_t
+        adv = delta + gamma * lam * next_adv
+        next_value = m_t * v_t + (1.0 - m_t) * next_value
+        next_adv = m_t * adv + (1.0 - m_t) * next_adv
+        return (next_value, next_adv), adv
+
+    zeros = jnp.zeros(r.shape[0], jnp.float32)
+    _, adv_rev = jax.lax.scan(step, (zeros, zeros), (r.T, v.T, mask.T), reverse=True)
+    advantages = adv_rev.T * mask
+    returns = (advantages + v) * mask
+    return advantages, returns
+
+
+def aggregate_loss(
+    loss_mat: Array, mask: Array, mode: str = "token-mean", denominator: Array | float | None = None
+) -> Array:
+    """[B, T] per-token losses -> scalar.
+
+    token-mean: sum over all response tokens / number of response tokens.
+    seq-mean-token-mean: mean over sequences of each sequence's token mean.
+    `denominator` replaces the count (tokens, or sequences with a response) so that micro-batches of one
+    mini-batch can be summed into exactly the mini-batch's loss (gradient accumulation).
+    """
+    if mode == "token-mean":
+        total = masked_sum(loss_mat, mask)
+        n = jnp.sum(mask) if denominator is None else denominator
+        return total / jnp.maximum(n, 1)
+    if mode == "seq-mean-token-mean":
+        seq = masked_sum(loss_mat, mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1)
+        n = jnp.sum(jnp.any(mask > 0, axis=-1)) if denominator is None else denominator
+        return jnp.sum(seq) / jnp.maximum(n, 1)
+    raise ValueError(f"loss aggregation must be one of {LOSS_AGGS}, got {mode!r}")
+
+
+def policy_loss(
+    logprobs: Array,
+    old_logprobs: Array,
+    advantages: Array,
+    response_mask: Array,
+    sample_weights: Array | None = None,
+    clip_ratio: float = 0.2,
+    dual_clip: float = 0.0,
+    loss_agg: str = "token-mean",
+    denominator: Array | float | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """Clipped PPO surrogate, each sample's token losses scaled by its weight.
+
+    logprobs, old_logprobs, advantages, response_mask: [B, T]; sample_weights: [B] (duration
+    weights; None = ones). Per token: max(-A·r, -A·clip(r, 1-ε, 1+ε)) with r = exp(logπ - logπ_old);
+    with dual_clip c > 1 the loss of tokens with A < 0 is capped at -A·c (Ye et al. 2020).
+    Returns (scalar loss, metrics: clipfrac, approx_kl (k1 of old vs new), ratio mean).
+    """
+    log_ratio = jnp.clip(logprobs - old_logprobs, -20.0, 20.0)
+    ratio = jnp.exp(log_ratio)
+    loss1 = -advantages * ratio
+    loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    clipped = jnp.maximum(loss1, loss2)
+    if dual_clip:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (or 0 for off), got {dual_clip}")
+        clipped = jnp.where(advantages < 0, jnp.minimum(clipped, -advantages * dual_clip), clipped)
+    if sample_weights is not None:
+        clipped = clipped * sample_weights[:, None]
+    loss = aggregate_loss(clipped, response_mask, loss_agg, denominator)
+    metrics = {
+        "clipfrac": masked_mean((loss2 > loss1).astype(jnp.float32), response_mask),
+        "approx_kl": masked_mean(-log_ratio, response_mask),
+        "ratio": masked_mean(ratio, response_mask),
+    }
+    return loss, metrics
+
+
+def value_loss(
+    values: Array,
+    old_values: Array,
+    returns: Array,
+    response_mask: Array,
+    value_clip: float = 0.5,
+    loss_agg: str = "token-mean",
+    denominator: Array | float | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """Clipped value loss 0.5 · max((V - R)², (clip(V, V_old ± c) - R)²); all inputs [B, T].
+
+    Returns (scalar loss, metrics: vf_clipfrac).
+    """
+    clipped_values = old_values + jnp.clip(values - old_values, -value_clip, value_clip)
+    l1 = jnp.square(values - returns)
+    l2 = jnp.square(clipped_values - returns)
+    loss = 0.5 * aggregate_loss(jnp.maximum(l1, l2), response_mask, loss_agg, denominator)
+    return loss, {"vf_clipfrac": masked_mean((l2 > l1).astype(jnp.float32), response_mask)}
+
+
+def entropy_from_logits(logits: Array) -> Array:
+    """[..., V] logits -> [...] entropy of softmax(logits) = logsumexp(l) - Σ p·l."""
+    logits = logits.astype(jnp.float32)
+    p = jax.nn.softmax(logits, axis=-1)
+    return jax.nn.logsumexp(logits, axis=-1) - jnp.sum(p * logits, axis=-1)
+
+
+def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Array:
+    """logits [B, T, V] (position t predicts t+1), tokens [B, T] -> [B, T] log p(tokens[b, t]).
+
+    Aligned with tokens: out[:, t] comes from logits[:, t-1]; out[:, 0] is 0 (no prediction for the
+    first token). Temperature divides the logits as the sampler did.
+    """
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32) / temperature, axis=-1)
+    picked = jnp.take_along_axis(logp, tokens[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
+    return jnp.pad(picked, ((0, 0), (1, 0)))
+
+
+def shift_right(x: Array) -> Array:
+    """[B, T, ...] -> [B, T, ...] with out[:, t] = x[:, t-1] and out[:, 0] = 0 (align per-position outputs
+    such as values and entropies with the token they produce)."""
+    pad = [(0, 0), (1, 0)] + [(0, 0)] * (x.ndim - 2)
+    return jnp.pad(x[:, :-1], pad)
+
+
+def duration_weights(durations_s: Array, mode: str = "batch_mean", max_weight: float | None = None) -> Array:
+    """[B] run times -> [B] weights with mean 1 (paper §3.1: Δt_i / mean Δt of the batch).
+
+    off: ones. batch_mean: Δt_i / mean(Δt). clipped: batch_mean capped at `max_weight`, then rescaled
+    to mean 1. log: log(1 + Δt_i) / mean(log(1 + Δt)) (tempers very long runs).
+    When all durations are equal (or all zero) every mode gives exactly ones, so PPO is unchanged.
+    """
+    if mode not in DURATION_MODES:
+        raise ValueError(f"duration weight mode must be one of {DURATION_MODES}, got {mode!r}")
+    d = jnp.asarray(durations_s, jnp.float32)
+    if d.ndim != 1:
+        raise ValueError(f"durations_s must be [B], got shape {d.shape}")
+    ones = jnp.ones_like(d)
+    if mode == "off":
+        return ones
+    d = jnp.maximum(d, 0.0)
+    if mode == "log":
+        d = jnp.log1p(d)
+    w = d / jnp.maximum(jnp.mean(d), 1e-12)
+    if mode == "clipped":
+        if max_weight is None or max_weight < 1.0:
+            raise ValueError(f"mode 'clipped' needs max_weight >= 1, got {max_weight}")
+        w = jnp.minimum(w, max_weight)
+        w = w / jnp.mean(w)
+    # Exact ones when durations carry no information (mean-division rounding would perturb plain PPO).
+    degenerate = (jnp.max(d) == jnp.min(d)) | (jnp.max(d) <= 0.0)
+    return jnp.where(degenerate, ones, w)

@@ -1,0 +1,74 @@
+"""RolloutBatch packing and validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mle_jax.rl.batch import RolloutBatch
+
+
+def make(pad_to=None):
+    return RolloutBatch.from_sequences(
+        prompt_ids=[[5, 6, 7], [8]],
+        response_ids=[[1, 2], [3, 4, 9]],
+        logprobs=[[-0.5, -0.25], [-1.0, -2.0, -0.1]],
+        rewards=[1.0, -10.0],
+        durations_s=[3.0, 0.5],
+        versions=[2, 3],
+        pad_to=pad_to,
+    )
+
+
+def test_from_sequences_layout():
+    b = make(pad_to=6)
+    np.testing.assert_array_equal(b.tokens, [[5, 6, 7, 1, 2, 0], [8, 3, 4, 9, 0, 0]])
+    np.testing.assert_array_equal(b.attention_mask, [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
+    np.testing.assert_array_equal(b.response_mask, [[0, 0, 0, 1, 1, 0], [0, 1, 1, 1, 0, 0]])
+    np.testing.assert_allclose(b.behaviour_logprobs[0], [0, 0, 0, -0.5, -0.25, 0])
+    assert b.tokens.dtype == np.int32 and b.rewards.dtype == np.float32 and b.versions.dtype == np.int32
+    assert (b.batch_size, b.seq_len) == (2, 6)
+    assert make().seq_len == 5
+
+
+def test_pad_select_concat():
+    b = make()
+    p = b.pad_to(8)
+    assert p.seq_len == 8 and p.tokens[:, 5:].sum() == 0
+    np.testing.assert_array_equal(p.tokens[:, :5], b.tokens)
+    s = b.select([1])
+    assert s.batch_size == 1 and s.rewards[0] == -10.0
+    c = RolloutBatch.concat([b, p])
+    assert c.batch_size == 4 and c.seq_len == 8
+    with pytest.raises(ValueError, match="pad T"):
+        p.pad_to(4)
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="pad_to"):
+        make(pad_to=4)
+    with pytest.raises(ValueError, match="logprobs for"):
+        RolloutBatch.from_sequences([[1]], [[2, 3]], [[-1.0]], [0.0], [1.0], [0])
+    with pytest.raises(ValueError, match="empty prompt"):
+        RolloutBatch.from_sequences([[]], [[2]], [[-1.0]], [0.0], [1.0], [0])
+    with pytest.raises(ValueError, match="rewards has"):
+        RolloutBatch.from_sequences([[1]], [[2]], [[-1.0]], [0.0, 1.0], [1.0], [0])
+    good = make(pad_to=6).as_dict()
+    bad = dict(good, rewards=np.zeros(3))
+    with pytest.raises(ValueError, match="rewards must be"):
+        RolloutBatch(**bad)
+    bad = dict(good, response_mask=np.array([[0, 1, 0, 1, 1, 0], [0, 1, 1, 1, 0, 0]]))
+    with pytest.raises(ValueError, match="contiguous"):
+        RolloutBatch(**bad)
+    lp = good["behaviour_logprobs"].copy()
+    lp[0, 0] = -1.0
+    with pytest.raises(ValueError, match="outside the response"):
+        RolloutBatch(**dict(good, behaviour_logprobs=lp))
+    lp = good["behaviour_logprobs"].copy()
+    lp[0, 3] = 0.5
+    with pytest.raises(ValueError, match="<= 0"):
+        RolloutBatch(**dict(good, behaviour_logprobs=lp))
+    with pytest.raises(ValueError, match="durations_s"):
+        RolloutBatch(**dict(good, durations_s=np.array([-1.0, 2.0])))
+    with pytest.raises(ValueError, match="right-padded"):
+        RolloutBatch(**dict(good, attention_mask=np.array([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])))

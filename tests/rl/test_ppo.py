@@ -1,0 +1,198 @@
+"""PPO math against plain numpy references and hand-computed cases."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mle_jax.rl import ppo
+
+
+def numpy_gae(rewards, values, mask, gamma, lam):
+    """Textbook GAE on each row's response span only (the value after the last token is 0)."""
+    adv = np.zeros_like(rewards)
+    for b in range(rewards.shape[0]):
+        idx = np.nonzero(mask[b])[0]
+        last = 0.0
+        for j in reversed(range(len(idx))):
+            t = idx[j]
+            next_v = values[b, idx[j + 1]] if j + 1 < len(idx) else 0.0
+            delta = rewards[b, t] + gamma * next_v - values[b, t]
+            last = delta + gamma * lam * last
+            adv[b, t] = last
+    return adv, (adv + values) * mask
+
+
+def random_masks(rng, b, t):
+    mask = np.zeros((b, t), np.float32)
+    for i in range(b):
+        start = rng.integers(1, t // 2)
+        end = rng.integers(start + 1, t + 1)
+        mask[i, start:end] = 1
+    return mask
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.99, 0.95), (0.9, 0.0)])
+def test_gae_matches_numpy(gamma, lam):
+    rng = np.random.default_rng(0)
+    b, t = 5, 12
+    mask = random_masks(rng, b, t)
+    rewards = rng.normal(size=(b, t)).astype(np.float32) * mask
+    values = rng.normal(size=(b, t)).astype(np.float32)
+    adv, ret = ppo.gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask), gamma, lam)
+    ref_adv, ref_ret = numpy_gae(rewards, values, mask, gamma, lam)
+    np.testing.assert_allclose(np.asarray(adv), ref_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ret), ref_ret, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_gamma_lambda_one_is_return_minus_value():
+    """With γ = λ = 1 and only a terminal reward, A_t = R - V_t on every response token."""
+    mask = np.array([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], np.float32)
+    rewards = np.array([2.0, -1.0], np.float32)
+    tok = ppo.place_terminal_reward(jnp.asarray(rewards), jnp.asarray(mask))
+    np.testing.assert_array_equal(np.asarray(tok), [[0, 0, 0, 2, 0], [0, 0, 0, 0, -1]])
+    values = np.arange(10, dtype=np.float32).reshape(2, 5) / 10
+    adv, ret = ppo.gae(tok, jnp.asarray(values), jnp.asarray(mask), 1.0, 1.0)
+    np.testing.assert_allclose(np.asarray(adv), (rewards[:, None] - values) * mask, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ret), rewards[:, None] * mask, atol=1e-6)
+
+
+def test_kl_estimators_and_token_rewards():
+    lp = jnp.array([[0.0, -1.0, -2.0]])
+    ref = jnp.array([[0.0, -1.5, -1.0]])
+    mask = jnp.array([[0.0, 1.0, 1.0]])
+    k1 = ppo.kl_penalty(lp, ref, "k1")
+    np.testing.assert_allclose(np.asarray(k1), [[0.0, 0.5, -1.0]], atol=1e-6)
+    k3 = ppo.kl_penalty(lp, ref, "k3")
+    # k3 = exp(ref - lp) - 1 - (ref - lp)
+    expect = [np.exp(-0.5) - 1 + 0.5, np.exp(1.0) - 1 - 1.0]
+    np.testing.assert_allclose(np.asarray(k3)[0, 1:], expect, rtol=1e-6)
+    tr, kl = ppo.token_rewards(jnp.array([3.0]), mask, lp, ref, 0.1, "k1")
+    np.testing.assert_allclose(np.asarray(tr), [[0.0, -0.05, 3.0 + 0.1]], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(kl), [[0.0, 0.5, -1.0]], atol=1e-6)
+    with pytest.raises(ValueError, match="kl estimator"):
+        ppo.kl_penalty(lp, ref, "k2")
+
+
+def test_policy_loss_hand_computed():
+    # two samples, two response tokens each
+    old = jnp.log(jnp.array([[0.5, 0.5], [0.5, 0.5]]))
+    new = jnp.log(jnp.array([[0.75, 0.5], [0.25, 0.5]]))  # ratios [[1.5, 1], [0.5, 1]]
+    adv = jnp.array([[1.0, 2.0], [-1.0, -2.0]])
+    mask = jnp.ones((2, 2))
+    loss, m = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2)
+    # token losses: max(-A r, -A clip(r)): [[-1.2, -2], [0.8, 2]] -> mean = -0.1
+    np.testing.assert_allclose(float(loss), (-1.2 - 2 + 0.8 + 2) / 4, rtol=1e-6)
+    np.testing.assert_allclose(float(m["clipfrac"]), 0.5, rtol=1e-6)
+    # per-sample weights [2, 0]: only sample 0 counts, twice
+    loss_w, _ = ppo.policy_loss(new, old, adv, mask, jnp.array([2.0, 0.0]), clip_ratio=0.2)
+    np.testing.assert_allclose(float(loss_w), 2 * (-1.2 - 2) / 4, rtol=1e-6)
+    # seq-mean-token-mean with unequal lengths
+    mask2 = jnp.array([[1.0, 0.0], [1.0, 1.0]])
+    loss_s, _ = ppo.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="seq-mean-token-mean")
+    np.testing.assert_allclose(float(loss_s), (-1.2 + (0.8 + 2) / 2) / 2, rtol=1e-6)
+    loss_t, _ = ppo.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="token-mean")
+    np.testing.assert_allclose(float(loss_t), (-1.2 + 0.8 + 2) / 3, rtol=1e-6)
+
+
+def test_dual_clip_caps_negative_advantage_loss():
+    old = jnp.zeros((1, 1))
+    new = jnp.log(jnp.array([[10.0]]))  # ratio 10
+    adv = jnp.array([[-1.0]])
+    mask = jnp.ones((1, 1))
+    plain, _ = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2)
+    np.testing.assert_allclose(float(plain), 10.0, rtol=1e-5)  # max(10, 1.2)
+    dual, _ = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2, dual_clip=3.0)
+    np.testing.assert_allclose(float(dual), 3.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="dual_clip"):
+        ppo.policy_loss(new, old, adv, mask, dual_clip=0.5)
+
+
+def test_value_loss_hand_computed():
+    values = jnp.array([[1.0, 0.0]])
+    old = jnp.array([[0.0, 0.0]])
+    returns = jnp.array([[2.0, 1.0]])
+    mask = jnp.ones((1, 2))
+    loss, m = ppo.value_loss(values, old, returns, mask, value_clip=0.5)
+    # token 0: unclipped (1-2)^2 = 1, clipped (0.5-2)^2 = 2.25 -> 2.25; token 1: 1 and 1 -> 1
+    np.testing.assert_allclose(float(loss), 0.5 * (2.25 + 1.0) / 2, rtol=1e-6)
+    np.testing.assert_allclose(float(m["vf_clipfrac"]), 0.5)
+
+
+def test_entropy_and_token_logprobs():
+    logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3], [0.9, 0.05, 0.05]]]))
+    ent = ppo.entropy_from_logits(logits)
+    p = np.array([0.5, 0.25, 0.25])
+    np.testing.assert_allclose(float(ent[0, 0]), -(p * np.log(p)).sum(), rtol=1e-6)
+    np.testing.assert_allclose(float(ent[0, 1]), np.log(3), rtol=1e-6)
+    tokens = jnp.array([[2, 1, 0]])
+    lp = ppo.token_logprobs(logits, tokens)
+    np.testing.assert_allclose(np.asarray(lp), [[0.0, np.log(0.25), np.log(1 / 3)]], rtol=1e-6)
+    lp_t = ppo.token_logprobs(logits, tokens, temperature=0.5)
+    ref = jax.nn.log_softmax(2 * logits[0, 0])[1]
+    np.testing.assert_allclose(float(lp_t[0, 1]), float(ref), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(ppo.shift_right(jnp.array([[1, 2, 3]]))), [[0, 1, 2]])
+
+
+def test_masked_whiten():
+    x = jnp.array([[9.0, 1.0, 2.0, 3.0], [9.0, 4.0, 9.0, 9.0]])
+    mask = jnp.array([[0, 1, 1, 1], [0, 1, 0, 0]], jnp.float32)
+    w = np.asarray(ppo.masked_whiten(x, mask))
+    vals = np.array([1.0, 2.0, 3.0, 4.0])
+    expect = (vals - vals.mean()) / vals.std(ddof=1)
+    np.testing.assert_allclose(w[mask > 0], expect, rtol=1e-5)
+    assert np.all(w[np.asarray(mask) == 0] == 0)
+
+
+def test_duration_weights_modes():
+    d = jnp.array([1.0, 3.0, 8.0])
+    np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off")), [1, 1, 1])
+    np.testing.assert_allclose(
+        np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6
+    )
+    c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.5))
+    np.testing.assert_allclose(c, np.array([0.25, 0.75, 1.5]) / (2.5 / 3), rtol=1e-6)
+    lg = np.asarray(ppo.duration_weights(d, "log"))
+    np.testing.assert_allclose(lg, np.log1p([1, 3, 8]) / np.log1p([1, 3, 8]).mean(), rtol=1e-6)
+    for mode in ("batch_mean", "clipped", "log"):
+        w = np.asarray(ppo.duration_weights(jnp.array([0.1, 7.0, 2.5, 40.0]), mode, max_weight=2.0))
+        np.testing.assert_allclose(w.mean(), 1.0, rtol=1e-6)
+        # all-equal durations: exactly ones, bit for bit
+        eq = np.asarray(ppo.duration_weights(jnp.full((7,), 0.1), mode, max_weight=2.0))
+        assert np.array_equal(eq, np.ones(7, np.float32))
+        zero = np.asarray(ppo.duration_weights(jnp.zeros(3), mode, max_weight=2.0))
+        assert np.array_equal(zero, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="mode"):
+        ppo.duration_weights(d, "linear")
+    with pytest.raises(ValueError, match="max_weight"):
+        ppo.duration_weights(d, "clipped")
+
+
+def test_equal_durations_give_plain_ppo_exactly():
+    rng = np.random.default_rng(1)
+    b, t = 6, 9
+    mask = jnp.asarray(random_masks(rng, b, t))
+    new = jnp.asarray(rng.normal(size=(b, t)) * 0.1 - 1.0, jnp.float32)
+    old = jnp.asarray(rng.normal(size=(b, t)) * 0.1 - 1.0, jnp.float32)
+    adv = jnp.asarray(rng.normal(size=(b, t)), jnp.float32)
+
+    def loss(new_lp, weights):
+        return ppo.policy_loss(new_lp, old, adv, mask, weights, clip_ratio=0.2)[0]
+
+    plain, g_plain = jax.value_and_grad(loss)(new, None)
+    w = ppo.duration_weights(jnp.full((b,), 37.3), "batch_mean")
+    weighted, g_weighted = jax.value_and_grad(loss)(new, w)
+    assert float(plain) == float(weighted)
+    assert np.array_equal(np.asarray(g_plain), np.asarray(g_weighted))
+
+
+def test_aggregate_loss_denominator_sums_microbatches():
+    rng = np.random.default_rng(2)
+    mask = jnp.asarray(random_masks(rng, 8, 10))
+    x = jnp.asarray(rng.normal(size=(8, 10)), jnp.float32)
+    for mode, denom in (("token-mean", jnp.sum(mask)), ("seq-mean-token-mean", 8.0)):
+        full = ppo.aggregate_loss(x, mask, mode)
+        parts = sum(ppo.aggregate_loss(x[i : i + 2], mask[i : i + 2], mode, denom) for i in range(0, 8, 2))
+        np.testing.assert_allclose(float(parts), float(full), rtol=1e-5)

@@ -1,0 +1,81 @@
+"""Tiny Qwen2 policy/critic, learner configs and random rollout batches shared by the learner tests."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from configs import base
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.rl.batch import RolloutBatch
+
+TINY = Qwen2Config(
+    vocab_size=32,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=128,
+)
+
+
+def learner_config(**ppo: Any) -> ml_collections.ConfigDict:
+    """The run config with small PPO batches; keyword arguments override cfg.ppo fields."""
+    cfg = base.get_config()
+    cfg.seed = 0
+    cfg.sampler.temperature = 1.0
+    cfg.ppo.mini_batch_size = 8
+    cfg.ppo.micro_batch_size = 4
+    cfg.ppo.kl_coef = 0.05
+    cfg.ppo.entropy_coef = 0.01
+    cfg.ppo.seq_bucket = 0
+    cfg.optim.actor_lr = 1e-3
+    cfg.optim.critic_lr = 1e-3
+    cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = 1, 1, 1
+    for k, v in ppo.items():
+        cfg.ppo[k] = v
+    return cfg
+
+
+def linear_adam(cfg: ml_collections.ConfigDict, lr: float = 0.5) -> ml_collections.ConfigDict:
+    """Adam with eps = 1: its step becomes ~lr * g (not ~lr * sign(g)), so comparing params after an update
+    compares gradients, without the sign noise of near-zero gradients."""
+    cfg.optim.adam_eps = 1.0
+    cfg.optim.actor_lr = cfg.optim.critic_lr = lr
+    return cfg
+
+
+def make_models(seed: int = 0, config: Qwen2Config = TINY) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel]:
+    policy = Qwen2ForCausalLM(config, rngs=nnx.Rngs(seed))
+    value = Qwen2ValueModel(config, rngs=nnx.Rngs(seed + 1000))
+    return policy, value
+
+
+def random_batch(
+    seed: int, b: int = 8, t: int = 12, vocab: int = 32, equal_durations: bool = False
+) -> RolloutBatch:
+    """Prompts of 2-5 tokens, responses of 1-6 tokens with plausible logprobs, noisy rewards and durations."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(1, vocab, size=rng.integers(2, 6)).tolist() for _ in range(b)]
+    responses = [rng.integers(1, vocab, size=rng.integers(1, 7)).tolist() for _ in range(b)]
+    logprobs = [(-rng.uniform(2.0, 4.5, size=len(r))).tolist() for r in responses]
+    durations = np.full(b, 3.0) if equal_durations else rng.uniform(0.5, 20.0, size=b)
+    return RolloutBatch.from_sequences(
+        prompts, responses, logprobs, rng.normal(size=b).tolist(), durations.tolist(), [0] * b, pad_to=t
+    )
+
+
+def params_digest(tree: Any) -> str:
+    """sha256 over every leaf's bytes (bitwise identity of a pytree)."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        h.update(np.ascontiguousarray(np.asarray(jax.device_get(leaf))).tobytes())
+    return h.hexdigest()

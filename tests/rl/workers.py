@@ -1,0 +1,139 @@
+"""Subprocess entry points for tests that need their own JAX runtime (fake devices, several processes,
+SIGKILL). Run as `python -m tests.rl.workers MODE ...` from the repo root; prints/writes results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _setup_runtime(n_devices: int, cache_dir: str | None) -> None:
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    if cache_dir:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+LAYOUTS = {"single": (1, 1, 1), "fsdp": (1, 4, 1), "tensor": (1, 1, 4)}
+
+
+def _host_params(learner):
+    import jax
+    from jax.experimental import multihost_utils
+
+    params, specs = {}, {}
+    for name, tree in (("policy", learner.state.policy), ("value", learner.state.value)):
+        for path, x in jax.tree_util.tree_leaves_with_path(tree):
+            key = name + jax.tree_util.keystr(path)
+            specs[key] = str(x.sharding.spec)
+            full = multihost_utils.process_allgather(x, tiled=True) if jax.process_count() > 1 else x
+            params[key] = jax.device_get(full)
+    return params, specs
+
+
+def _run_updates(mesh_shape, devices=None, steps: int = 2):
+    """Fresh tiny learner on a mesh, `steps` updates; returns (metrics per step, initial and final host
+    params, param shardings)."""
+    from mle_jax.rl.learner import Learner
+    from mle_jax.sharding import make_mesh
+    from tests.rl.tiny import learner_config, linear_adam, make_models, random_batch
+
+    cfg = linear_adam(learner_config())
+    cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = mesh_shape
+    learner = Learner(cfg, *make_models(0), mesh=make_mesh(cfg.mesh, devices))
+    init, _ = _host_params(learner)
+    metrics = [learner.update(random_batch(10 + i)) for i in range(steps)]
+    params, specs = _host_params(learner)
+    return metrics, init, params, specs
+
+
+def sharded(args) -> None:
+    _setup_runtime(4, args.cache_dir)
+    import jax
+    import numpy as np
+
+    assert jax.device_count() == 4, jax.devices()
+    out = {}
+    for name in args.layouts.split(","):
+        devices = jax.devices()[:1] if name == "single" else None
+        metrics, init, params, specs = _run_updates(LAYOUTS[name], devices)
+        out[name] = {"metrics": metrics, "specs": specs}
+        np.savez(os.path.join(args.out, f"{name}.npz"), **params)
+        np.savez(os.path.join(args.out, f"{name}_init.npz"), **init)
+    with open(os.path.join(args.out, "sharded.json"), "w") as f:
+        json.dump(out, f)
+
+
+def multihost(args) -> None:
+    _setup_runtime(2, args.cache_dir)
+    import jax
+    import numpy as np
+
+    from mle_jax.sharding import maybe_initialize_distributed
+
+    assert maybe_initialize_distributed(f"127.0.0.1:{args.port}", 2, args.process_id)
+    assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
+    metrics, _, params, specs = _run_updates(LAYOUTS["fsdp"])
+    if jax.process_index() == 0:
+        np.savez(os.path.join(args.out, "multihost.npz"), **params)
+        with open(os.path.join(args.out, "multihost.json"), "w") as f:
+            json.dump({"metrics": metrics, "specs": specs}, f)
+    jax.distributed.shutdown()
+
+
+def resume(args) -> None:
+    """Train `steps` updates, checkpointing after each; with --resume continue from the latest checkpoint.
+    Prints one JSON line per finished update: step, metrics, params digest."""
+    _setup_runtime(1, args.cache_dir)
+    from mle_jax.checkpoint import Checkpointer
+    from mle_jax.rl.learner import Learner
+    from tests.rl.tiny import learner_config, make_models, params_digest, random_batch
+
+    learner = Learner(learner_config(), *make_models(0))
+    ckpt = Checkpointer(args.ckpt, keep=2)
+    start = 0
+    if args.resume:
+        found = ckpt.restore_latest({"learner": learner.state_dict()})
+        if found is not None:
+            step, items = found
+            learner.load_state_dict(items["learner"])
+            start = items["loop"]["step"]
+            assert start == step == learner.step
+            print(json.dumps({"resumed_from": start}), flush=True)
+    for step in range(start, args.steps):
+        metrics = learner.update(random_batch(100 + step))
+        ckpt.save(step + 1, {"learner": learner.state_dict(), "loop": {"step": step + 1}})
+        line = {"step": step + 1, "metrics": metrics, "digest": params_digest(learner.state)}
+        print(json.dumps(line), flush=True)
+    ckpt.close()
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("sharded")
+    s.add_argument("--out", required=True)
+    s.add_argument("--layouts", default="single,fsdp,tensor")
+    s.add_argument("--cache_dir", default=None)
+    m = sub.add_parser("multihost")
+    m.add_argument("--out", required=True)
+    m.add_argument("--port", type=int, required=True)
+    m.add_argument("--process_id", type=int, required=True)
+    m.add_argument("--cache_dir", default=None)
+    r = sub.add_parser("resume")
+    r.add_argument("--ckpt", required=True)
+    r.add_argument("--steps", type=int, default=5)
+    r.add_argument("--resume", action="store_true")
+    r.add_argument("--cache_dir", default=None)
+    args = p.parse_args(argv)
+    {"sharded": sharded, "multihost": multihost, "resume": resume}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
