@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from mle_jax.executor.result import Limits
+from mle_jax.executor.fleet import limits_from_config
 from mle_jax.report import markdown_table
 from mle_jax.rl import rollout
 
@@ -34,14 +34,6 @@ PAPER_TABLE1: dict[str, dict[str, float]] = {
     "spooky-author-identification": {"qwen2.5-3b": 0.596, "qwen2.5-3b-rl": 0.404},
     "lmsys-chatbot-arena": {"qwen2.5-3b": 11.48, "qwen2.5-3b-rl": 1.081},
 }
-
-
-def limits_from(cfg: Any) -> Limits:
-    e = cfg.executor
-    return Limits(
-        timeout_s=e.timeout_s, memory_mb=e.memory_mb, cpus=e.cpus, max_procs=e.max_procs,
-        max_file_mb=e.max_file_mb, max_output_bytes=e.max_output_bytes,
-    )
 
 
 def _run_all(samples: list[rollout.Sample], cfg: Any, task: Any, progress: Progress, label: str) -> None:
@@ -78,7 +70,7 @@ def evaluate(
     rng = np.random.default_rng(cfg.seed + 10_000)
     sampling = dict(temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p, top_k=cfg.sampler.top_k,
                     max_tokens=cfg.sampler.max_tokens)
-    limits = limits_from(cfg)
+    limits = limits_from_config(cfg.executor)
     lower = task.lower_is_better
     with Progress() as progress:
         prompts = rollout.make_prompts(task, tokenizer, packages, n, 0.0, None, rng, cfg.prompt.max_prompt_tokens)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mle_jax.executor.result import Limits
+from mle_jax.executor.fleet import limits_from_config
 from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
@@ -104,11 +104,7 @@ class AsyncRLLoop:
         self.in_flight: list[rollout.Sample] = []
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
-        e = cfg.executor
-        self.limits = Limits(
-            timeout_s=e.timeout_s, memory_mb=e.memory_mb, cpus=e.cpus, max_procs=e.max_procs,
-            max_file_mb=e.max_file_mb, max_output_bytes=e.max_output_bytes,
-        )
+        self.limits = limits_from_config(cfg.executor)
         self.sampling = dict(
             temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p, top_k=cfg.sampler.top_k,
             max_tokens=cfg.sampler.max_tokens,
