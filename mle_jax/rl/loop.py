@@ -266,7 +266,10 @@ class AsyncRLLoop:
         return history
 
     def close(self) -> None:
+        """Cancels queued runs and waits for checkpoint writes in flight (orbax saves asynchronously)."""
         for s in self.in_flight:
             if s.future is not None:
                 s.future.cancel()
         self.in_flight = []
+        self.checkpointer.close()
+        self.writer.close()
