@@ -267,15 +267,21 @@ class BwrapSandbox:
             os.close(started_w)
 
         def kill(reason: str) -> None:
+            # Kill the sandbox's init (pid 1 of its pid namespace): the kernel then kills everything in
+            # the namespace and the outer bwrap reaps it and exits. Killing the outer bwrap first would
+            # orphan that init to the host's pid 1, which may never reap it (a zombie per timeout).
+            # While the outer bwrap lives, its child's pid cannot be reused, so this cannot hit a stranger.
             nonlocal killed_reason
             with lock:
                 killed_reason = killed_reason or reason
+            child = events.get("child-pid")
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                if child is not None and proc.poll() is None:
+                    os.kill(int(child), signal.SIGKILL)
+                else:
+                    os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            if cgroup is not None:
-                cgroup.kill_all()
 
         threads = [
             threading.Thread(target=_read_status, args=(status_r, events), daemon=True),
@@ -291,6 +297,12 @@ class BwrapSandbox:
             except subprocess.TimeoutExpired:
                 timed_out = True
                 kill("timeout")
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # the outer bwrap did not follow its child: take it all down
+                os.killpg(proc.pid, signal.SIGKILL)
+                if cgroup is not None:
+                    cgroup.kill_all()
                 proc.wait()
         t_end = time.monotonic()
         # The program is gone; anything it left behind (there should be nothing: the pid namespace died
@@ -333,6 +345,7 @@ class BwrapSandbox:
                 "sandbox_start_s": t_program - t_start,
                 "wall_s": t_end - t_start,
                 "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
+                "uid": uid if self.root else os.getuid(),
             },
         )
 

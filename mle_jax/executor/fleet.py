@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import shutil
 import tempfile
 import threading
 import uuid
@@ -274,6 +275,8 @@ class RayFleet(Fleet):
         if self._owns_ray:
             self.ray.shutdown()
             self._owns_ray = False
+            if self._ray_tmp is not None:
+                shutil.rmtree(self._ray_tmp, ignore_errors=True)
 
 
 def make_fleet(cfg) -> Fleet:

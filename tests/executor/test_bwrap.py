@@ -65,6 +65,7 @@ def test_pizza_sklearn_solution_grades(sandbox, pizza_task):
 def test_fork_bomb(sandbox, pizza_task):
     r = sandbox.run(programs.FORK_BOMB, pizza_task, HOSTILE)
     assert r.status in (Status.TIMEOUT, Status.KILLED), r.status
+    assert r.extra["uid"] >= 200_000 and _uid_processes(r.extra["uid"]) == []  # nothing survived
     _normal_run_works(sandbox, pizza_task)
 
 
