@@ -64,6 +64,27 @@ _MAX_SUBMISSION_BYTES = 256 << 20
 # Mount points root binds the run's dirs on (in the run's private mount ns); its parents must be
 # traversable by the sandbox's unprivileged uid, which /tmp is.
 STAGE_ROOT = Path("/tmp/mle_jax_stage")
+CGROUP_PREFIX = "mle_jax_"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def reap_stale(stage_root: Path, cgroup_prefix: str) -> None:
+    """Remove staging dirs and cgroups left by executors that died mid-run (named <pid>_<run>)."""
+    if stage_root.is_dir():
+        for d in stage_root.iterdir():
+            owner = d.name.split("_", 1)[0]
+            if owner.isdigit() and not _pid_alive(int(owner)):
+                _remove_mount_points(d)
+    RunCgroup.reap_stale(cgroup_prefix, _pid_alive)
 
 
 class SandboxSetupError(RuntimeError):
@@ -138,6 +159,15 @@ class BwrapSandbox:
         self.use_cgroups = use_cgroups and self.root
         self.keep_work = keep_work
         self.profile_args = profile_args(load_profile(Path(profile)))
+        if self.root:
+            reap_stale(STAGE_ROOT, CGROUP_PREFIX)
+            for d in base.parent.glob("mle_jax_sandbox_*"):  # default work roots of dead executors
+                owner = d.name.rsplit("_", 1)[-1]
+                if owner.isdigit() and not _pid_alive(int(owner)):
+                    try:
+                        remove_tree(d / "work")
+                    except OSError as e:  # best effort: another executor may be cleaning it too
+                        log.warning("could not remove %s: %s", d / "work", e)
         self.uids = UidPool()
 
     # -- command ---------------------------------------------------------------------------------
@@ -222,14 +252,15 @@ class BwrapSandbox:
         ws = create_workspace(self.work_root, self.out_root, code, uid, uid)
         stage = None
         if self.root:
-            stage = STAGE_ROOT / ws.run_id
+            stage = STAGE_ROOT / f"{os.getpid()}_{ws.run_id}"
             STAGE_ROOT.mkdir(mode=0o711, exist_ok=True)
             for name in ("venv", "public", "work"):
                 (stage / name).mkdir(parents=True)
             stage.chmod(0o755)
         cgroup = None
         if self.use_cgroups:
-            cgroup = RunCgroup.create(f"mle_jax_{ws.run_id}", limits.memory_mb, limits.max_procs, limits.cpus)
+            name = f"{CGROUP_PREFIX}{os.getpid()}_{ws.run_id}"
+            cgroup = RunCgroup.create(name, limits.memory_mb, limits.max_procs, limits.cpus)
         try:
             sources = {"venv": self.venv.resolve(), "public": public, "work": ws.work_dir}
             return self._run(ws, task, limits, uid, cgroup, sources, stage)
@@ -237,7 +268,7 @@ class BwrapSandbox:
             if cgroup is not None:
                 cgroup.destroy()
             if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)  # empty mount points (the mounts died with the ns)
+                _remove_mount_points(stage)
             if not self.keep_work:
                 remove_tree(ws.work_dir)
             self.uids.release(uid)
@@ -348,6 +379,17 @@ class BwrapSandbox:
                 "uid": uid if self.root else os.getuid(),
             },
         )
+
+
+def _remove_mount_points(stage: Path) -> None:
+    """rmdir (never rm -r: were a bind still visible here, that would delete the data) the staging dirs."""
+    for d in (*(stage / n for n in ("venv", "public", "work")), stage):
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("could not remove staging dir %s: %s", d, e)
 
 
 def _read_started(fd: int, events: dict) -> None:
