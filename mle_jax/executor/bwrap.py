@@ -348,6 +348,8 @@ class BwrapSandbox:
             raise SandboxSetupError(f"sandbox did not start (exit {proc.returncode}): {err.text()[-2000:]}")
         raw_exit = events.get("exit-code")
         exit_code = signal_exit_code(int(raw_exit)) if raw_exit is not None else proc.returncode
+        if timed_out or killed_reason:
+            exit_code = -signal.SIGKILL  # we killed it (bwrap may or may not have reported the child)
         oom = cgroup is not None and cgroup.oom_kills() > 0
         stdout, stderr = out.text(), err.text()
         status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
