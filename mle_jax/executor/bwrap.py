@@ -166,8 +166,10 @@ class BwrapSandbox:
                 if owner.isdigit() and not _pid_alive(int(owner)):
                     try:
                         remove_tree(d / "work")
+                        for empty in (d / "results", d):  # results stay unless nobody wrote any
+                            empty.rmdir()
                     except OSError as e:  # best effort: another executor may be cleaning it too
-                        log.warning("could not remove %s: %s", d / "work", e)
+                        log.debug("leaving %s: %s", d, e)
         self.uids = UidPool()
 
     # -- command ---------------------------------------------------------------------------------
