@@ -61,7 +61,8 @@ def main() -> None:
                           work_root=root / "rw") as fleet:
                 _through(fleet, task, 2 * args.slots)  # actors up and warm
                 ray = _through(fleet, task, args.programs)
-            print(f"ray fleet:  {ray:.2f} programs/s = {ray / ideal:.0%} of ideal, x{ray / local:.2f} vs local")
+            print(f"ray fleet:  {ray:.2f} programs/s = {ray / ideal:.0%} of ideal, "
+                  f"x{ray / local:.2f} vs local")
 
 
 if __name__ == "__main__":

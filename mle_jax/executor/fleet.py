@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import shutil
 import tempfile
 import threading
 import uuid
@@ -182,8 +183,11 @@ class SandboxActorImpl:
         return os.getpid()
 
     def run(self, code: str, task: Task, limits: Limits) -> tuple[ExecResult, bytes | None]:
+        """The result and the submission's bytes; the results dir here is removed (the driver keeps them)."""
         result = self.sandbox.run(code, task, limits)
         data = result.submission_path.read_bytes() if result.submission_path is not None else None
+        if result.extra.get("results_dir"):
+            shutil.rmtree(result.extra["results_dir"], ignore_errors=True)
         return result, data
 
 
@@ -206,14 +210,16 @@ class RaySlot:
 
     def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
         result, data = self.ray.get(self.actor.run.remote(code, task, limits))
-        if data is not None:  # bring the submission to this machine
-            local = self.out_root / uuid.uuid4().hex[:12]
-            local.mkdir(parents=True)
+        # the results on this machine, as a local sandbox would leave them
+        local = self.out_root / uuid.uuid4().hex[:12]
+        local.mkdir(parents=True)
+        (local / "stdout.txt").write_text(result.stdout_tail)
+        (local / "stderr.txt").write_text(result.stderr_tail)
+        path = None
+        if data is not None:
             path = local / "submission.csv"
             path.write_bytes(data)
-            result = replace(result, submission_path=path, extra={**result.extra, "remote_submission":
-                                                                    str(result.submission_path)})
-        return result
+        return replace(result, submission_path=path, extra={**result.extra, "results_dir": str(local)})
 
     def restart(self) -> None:
         try:
@@ -274,6 +280,8 @@ class RayFleet(Fleet):
         if self._owns_ray:
             self.ray.shutdown()
             self._owns_ray = False
+            if self._ray_tmp is not None:
+                shutil.rmtree(self._ray_tmp, ignore_errors=True)
 
 
 def make_fleet(cfg) -> Fleet:
