@@ -5,6 +5,7 @@ The RL loop and the evaluation both use these; neither knows how a box works ins
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -142,6 +143,9 @@ def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> S
     sample.reward = compute_reward(
         graded, sample.output, task.lower_is_better, reward_cfg.failure, reward_cfg.per_print
     )
+    results_dir = result.extra.get("results_dir")
+    if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
+        shutil.rmtree(results_dir, ignore_errors=True)
     return sample
 
 
