@@ -1,15 +1,17 @@
 """Decode throughput on CPU: our JaxSampler (jit, KV cache, while_loop) vs transformers' generate.
 
 Same weights, batch 8 prompts, 256 new tokens each, greedy, no early stop. Compile time is excluded
-(one warm-up call each). Prints tokens/s of each and the ratio ours / torch (goal >= 2.0).
+(one warm-up call each); the two alternate for --rounds rounds and the medians are compared.
+Prints tokens/s of each and the ratio ours / torch (goal >= 2.0).
 
-    .venv/bin/python bench/decode.py [--batch 8 --new 256 --prompt 32]
+    .venv/bin/python bench/decode.py [--batch 8 --new 256 --prompt 32 --threads 2 --rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 
@@ -41,7 +43,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--prompt", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     console = Console()
     torch.set_num_threads(args.threads)
@@ -61,18 +64,24 @@ def main() -> None:
         compile_s = time.perf_counter() - t0
         with torch.no_grad():
             tm.generate(t_prompts, **{**gen_kw, "max_new_tokens": 4, "min_new_tokens": 4})
-    with console.status("ours"):
-        t0 = time.perf_counter()
-        out = sampler.generate(prompts.tolist(), temperature=0.0, max_tokens=args.new)
-        ours_s = time.perf_counter() - t0
-    with console.status("transformers generate"):
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            ref = tm.generate(t_prompts, **gen_kw)[:, args.prompt :].numpy()
-        torch_s = time.perf_counter() - t0
+    times_ours, times_torch = [], []
+    for r in range(args.rounds):  # alternate so both see the same machine load
+        with console.status(f"round {r + 1}/{args.rounds}: ours"):
+            t0 = time.perf_counter()
+            out = sampler.generate(prompts.tolist(), temperature=0.0, max_tokens=args.new)
+            times_ours.append(time.perf_counter() - t0)
+        with console.status(f"round {r + 1}/{args.rounds}: transformers generate"):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ref = tm.generate(t_prompts, **gen_kw)[:, args.prompt :].numpy()
+            times_torch.append(time.perf_counter() - t0)
+    ours_s, torch_s = statistics.median(times_ours), statistics.median(times_torch)
     got = np.stack([c.token_ids for c in out])
     n = args.batch * args.new
-    console.print(f"decode  batch={args.batch} prompt={args.prompt} new={args.new}  cores={os.cpu_count()}")
+    console.print(
+        f"decode  batch={args.batch} prompt={args.prompt} new={args.new}  cores={os.cpu_count()}"
+        f"  torch threads={args.threads}  median of {args.rounds}"
+    )
     console.print(f"  ours (JaxSampler)      : {n / ours_s:9.1f} tokens/s  (first call {compile_s:.1f}s)")
     console.print(f"  transformers generate  : {n / torch_s:9.1f} tokens/s")
     console.print(f"  ratio ours/torch = {torch_s / ours_s:.2f}  (goal >= 2.0)")

@@ -45,15 +45,23 @@ def sample_token(
     scaled = logits / jnp.where(greedy, 1.0, temperature)
     logp = jax.nn.log_softmax(scaled, axis=-1)
     vocab = logits.shape[-1]
-    order = jnp.argsort(-scaled, axis=-1)
-    sorted_logp = jnp.take_along_axis(logp, order, axis=-1)
-    rank = jnp.arange(vocab)[None, :]
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
-    mass_before = jnp.cumsum(jnp.exp(sorted_logp), axis=-1) - jnp.exp(sorted_logp)
-    keep = (rank < k) & ((mass_before < top_p) | (rank == 0))
-    choice = jax.random.categorical(key, jnp.where(keep, sorted_logp, -jnp.inf), axis=-1)
-    sampled = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
-    token = jnp.where(greedy, order[:, 0], sampled).astype(jnp.int32)
+
+    def truncated() -> jax.Array:
+        order = jnp.argsort(-scaled, axis=-1)
+        sorted_logp = jnp.take_along_axis(logp, order, axis=-1)
+        rank = jnp.arange(vocab)[None, :]
+        k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+        mass_before = jnp.cumsum(jnp.exp(sorted_logp), axis=-1) - jnp.exp(sorted_logp)
+        keep = (rank < k) & ((mass_before < top_p) | (rank == 0))
+        choice = jax.random.categorical(key, jnp.where(keep, sorted_logp, -jnp.inf), axis=-1)
+        return jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
+
+    def full() -> jax.Array:
+        return jax.random.categorical(key, logp, axis=-1)
+
+    # The vocabulary sort only runs when top-p / top-k actually truncate.
+    sampled = jax.lax.cond((top_p < 1.0) | (top_k > 0), truncated, full)
+    token = jnp.where(greedy, jnp.argmax(scaled, axis=-1), sampled).astype(jnp.int32)
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 

@@ -16,6 +16,7 @@ from mle_jax.sampling.protocol import Sampler
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
 
 pytestmark = pytest.mark.model
+BUCKETS = dict(min_batch_bucket=8, min_new_bucket=32)  # few shapes: few compiles
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [40, 41, 42, 43]]
 
 
@@ -29,7 +30,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sampler(models):
-    return JaxSampler(models[1], eos_ids=[])
+    return JaxSampler(models[1], eos_ids=[], **BUCKETS)
 
 
 def reference_logprobs(model, prompt, completion, temperature):
@@ -69,7 +70,9 @@ def test_sampled_logprobs_equal_full_forward_and_groups_by_prompt(models, sample
 
 def test_chunked_batches_give_the_same_greedy_output(models, sampler):
     whole = sampler.generate(PROMPTS, temperature=0.0, max_tokens=10)
-    chunked = JaxSampler(models[1], eos_ids=[], max_batch=2).generate(PROMPTS, temperature=0.0, max_tokens=10)
+    chunked = JaxSampler(models[1], eos_ids=[], max_batch=2, **BUCKETS).generate(
+        PROMPTS, temperature=0.0, max_tokens=10
+    )
     for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_array_equal(a.token_ids, b.token_ids)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
@@ -94,10 +97,12 @@ def test_top_k_restricts_the_draw():
 
 def test_stops_on_stop_ids(models):
     _, ours = models
-    free = JaxSampler(ours, eos_ids=[]).generate([PROMPTS[0]], temperature=0.0, max_tokens=20)[0]
+    free = JaxSampler(ours, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=20)[0]
     stop = int(free.token_ids[4])
     first = int(np.argmax(free.token_ids == stop))
-    c = JaxSampler(ours, eos_ids=[stop]).generate([PROMPTS[0], PROMPTS[1]], temperature=0.0, max_tokens=20)
+    c = JaxSampler(ours, eos_ids=[stop], **BUCKETS).generate(
+        [PROMPTS[0], PROMPTS[1]], temperature=0.0, max_tokens=20
+    )
     np.testing.assert_array_equal(c[0].token_ids, free.token_ids[: first + 1])
     assert c[0].finish_reason == "stop" and c[0].token_ids[-1] == stop
     assert len(c[0].logprobs) == len(c[0].token_ids)
@@ -108,8 +113,8 @@ def test_sync_swaps_weights_and_version(tmp_path):
     a.save_pretrained(tmp_path / "a")
     b.save_pretrained(tmp_path / "b")
     ma, mb = hf.from_pretrained(tmp_path / "a"), hf.from_pretrained(tmp_path / "b")
-    ref = JaxSampler(mb, eos_ids=[]).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
-    s = JaxSampler(ma, eos_ids=[])
+    ref = JaxSampler(mb, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
+    s = JaxSampler(ma, eos_ids=[], **BUCKETS)
     before = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
     compiled = _generate._cache_size()
     s.sync(nnx.state(mb, nnx.Param), version=5)
@@ -132,7 +137,7 @@ def test_bad_prompts_are_rejected(sampler):
 def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
     tok = train_bpe_tokenizer(["print('loaded data')\n", "training loss: 0.5\n"] * 20, 300, tmp_path / "tok")
     cfg = Qwen2Config(**{**TINY, "vocab_size": len(tok)})
-    s = JaxSampler(numpy_random_model(Qwen2ForCausalLM, cfg, seed=1), tokenizer=tok)
+    s = JaxSampler(numpy_random_model(Qwen2ForCausalLM, cfg, seed=1), tokenizer=tok, **BUCKETS)
     assert set(s.stop_ids) == set(tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"]))
     assert s.pad_id == tok.pad_token_id
     messages = [{"role": "user", "content": "hi"}]
