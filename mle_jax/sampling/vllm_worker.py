@@ -30,6 +30,23 @@ def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
                 yield name, fh.get_tensor(name)
 
 
+def _repack_cpu_weight_sharing_heads(model) -> None:
+    """Rebuilds the CPU GEMM kernels of layers that keep their weight tensor (embeddings, LM heads).
+
+    On CPU, vLLM packs each linear weight for oneDNN after loading. A tied LM head has no tensor of
+    its own in the checkpoint, so the layerwise reload skips it ("ParallelLMHead: Failed to load
+    weights") and it keeps multiplying by the packed *old* embedding, although the shared weight
+    itself was updated in place. Re-running its post-load processing packs the current weight.
+    Linear layers drop their weight after packing (numel 0) and were already re-packed by the reload;
+    on GPU no layer has `cpu_linear`, so this is a no-op there.
+    """
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel() > 0:
+            method.process_weights_after_loading(module)
+
+
 class WeightReloadExtension:
     """Methods added to vLLM's Worker; names are prefixed-unique so they never shadow Worker's own."""
 
@@ -58,6 +75,7 @@ class WeightReloadExtension:
 
             with torch.no_grad():
                 self.model_runner.model.load_weights(counted())
+        _repack_cpu_weight_sharing_heads(self.model_runner.model)
         if counts["tensors"] == 0:
             raise RuntimeError(f"no tensors were loaded from {path}")
         return {"path": str(path), **counts}
