@@ -10,9 +10,12 @@ Two pieces:
 Behaviour logprobs: the server is started with `--logprobs-mode processed_logprobs`, so the logprob
 vLLM returns for a sampled token is log-softmax(logits / temperature) after top-k/top-p masking, i.e.
 the log-probability under the distribution the token was actually drawn from. With top_p=1 and
-top_k=-1 (the paper's setting) that is exactly the protocol's log-softmax(logits / temperature).
-vLLM's default (`raw_logprobs`) would ignore the temperature. For temperature 0 (greedy) vLLM
-returns log-softmax(logits).
+top_k=-1 (the paper's setting) that is exactly the protocol's log-softmax(logits / temperature),
+and what JaxSampler returns (tests/sampling/test_vllm.py checks it against our JAX Qwen2 to 1e-3).
+With top_p < 1 or top_k > 0 the two backends differ: vLLM renormalises over the kept tokens
+(no vLLM mode gives temperature-scaled but untruncated logprobs), JaxSampler does not; `generate`
+warns once. vLLM's default (`raw_logprobs`) would ignore the temperature. For temperature 0
+(greedy) vLLM returns log-softmax(logits).
 
 The server needs the dev endpoints (`VLLM_SERVER_DEV_MODE=1`) and the worker extension
 `mle_jax.sampling.vllm_worker.WeightReloadExtension`, importable by the server's interpreter (this
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -446,6 +450,12 @@ class VLLMSampler:
             raise ValueError(f"n and max_tokens must be >= 1, got n={n}, max_tokens={max_tokens}")
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        if temperature > 0 and (top_p < 1 or top_k > 0):
+            warnings.warn(
+                "vLLM logprobs with top_p < 1 or top_k > 0 are renormalised over the kept tokens, "
+                "not the protocol's full log-softmax(logits / T) that the learner recomputes",
+                stacklevel=2,
+            )
         version = self.version  # weights at request time (a sync during the request: see reload_weights)
         body = {
             "model": self.server.served_model_name,
