@@ -77,7 +77,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.instrument = ml_collections.ConfigDict()
     c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
     c.instrument.max_tokens = 1536
+    c.instrument.max_prompt_tokens = 4096
     c.instrument.temperature = 0.0
+    c.instrument.vllm_url = ""  # vLLM server with the frozen initial weights (never synced)
 
     c.executor = ml_collections.ConfigDict()
     c.executor.backend = "docker"  # "bwrap" | "docker"
@@ -134,6 +136,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.loop.max_version_lag = 4  # samples older than this many versions are dropped
     c.loop.steps = 100
     c.loop.improve_buffer_size = 256
+    # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
+    # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
+    c.loop.min_duration_s = 1.0
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 1
@@ -154,3 +159,42 @@ def get_config() -> ml_collections.ConfigDict:
     c.report.tensorboard = True
     c.report.plots = True
     return c
+
+
+def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The embedded run: same code path as the paper setup, sized for 2 CPU cores and minutes."""
+    c.model = tiny_model()
+    c.sampler.backend = "jax"
+    c.sampler.max_tokens = 640
+    c.prompt.max_prompt_tokens = 768
+    c.instrument.mode = "ast"
+    c.executor.backend = "bwrap"
+    c.executor.slots = 2
+    c.executor.timeout_s = 120.0
+    c.executor.memory_mb = 4096
+    c.executor.cpus = 1
+    c.loop.batch_size = 8
+    c.loop.in_flight_multiplier = 2
+    c.loop.steps = 4
+    c.ppo.mini_batch_size = 8
+    c.ppo.micro_batch_size = 4
+    c.optim.actor_lr = 1e-4
+    c.optim.critic_lr = 1e-4
+    c.warmstart.enabled = True
+    c.eval.samples = 16
+    c.mesh.fsdp = 1
+    return c
+
+
+def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
+    """`paper`: the paper's setup (a Qwen2.5-3B-Instruct from --config.model.path, vLLM, Docker).
+    `cpu`: the embedded run. Tasks whose data does not ship here need --config.task.prepared_dir."""
+    c = get_config()
+    c.task.id = task_id
+    c.workdir = f"runs/{task_id}"
+    if arg == "paper":
+        return c
+    if arg == "cpu":
+        c.workdir = f"runs/{task_id}-cpu"
+        return apply_cpu(c)
+    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper' or 'cpu'")

@@ -1,6 +1,12 @@
+import importlib
+from pathlib import Path
+
 import pytest
 
-from configs import pizza
+from configs import base, pizza
+
+CONFIG_FILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py")
+                      if p.stem not in ("__init__", "base"))
 
 
 def test_pizza_configs_build():
@@ -12,6 +18,32 @@ def test_pizza_configs_build():
     assert cpu.sampler.backend == "jax" and paper.sampler.backend == "vllm"
 
 
-def test_pizza_config_rejects_unknown_arg():
-    with pytest.raises(ValueError, match="unknown arg"):
-        pizza.get_config("gpu-typo")
+def test_paper_numbers_in_base_config():
+    c = base.get_config()
+    assert (c.loop.batch_size, c.ppo.mini_batch_size, c.ppo.micro_batch_size) == (128, 128, 8)
+    assert c.optim.actor_lr == c.optim.critic_lr == 1e-5
+    assert (c.ppo.value_clip, c.ppo.entropy_coef, c.ppo.kl_coef, c.optim.grad_clip) == (0.5, 0.001, 0.001, 1.0)
+    assert (c.sampler.temperature, c.sampler.top_p) == (0.7, 1.0)
+    assert c.prompt.max_prompt_tokens == c.sampler.max_tokens == 1024
+    assert c.prompt.improve_fraction == 0.5 and c.ppo.duration_weights == "batch_mean"
+    assert (c.reward.failure, c.reward.per_print) == (-10.0, 0.1)
+
+
+def test_every_task_has_a_config_with_a_known_task_id():
+    from mle_jax.tasks import registry
+
+    ids = set()
+    for name in CONFIG_FILES:
+        mod = importlib.import_module(f"configs.{name}")
+        for arg in ("paper", "cpu"):
+            c = mod.get_config(arg)
+            registry.get_spec(c.task.id)  # raises for an unknown id
+            ids.add(c.task.id)
+    assert len(ids) == 12
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+def test_config_rejects_unknown_arg(name):
+    mod = importlib.import_module(f"configs.{name}")
+    with pytest.raises(ValueError, match="unknown"):
+        mod.get_config("gpu-typo")

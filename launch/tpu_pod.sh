@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A multi-host TPU pod slice: run this same command on every host (e.g. through
+# `gcloud compute tpus tpu-vm ssh $TPU --worker=all --command="cd mle_jax && launch/tpu_pod.sh"`).
+# jax.distributed.initialize() finds the coordinator from the TPU metadata; every host runs the
+# learner over the global mesh (data x fsdp x tensor from the config). The sampler is a vllm-tpu
+# server on host 0 (or any URL given); executors are a Ray cluster (launch/ray_executors.sh).
+#
+#   MODEL=gs-fuse/Qwen2.5-3B-Instruct CONFIG=configs/pizza.py VLLM_URL=http://host0:8100 \
+#   INSTR_URL=http://host0:8101 RAY_ADDRESS=host0:6379 WORKDIR=/mnt/shared/runs/pizza launch/tpu_pod.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${MODEL:?}" "${VLLM_URL:?}" "${INSTR_URL:?}" "${RAY_ADDRESS:?}" "${WORKDIR:?shared storage (NFS/GCS fuse) for checkpoints}"
+CONFIG=${CONFIG:-configs/pizza.py}
+export MLE_JAX_DISTRIBUTED=1  # sharding.maybe_initialize_distributed() calls jax.distributed.initialize()
+.venv/bin/python -m mle_jax.launch --config="$CONFIG" \
+  --config.model.path="$MODEL" \
+  --config.sampler.backend=vllm --config.sampler.vllm_url="$VLLM_URL" \
+  --config.instrument.vllm_url="$INSTR_URL" \
+  --config.executor.fleet=ray --config.executor.ray_address="$RAY_ADDRESS" \
+  --config.mesh.data=1 --config.mesh.fsdp=-1 --config.mesh.tensor=1 \
+  --config.workdir="$WORKDIR" "$@"

@@ -1,0 +1,165 @@
+"""Metrics of a run: JSONL + TensorBoard events while it trains, PNG plots and report.md after.
+
+Everything lives in the run's workdir:
+  metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
+  tb/               TensorBoard event files
+  plots/*.png       score mean/max, valid fraction, mean Δt, reward components per step
+  report.md         the run's table: before/after RL, evaluation, throughput
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class MetricsWriter:
+    """Appends step metrics to metrics.jsonl and TensorBoard. Safe to reopen after a resume."""
+
+    def __init__(self, workdir: str | Path, tensorboard: bool = True):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.path = self.workdir / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.workdir / "tb"))
+
+    def truncate_after(self, step: int) -> None:
+        """Drops rows past `step` (a resumed run rewrites the steps after its checkpoint)."""
+        rows = [r for r in read_metrics(self.path) if r.get("step", -1) <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(self.path)
+
+    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if hasattr(v, "item") and getattr(v, "shape", None) == ():
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """Rows of a metrics.jsonl; a torn last line (crash mid-write) is ignored."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+PLOTS: dict[str, tuple[str, ...]] = {
+    "score": ("score/mean", "score/max"),
+    "valid_fraction": ("valid_fraction",),
+    "duration": ("duration_s/mean",),
+    "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
+}
+
+
+def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
+    """One PNG per entry of PLOTS, x = RL step. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, keys in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+        drew = False
+        for key in keys:
+            pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, marker="o", ms=3, label=key)
+                drew = True
+        if not drew:
+            plt.close(fig)
+            continue
+        ax.set_xlabel("RL step")
+        ax.set_title(name.replace("_", " "))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(x) for x in row) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> Path:
+    """report.md: a run summary table, the evaluation beside the paper, and the plots."""
+    workdir = Path(workdir)
+    rows = read_metrics(workdir / "metrics.jsonl")
+    plots = write_plots(rows, workdir / "plots")
+    parts = [f"# Run report: {summary.get('task', '?')}", ""]
+    parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
+    if evaluation:
+        parts += ["", "## Evaluation", ""]
+        parts.append(
+            markdown_table(
+                ["", "samples", "valid fraction", "mean score", "max score"],
+                [
+                    [name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
+                    for name, e in evaluation.items()
+                    if isinstance(e, Mapping)
+                ],
+            )
+        )
+    if rows:
+        parts += ["", "## Per step", ""]
+        keys = ["step", "reward/mean", "score/mean", "score/max", "valid_fraction", "duration_s/mean", "dropped_stale"]
+        parts.append(markdown_table(keys, [[r.get(k) for k in keys] for r in rows]))
+    if plots:
+        parts += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    path = workdir / "report.md"
+    path.write_text("\n".join(parts) + "\n")
+    return path

@@ -1,0 +1,276 @@
+"""The asynchronous RL loop (Algorithm 1): m·B samples in flight, update on the first B to finish.
+
+It only wires the boxes: prompts and rollouts (rl/rollout.py), the sampler, the instrumenter,
+the executor fleet, the learner (rl/learner.py), checkpoints and metrics. Samples still running
+when a batch closes stay in flight and join a later batch with the policy version that produced
+them; PPO's ratio against their stored behaviour logprobs corrects for the lag, and samples more
+than `loop.max_version_lag` versions old are dropped (counted in `dropped_stale`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mle_jax.executor.result import Limits
+from mle_jax.report import MetricsWriter
+from mle_jax.rl import rollout
+from mle_jax.rl.batch import RolloutBatch
+from mle_jax.rl.improve_buffer import ImproveBuffer
+from mle_jax.sampling.protocol import Sampler
+from mle_jax.tasks.task import Task
+
+
+@dataclass
+class LoopCounters:
+    """Run-long totals, checkpointed with the loop state."""
+
+    step: int = 0
+    version: int = 0
+    next_uid: int = 0
+    sampled: int = 0
+    dropped_stale: int = 0
+    infra_failures: int = 0
+    update_s: float = 0.0
+    wait_s: float = 0.0
+    sample_s: float = 0.0
+    exec_busy_s: float = 0.0
+    wall_s: float = 0.0
+
+    def state_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class StepStats:
+    """What one update saw: the B samples it trained on."""
+
+    samples: list[rollout.Sample] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        rewards = np.array([s.reward.total for s in self.samples], dtype=np.float64)
+        valid = np.array([s.reward.valid for s in self.samples], dtype=bool)
+        scores = np.array([s.reward.score for s in self.samples if s.reward.valid], dtype=np.float64)
+        durations = np.array([s.duration_s for s in self.samples], dtype=np.float64)
+        prints = np.array([s.reward.n_prints for s in self.samples], dtype=np.float64)
+        score_part = np.where(valid, rewards, 0.0)
+        progress_part = np.where(valid, 0.0, rewards)
+        m = {
+            "reward/mean": rewards.mean(),
+            "reward/max": rewards.max(),
+            "reward/score_part": score_part.mean(),
+            "reward/progress_part": progress_part.mean(),
+            "valid_fraction": valid.mean(),
+            "score/mean": scores.mean() if scores.size else None,
+            "score/max": scores.max() if scores.size else None,
+            "duration_s/mean": durations.mean(),
+            "duration_s/max": durations.max(),
+            "progress_prints/mean": prints.mean(),
+            "no_code_fraction": np.mean([s.code is None for s in self.samples]),
+            "improve_fraction": np.mean([s.prompt.kind == "improve" for s in self.samples]),
+            "instrument_lm_fraction": np.mean([s.instrument_path == "lm" for s in self.samples]),
+            "response_tokens/mean": np.mean([len(s.completion.token_ids) for s in self.samples]),
+        }
+        return {k: (None if v is None else float(v)) for k, v in m.items()}
+
+
+class AsyncRLLoop:
+    def __init__(
+        self,
+        cfg: Any,
+        task: Task,
+        tokenizer: Any,
+        packages: list[str],
+        sampler: Sampler,
+        instrument_fn: Callable[[list[str]], list[Any]],
+        fleet: Any,
+        learner: Any,
+        checkpointer: Any,
+        writer: MetricsWriter,
+    ):
+        self.cfg, self.task, self.tokenizer, self.packages = cfg, task, tokenizer, packages
+        self.sampler, self.instrument_fn, self.fleet, self.learner = sampler, instrument_fn, fleet, learner
+        self.checkpointer, self.writer = checkpointer, writer
+        self.counters = LoopCounters()
+        self.buffer = ImproveBuffer(cfg.loop.improve_buffer_size)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        self.in_flight: list[rollout.Sample] = []
+        self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
+        self.finished: list[rollout.Sample] = []  # completion order
+        e = cfg.executor
+        self.limits = Limits(
+            timeout_s=e.timeout_s, memory_mb=e.memory_mb, cpus=e.cpus, max_procs=e.max_procs,
+            max_file_mb=e.max_file_mb, max_output_bytes=e.max_output_bytes,
+        )
+        self.sampling = dict(
+            temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p, top_k=cfg.sampler.top_k,
+            max_tokens=cfg.sampler.max_tokens,
+        )
+
+    # ---- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "counters": self.counters.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.counters = LoopCounters(**state["counters"])
+        self.buffer = ImproveBuffer.from_state_dict(state["buffer"])
+        self.rng.bit_generator.state = state["rng"]
+
+    # ---- the boxes, wired ------------------------------------------------------------------
+    def _refill(self) -> None:
+        """Samples prompts until m·B samples are in flight (finished-but-unused ones count)."""
+        target = self.cfg.loop.batch_size * self.cfg.loop.in_flight_multiplier
+        need = target - len(self.in_flight) - len(self.finished)
+        if need <= 0:
+            return
+        t0 = time.monotonic()
+        prompts = rollout.make_prompts(
+            self.task, self.tokenizer, self.packages, need, self.cfg.prompt.improve_fraction, self.buffer,
+            self.rng, self.cfg.prompt.max_prompt_tokens,
+        )
+        samples = rollout.sample_responses(self.sampler, prompts, self.sampling, self.counters.next_uid)
+        self.counters.next_uid += len(samples)
+        self.counters.sampled += len(samples)
+        rollout.submit(samples, self.instrument_fn, self.fleet, self.task, self.limits, self.cfg.reward)
+        for s in samples:
+            (self.finished if s.done else self.in_flight).append(s)
+        self.counters.sample_s += time.monotonic() - t0
+
+    def _collect(self, block: bool) -> None:
+        """Moves finished runs to `finished`, in completion order; grades them outside the sandbox."""
+        pending = [s.future for s in self.in_flight if s.future is not None]
+        if not pending:
+            return
+        done, _ = wait(pending, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        still = []
+        for s in self.in_flight:
+            if s.future in done:
+                rollout.finish(s, s.future.result(), self.task, self.cfg.reward)
+                self.counters.exec_busy_s += s.duration_s
+                if s.result.infra_failure:
+                    self.counters.infra_failures += 1
+                    continue
+                self.finished.append(s)
+                self.buffer.add(rollout.to_previous(s, self.cfg.prompt.output_tail_chars), s.reward.n_prints)
+            else:
+                still.append(s)
+        self.in_flight = still
+
+    def _drop_stale(self) -> None:
+        lag = self.cfg.loop.max_version_lag
+        keep = [s for s in self.finished if self.counters.version - s.version <= lag]
+        self.counters.dropped_stale += len(self.finished) - len(keep)
+        self.finished = keep
+        still = [s for s in self.in_flight if self.counters.version - s.version <= lag]
+        for s in self.in_flight:
+            if s not in still and s.future is not None:
+                s.future.cancel()  # a queued run is cancelled; a running one finishes and is ignored
+        self.counters.dropped_stale += len(self.in_flight) - len(still)
+        self.in_flight = still
+
+    def _batch(self, samples: list[rollout.Sample]) -> RolloutBatch:
+        floor = self.cfg.loop.min_duration_s
+        return RolloutBatch.from_sequences(
+            prompt_ids=[s.prompt.prompt_ids for s in samples],
+            response_ids=[s.completion.token_ids for s in samples],
+            logprobs=[s.completion.logprobs for s in samples],
+            rewards=[s.reward.total for s in samples],
+            durations_s=[max(s.duration_s, floor) for s in samples],
+            versions=[s.version for s in samples],
+            pad_to=self.cfg.prompt.max_prompt_tokens + self.cfg.sampler.max_tokens,
+            pad_id=self.pad_id,
+        )
+
+    def step(self) -> dict[str, float]:
+        """One update: fill the pipeline, wait for B finished samples, train, sync, checkpoint."""
+        B = self.cfg.loop.batch_size
+        t_start = time.monotonic()
+        self._collect(block=False)
+        self._drop_stale()
+        self._refill()
+        t0 = time.monotonic()
+        while len(self.finished) < B:
+            self._collect(block=True)
+            self._drop_stale()
+            if len(self.finished) + len(self.in_flight) < B:  # stale drops or infra failures left a hole
+                self._refill()
+        self._collect(block=False)
+        self.counters.wait_s += time.monotonic() - t0
+        used, self.finished = self.finished[:B], self.finished[B:]
+        self.last_used = used
+        stats = StepStats(used)
+
+        t0 = time.monotonic()
+        learner_metrics = self.learner.update(self._batch(used))
+        self.counters.update_s += time.monotonic() - t0
+        self.counters.step += 1
+        self.counters.version += 1
+        if self.counters.step % self.cfg.sampler.sync_every == 0:
+            self.sampler.sync(self.learner.policy_state(), self.counters.version)
+        self.counters.wall_s += time.monotonic() - t_start
+
+        m = stats.metrics()
+        m.update({f"learner/{k}": v for k, v in learner_metrics.items()})
+        c = self.counters
+        slots = max(1, getattr(self.fleet, "slots", 1))
+        m.update({
+            "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
+            "dropped_stale": c.dropped_stale,
+            "infra_failures": c.infra_failures,
+            "in_flight": len(self.in_flight),
+            "learner_idle_fraction": 1.0 - c.update_s / max(c.wall_s, 1e-9),
+            "executor_utilization": min(1.0, c.exec_busy_s / max(c.wall_s * slots, 1e-9)),
+            "time/wait_s": c.wait_s, "time/update_s": c.update_s, "time/sample_s": c.sample_s,
+        })
+        self.writer.write(c.step, m)
+        if c.step % self.cfg.checkpoint.every == 0:
+            self.save()
+        return m
+
+    def save(self) -> None:
+        self.checkpointer.save(self.counters.step, {"learner": self.learner.state_dict(), "loop": self.state_dict()})
+
+    def restore(self) -> bool:
+        """Resumes from the latest checkpoint, if any. In-flight samples of the dead run are re-sampled."""
+        step = self.checkpointer.latest_step()
+        if step is None:
+            return False
+        items = self.checkpointer.restore(step, {"learner": self.learner.state_dict(), "loop": self.state_dict()})
+        self.learner.load_state_dict(items["learner"])
+        self.load_state_dict(items["loop"])
+        self.sampler.sync(self.learner.policy_state(), self.counters.version)
+        self.writer.truncate_after(self.counters.step)
+        return True
+
+    def run(self, steps: int) -> list[dict[str, float]]:
+        history = []
+        with Progress(
+            TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+        ) as bar:
+            job = bar.add_task("rl", total=steps, completed=self.counters.step, status="")
+            while self.counters.step < steps:
+                m = self.step()
+                history.append(m)
+                bar.update(job, completed=self.counters.step, status=(
+                    f"reward {m['reward/mean']:.2f}/{m['reward/max']:.2f}  valid {m['valid_fraction']:.0%}  "
+                    f"Δt {m['duration_s/mean']:.1f}s  in flight {m['in_flight']}"
+                ))
+        return history
+
+    def close(self) -> None:
+        for s in self.in_flight:
+            if s.future is not None:
+                s.future.cancel()
+        self.in_flight = []

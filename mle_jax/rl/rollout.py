@@ -1,0 +1,158 @@
+"""One sample's path through the environment: prompt → sampler → instrumenter → executor → grader → reward.
+
+The RL loop and the evaluation both use these; neither knows how a box works inside.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.sampling.protocol import Completion, Sampler
+from mle_jax.tasks import prompts as prompt_lib
+from mle_jax.tasks.graders import grade
+from mle_jax.tasks.reward import Reward, compute_reward
+from mle_jax.tasks.task import Task
+
+
+@dataclass
+class PromptItem:
+    kind: str  # "scratch" | "improve"
+    prompt_ids: list[int]
+    parent: PreviousSolution | None = None
+
+
+@dataclass
+class Sample:
+    """Everything known about one sample; filled in as it moves through the boxes."""
+
+    uid: int
+    prompt: PromptItem
+    completion: Completion
+    plan: str
+    code: str | None  # None: the response had no code block (total failure, never executed)
+    instrumented_code: str | None = None
+    instrument_path: str = "off"
+    future: Future | None = None
+    submitted_at: float = field(default_factory=time.monotonic)
+    result: ExecResult | None = None
+    reward: Reward | None = None
+
+    @property
+    def version(self) -> int:
+        return self.completion.version
+
+    @property
+    def done(self) -> bool:
+        return self.reward is not None or (self.result is not None and self.result.infra_failure)
+
+    @property
+    def duration_s(self) -> float:
+        return 0.0 if self.result is None else float(self.result.duration_s)
+
+    @property
+    def output(self) -> str:
+        if self.result is None:
+            return ""
+        return (self.result.stdout_tail or "") + (
+            "\n" + self.result.stderr_tail if self.result.stderr_tail else ""
+        )
+
+
+def make_prompts(
+    task: Task,
+    tokenizer: Any,
+    packages: Sequence[str],
+    n: int,
+    improve_fraction: float,
+    buffer: ImproveBuffer | None,
+    rng: np.random.Generator,
+    max_prompt_tokens: int,
+) -> list[PromptItem]:
+    """n prompts; each asks to improve a buffered solution with probability improve_fraction."""
+    items = []
+    scratch_ids: list[int] | None = None
+    for _ in range(n):
+        parent = None
+        if buffer is not None and len(buffer) and rng.random() < improve_fraction:
+            parent = buffer.sample(rng)
+        if parent is None:
+            if scratch_ids is None:  # the scratch prompt is the same every time: render once
+                scratch_ids = prompt_lib.render_prompt(
+                    prompt_lib.scratch_messages(task, packages), tokenizer, max_prompt_tokens
+                )
+            items.append(PromptItem("scratch", list(scratch_ids)))
+        else:
+            msgs = prompt_lib.improve_messages(task, packages, parent.plan, parent.code, parent.output)
+            items.append(PromptItem("improve", prompt_lib.render_prompt(msgs, tokenizer, max_prompt_tokens), parent))
+    return items
+
+
+def sample_responses(
+    sampler: Sampler, prompts: Sequence[PromptItem], sampling: dict, first_uid: int
+) -> list[Sample]:
+    """Generates one response per prompt and parses plan + code."""
+    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **sampling)
+    out = []
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        parsed = prompt_lib.parse_response(c.text)
+        out.append(Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code))
+    return out
+
+
+def submit(
+    samples: Sequence[Sample],
+    instrument_fn: Callable[[list[str]], list[Any]],
+    fleet: Any,
+    task: Task,
+    limits: Limits,
+    reward_cfg: Any,
+) -> None:
+    """Instruments the samples' code (one batch: the LM instrumenter sees them in one generate call)
+    and submits each program to the executor fleet.
+
+    A sample without code never runs: it is finished at once with the total-failure reward.
+    """
+    runnable = [s for s in samples if s.code is not None]
+    for s in samples:
+        if s.code is None:
+            s.reward = compute_reward(None, "", task.lower_is_better, reward_cfg.failure, reward_cfg.per_print)
+    for s, inst in zip(runnable, instrument_fn([s.code for s in runnable]) if runnable else [], strict=True):
+        s.instrumented_code, s.instrument_path = inst.code, inst.path
+        s.submitted_at = time.monotonic()
+        s.future = fleet.submit(inst.code, task, limits)
+
+
+def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> Sample:
+    """Grades a finished run (outside the sandbox) and computes its reward."""
+    sample.result = result
+    if result.infra_failure:
+        return sample
+    graded = None
+    if result.submission_path is not None and Path(result.submission_path).is_file():
+        graded = grade(task, Path(result.submission_path))
+    sample.reward = compute_reward(
+        graded, sample.output, task.lower_is_better, reward_cfg.failure, reward_cfg.per_print
+    )
+    return sample
+
+
+def to_previous(sample: Sample, output_chars: int) -> PreviousSolution:
+    r = sample.reward
+    return PreviousSolution(
+        plan=sample.plan,
+        code=sample.code or "",
+        output=sample.output[-output_chars:],
+        reward=float(r.total) if r else 0.0,
+        valid=bool(r.valid) if r else False,
+        score=None if r is None or r.score is None else float(r.score),
+        version=sample.version,
+    )

@@ -1,0 +1,112 @@
+"""The asynchronous loop on real parts: bwrap sandboxes running programs on the prepared pizza data,
+the real grader, learner, checkpoints and a tiny Qwen2; only the policy's text comes from a script,
+so that run times are known (see scripted_sampler.py)."""
+
+from __future__ import annotations
+
+import pytest
+from flax import nnx
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.fleet import make_fleet
+from mle_jax.rl.learner import Learner
+
+from configs import base
+from mle_jax.instrument import instrument_batch
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.report import MetricsWriter
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.tasks.prepare import prepare
+from mle_jax.tasks.prompts import data_mount
+from tests.rl.scripted_sampler import ScriptedSampler
+
+pytestmark = pytest.mark.integration
+
+
+def _program(sleep_s: float, p: float) -> str:
+    return f"""I will predict a constant probability for every request, after loading the test data.
+
+```python
+import time
+import pandas as pd
+test = pd.read_json("{data_mount('random-acts-of-pizza')}test.json")
+time.sleep({sleep_s})
+sub = pd.DataFrame({{"request_id": test["request_id"], "requester_received_pizza": {p}}})
+sub.to_csv("submission.csv", index=False)
+```"""
+
+
+SLOW = _program(25.0, 0.3)
+FAST = _program(0.0, 0.25)
+NO_CODE = "I would train a model but I will not write any code."
+
+
+@pytest.fixture(scope="module")
+def pizza(tmp_path_factory, raw_data_dir):
+    return prepare("random-acts-of-pizza", raw_data_dir / "random-acts-of-pizza",
+                   tmp_path_factory.mktemp("pizza") / "prepared")
+
+
+def _loop(tmp_path, task, script, **loop_overrides):
+    cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
+    cfg.workdir = str(tmp_path)
+    cfg.loop.batch_size, cfg.loop.in_flight_multiplier, cfg.loop.max_version_lag = 2, 3, 1
+    cfg.ppo.mini_batch_size, cfg.ppo.micro_batch_size = 2, 2
+    cfg.prompt.max_prompt_tokens, cfg.sampler.max_tokens = 1536, 256
+    cfg.prompt.improve_fraction = 1.0
+    cfg.executor.timeout_s = 60.0
+    for k, v in loop_overrides.items():
+        cfg.loop[k] = v
+    tok = train_bpe_tokenizer([SLOW, FAST, NO_CODE] * 4, 400, tmp_path / "tok")
+    mcfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048)
+    policy = Qwen2ForCausalLM(mcfg, rngs=nnx.Rngs(0))
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
+    learner = Learner(cfg, policy, value)
+    sampler = ScriptedSampler(policy, tok, script)
+    fleet = make_fleet(cfg.executor)
+    loop = AsyncRLLoop(cfg, task, tok, ["pandas", "numpy"], sampler,
+                       lambda codes: instrument_batch(codes, "ast"), fleet, learner,
+                       Checkpointer(tmp_path / "ckpt", keep=2), MetricsWriter(tmp_path, tensorboard=False))
+    return loop, sampler, fleet
+
+
+def test_stale_samples_are_dropped_and_versions_kept(tmp_path, pizza):
+    # one slow program among fast ones: by the time it ends, the policy has moved on > 1 version
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 11)
+    try:
+        history = loop.run(4)
+    finally:
+        loop.close()
+        fleet.close()
+    assert loop.counters.step == 4 and sampler.version == 4  # synced after every update
+    assert loop.counters.dropped_stale >= 1
+    assert history[-1]["dropped_stale"] == loop.counters.dropped_stale
+    assert all(m["valid_fraction"] == 1.0 for m in history)  # every fast program graded valid
+    assert all(m["score/mean"] == pytest.approx(0.5) for m in history)  # a constant scores AUC 0.5
+    for s in loop.last_used:  # what was trained on carries the version that produced it, within the bound
+        assert 3 - s.version <= 1
+    assert max(m["version_lag/mean"] for m in history) <= 1
+
+
+def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp_path, pizza):
+    loop, sampler, fleet = _loop(tmp_path, pizza, [FAST, FAST, NO_CODE])
+    used, history = [], []
+    try:
+        for _ in range(5):
+            history.append(loop.step())
+            used += loop.last_used
+    finally:
+        loop.close()
+        fleet.close()
+    no_code = [s for s in used if s.code is None]
+    ran = [s for s in used if s.code is not None]
+    assert no_code and all(s.reward.total == -10.0 and s.result is None for s in no_code)  # never executed
+    assert ran and all(s.reward.valid and s.reward.total == pytest.approx(0.5) for s in ran)
+    assert len(loop.buffer) >= 1  # valid programs, with their output
+    improve = [s for s in used if s.prompt.kind == "improve"]
+    assert improve, "with improve_fraction=1 and a non-empty buffer, prompts ask to improve"
+    assert any(m["improve_fraction"] > 0 for m in history)
+    text = sampler.tokenizer.decode(improve[0].prompt.prompt_ids)
+    assert "requester_received_pizza" in text and "loaded data" in text  # the code and its progress output

@@ -1,0 +1,37 @@
+import json
+
+from mle_jax import report
+
+
+def test_metrics_writer_appends_and_truncates_on_resume(tmp_path):
+    w = report.MetricsWriter(tmp_path, tensorboard=True)
+    for step in range(1, 5):
+        w.write(step, {"reward/mean": -10.0 + step, "valid_fraction": step / 4, "score/max": None})
+    w.truncate_after(2)  # a run resumed from step 2 rewrites steps 3..
+    w.write(3, {"reward/mean": 0.5, "valid_fraction": 1.0, "score/max": 0.6})
+    w.close()
+    rows = report.read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["reward/mean"] == 0.5
+    assert list((tmp_path / "tb").iterdir()), "TensorBoard events were not written"
+
+
+def test_read_metrics_ignores_a_torn_last_line(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text(json.dumps({"step": 1, "x": 1}) + "\n" + '{"step": 2, "x"')
+    assert report.read_metrics(p) == [{"step": 1, "x": 1}]
+
+
+def test_report_has_table_and_plots(tmp_path):
+    w = report.MetricsWriter(tmp_path, tensorboard=False)
+    for step in range(1, 4):
+        w.write(step, {"reward/mean": -9.0 + step, "reward/score_part": 0.1 * step, "reward/progress_part": -9.0,
+                       "valid_fraction": 0.25 * step, "score/mean": 0.5, "score/max": 0.55 + 0.01 * step,
+                       "duration_s/mean": 2.0})
+    path = report.write_report(tmp_path, {"task": "random-acts-of-pizza", "wall_s": 12.5},
+                               {"scratch": {"samples": 4, "valid_fraction": 0.5, "mean": 0.6, "max": 0.62}})
+    text = path.read_text()
+    assert "| wall_s | 12.5 |" in text and "| scratch | 4 | 0.5 | 0.6 | 0.62 |" in text
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["duration.png", "reward_components.png", "score.png", "valid_fraction.png"]
+    assert all((tmp_path / "plots" / p).stat().st_size > 1000 for p in pngs)
