@@ -88,7 +88,7 @@ def main() -> None:
         with console.status("vLLM server start"):
             server = VLLMServer.launch(d / "policy", max_model_len=args.prompt + args.new + 8)
         with server:
-            sampler = VLLMSampler(server, eos_ids=eos, export_dir=d / "sync", template=model)
+            sampler = VLLMSampler(server, eos_ids=eos, export_dir=d / "sync")
             with console.status("vLLM warm-up"):
                 _, vllm_first_s = timed(lambda: sampler.generate(prompts, **greedy))
             with console.status("vLLM"):

@@ -50,6 +50,7 @@ WORKER_EXTENSION = "mle_jax.sampling.vllm_worker.WeightReloadExtension"
 RELOAD_METHOD = "load_weights_from_dir"
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 SERVED_MODEL_NAME = "policy"
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # as mle_jax.sampling.jax_sampler
 
 # Flags every server we start gets: the behaviour-logprob semantics, the reload hook, and request
 # defaults from vLLM rather than from the checkpoint's generation_config.json (we send every knob).
@@ -194,9 +195,7 @@ class VLLMServer:
             full_env.update(CPU_ENV)
         if _is_loopback(host):
             full_env["VLLM_HOST_IP"] = "127.0.0.1"  # vLLM's internal sockets stay on loopback too
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
+        full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
         full_env.update(env or {})
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
@@ -289,9 +288,7 @@ class VLLMServer:
             s = self._local.session = _session()
         return s
 
-    def post(
-        self, path: str, json: Any = None, params: Mapping[str, Any] | None = None, timeout_s: float = 600.0
-    ):
+    def post(self, path: str, json: Any = None, params: Mapping[str, Any] | None = None, timeout_s: float = 600.0):
         """POST to the server; returns the decoded JSON (or None for an empty body); raises on HTTP errors."""
         r = self._http().post(self.url + path, json=json, params=params, timeout=timeout_s)
         if r.status_code != 200:
@@ -316,9 +313,7 @@ class VLLMServer:
         """
         self.post("/pause", params={"mode": "keep"})
         try:
-            out = self.post(
-                "/collective_rpc", json={"method": RELOAD_METHOD, "args": [str(Path(hf_dir).resolve())]}
-            )
+            out = self.post("/collective_rpc", json={"method": RELOAD_METHOD, "args": [str(Path(hf_dir).resolve())]})
             reset = self.post("/reset_prefix_cache", params={"reset_running_requests": "true"})
             if not (reset or {}).get("success", False):
                 raise VLLMServerError(f"prefix cache reset failed after reload: {reset}")
@@ -330,20 +325,67 @@ class VLLMServer:
         return results[0]
 
 
-def _abstract_split(model: Any) -> tuple[Any, Any]:
-    """(graphdef, state of ShapeDtypeStructs) of an nnx model: its structure without holding its arrays."""
+def _to_host(x: Any) -> np.ndarray:
+    """A (possibly sharded, possibly multi-host) array on this host; every process must call it."""
+    import jax
+
+    if not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(jax.device_get(x))
+
+
+def _flatten(tree: Mapping, prefix: tuple = ()):
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def export_params(params: Any, out_dir: Path) -> Path:
+    """Writes our Qwen2's Params (the module, an nnx.State of it, all of it or its Params, or its
+    nnx.to_pure_dict) as `out_dir/model.safetensors` in HF names and layouts (mle_jax.models.hf's table), one tensor on
+    the host at a time. Every process must call it (sharded arrays are gathered); process 0 writes."""
     import jax
     from flax import nnx
 
-    graphdef, state = nnx.split(model)
-    return graphdef, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    from mle_jax.models.hf import ours_to_hf
+    from mle_jax.models.safetensors_io import write_safetensors_streamed
+
+    if isinstance(params, nnx.Module):
+        params = nnx.state(params, nnx.Param)
+    if isinstance(params, nnx.State):
+        flat = [(tuple(p), v) for p, v in nnx.to_flat_state(nnx.filter_state(params, nnx.Param))]
+    else:  # a plain nested dict (nnx.to_pure_dict) of arrays or Variables
+        flat = [(p, v) for p, v in _flatten(params) if not isinstance(v, nnx.Variable) or isinstance(v, nnx.Param)]
+    entries = {}
+    for path, var in flat:
+        name, transform = ours_to_hf(path)
+        entries[name] = (transform, var.get_value() if isinstance(var, nnx.Variable) else var)
+    if not entries:
+        raise ValueError("sync(): the given state holds no nnx.Param")
+    if jax.process_index() != 0:
+        for _, value in entries.values():
+            if not value.is_fully_addressable:
+                _to_host(value)
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specs = [(n, t.hf_shape(tuple(v.shape)), np.dtype(v.dtype)) for n, (t, v) in entries.items()]
+
+    def produce(name: str) -> np.ndarray:
+        transform, value = entries[name]
+        return np.ascontiguousarray(transform.to_hf(_to_host(value)))
+
+    write_safetensors_streamed(out_dir / "model.safetensors", specs, produce)
+    return out_dir
 
 
-def export_hf(params: Any, out_dir: Path, template: tuple[Any, Any] | None = None) -> Path:
-    """Writes policy params as an HF safetensors folder; returns the folder the server should load.
+def export_hf(params: Any, out_dir: Path) -> Path:
+    """Writes policy params as HF safetensors; returns the folder the server should load.
 
-    params: our Qwen2ForCausalLM (nnx.Module) or an nnx.State of it (needs `template`, the model's
-    `_abstract_split`), both written by mle_jax.models.hf.save_pretrained; a mapping
+    params: our Qwen2ForCausalLM or an nnx.State of it (see `export_params`); a mapping
     {HF tensor name: array}; or an HF folder path (used as is, nothing written).
     """
     if isinstance(params, (str, Path)):
@@ -353,17 +395,9 @@ def export_hf(params: Any, out_dir: Path, template: tuple[Any, Any] | None = Non
         return src
     from flax import nnx
 
-    if isinstance(params, (nnx.Module, nnx.State)):
-        from mle_jax.models.hf import save_pretrained
-
-        model = params
-        if isinstance(params, nnx.State):
-            if template is None:
-                raise ValueError("sync(nnx.State) needs VLLMSampler(template=<the policy model>)")
-            model = nnx.merge(*template)
-            nnx.update(model, params)
-        save_pretrained(model, out_dir)
-        return out_dir
+    nested = isinstance(params, Mapping) and any(isinstance(v, (Mapping, nnx.Variable)) for v in params.values())
+    if isinstance(params, (nnx.Module, nnx.State)) or nested:  # nnx states may become plain dicts
+        return export_params(params, out_dir)
     if isinstance(params, Mapping):
         from safetensors.numpy import save_file
 
@@ -375,6 +409,13 @@ def export_hf(params: Any, out_dir: Path, template: tuple[Any, Any] | None = Non
         "sync() takes our Qwen2 model, an nnx.State of it, a {HF name: array} mapping or an HF folder,"
         f" got {type(params).__name__}"
     )
+
+
+def _tokenizer_stop_ids(tokenizer: Any) -> list[int]:
+    """The tokenizer's eos id and the ChatML stop tokens it has."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    vocab = tokenizer.get_vocab()
+    return ids + [vocab[t] for t in STOP_TOKENS if t in vocab]
 
 
 def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) -> Completion:
@@ -396,34 +437,37 @@ def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) 
 class VLLMSampler:
     """`Sampler` over a vLLM OpenAI server.
 
-    eos_ids: token ids that end a response (EOS, <|im_end|>); sent as stop_token_ids and kept at the
-    end of `token_ids`. export_dir: where `sync` writes weight exports (one folder per version, the
-    previous one deleted after a successful reload); it must be readable by the server's workers.
-    template: the policy model (any params), needed only to `sync` an nnx.State; only its structure
-    is kept. Multi-host: call `sync` on every process (save_pretrained gathers), process 0 writes.
+    server: a `VLLMServer`, or the URL of a running one (e.g. from launch/vllm_server.sh).
+    tokenizer: optional HF tokenizer; its eos and ChatML stop tokens (<|im_end|>, <|endoftext|>)
+    become the stop ids. eos_ids: explicit stop ids instead (at least one is needed); sent as
+    stop_token_ids, the stop token is kept at the end of `token_ids`.
+    export_dir: where `sync` writes weight exports (one folder per version, the previous one deleted
+    after a successful reload); it must be readable by the server's workers (same node or shared FS).
+    Multi-host: call `sync` on every process (sharded params are gathered); process 0 writes and
+    triggers the reload.
     """
 
     def __init__(
         self,
-        server: VLLMServer,
-        eos_ids: Sequence[int],
+        server: VLLMServer | str,
+        tokenizer: Any = None,
+        eos_ids: Sequence[int] | None = None,
         export_dir: str | Path | None = None,
         version: int = 0,
         request_timeout_s: float = 3600.0,
         max_concurrent_requests: int = 64,
-        template: Any = None,
     ) -> None:
+        if eos_ids is None:
+            eos_ids = _tokenizer_stop_ids(tokenizer) if tokenizer is not None else []
         if not eos_ids:
-            raise ValueError("eos_ids must name at least one stop token (EOS / <|im_end|>)")
-        self.server = server
-        self.eos_ids = [int(t) for t in eos_ids]
-        self.export_dir = (
-            Path(export_dir) if export_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-sync-"))
-        )
+            raise ValueError("VLLMSampler needs stop tokens: pass a tokenizer or eos_ids (EOS / <|im_end|>)")
+        self.server = VLLMServer.attach(server) if isinstance(server, str) else server
+        self.tokenizer = tokenizer
+        self.eos_ids = sorted({int(t) for t in eos_ids})
+        self.export_dir = Path(export_dir) if export_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-sync-"))
         self.version = version
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_requests = max_concurrent_requests
-        self._template = _abstract_split(template) if template is not None else None
         self._last_export: Path | None = None
 
     def generate(
@@ -491,8 +535,8 @@ class VLLMSampler:
         target = self.export_dir / f"v{version:08d}"
         if target.exists():
             shutil.rmtree(target)
-        hf_dir = export_hf(params, target, self._template)
-        if _is_primary_process():  # the other hosts only joined save_pretrained's gathers
+        hf_dir = export_hf(params, target)
+        if _is_primary_process():  # the other hosts only joined the export's gathers
             self.server.reload_weights(hf_dir)
         self.version = version
         if self._last_export is not None and self._last_export != hf_dir and self._last_export.exists():

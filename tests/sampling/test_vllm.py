@@ -87,8 +87,9 @@ def max_logprob_error(model, completions, temperature=TEMPERATURE, top_k=0) -> f
 
 def test_generate_shapes_grouping_and_seeds(server, checkpoints):
     _, tok = checkpoints
-    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id])
+    sampler = VLLMSampler(server.url, tok)  # as mle_jax.run builds it: a URL and the tokenizer
     assert isinstance(sampler, Sampler)
+    assert sampler.eos_ids == sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")})
     out = sampler.generate(PROMPTS, n=3, temperature=TEMPERATURE, max_tokens=6, seed=11)
     assert len(out) == 6
     for i, c in enumerate(out):
@@ -116,7 +117,7 @@ def test_stops_on_eos_and_keeps_it(server):
 def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_models, tmp_path):
     dirs, tok = checkpoints
     model_a, model_b = jax_models["a"], jax_models["b"]
-    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync", template=model_a)
+    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync")
 
     def sample(seed: int, **kw):
         return sampler.generate(PROMPTS, n=2, temperature=TEMPERATURE, max_tokens=8, seed=seed, **kw)
@@ -138,10 +139,10 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert max_logprob_error(model_a, after) > 0.1  # the server really serves new weights
     assert max_logprob_error(model_b, before) > 0.1
 
-    # an nnx.State of the policy (merged into the template)
+    # an nnx.State of the policy (what the learner's policy_state() gives), written by hf's name table
     from flax import nnx
 
-    sampler.sync(nnx.state(model_a, nnx.Param), version=2)
+    sampler.sync(nnx.state(model_a), version=2)
     assert max_logprob_error(model_a, sample(2)) < TOL
     assert not (tmp_path / "sync" / "v00000001").exists()  # the previous export is cleaned up
 
