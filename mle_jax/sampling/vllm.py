@@ -222,6 +222,9 @@ class VLLMServer:
         """A server someone else started (e.g. launch/vllm_server.sh); waits for `/health`."""
         server = cls(url)
         server.wait_ready(timeout_s)
+        names = [c["id"] for c in server.get("/v1/models")["data"]]
+        if server.served_model_name not in names:  # started without --served-model-name policy
+            server.served_model_name = names[0]
         return server
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -300,6 +303,14 @@ class VLLMServer:
         if r.status_code != 200:
             raise VLLMServerError(f"GET {path} -> {r.status_code}: {r.text[:2000]}")
         return r.json() if r.content else None
+
+    def max_model_len(self) -> int:
+        """The served model's context length (prompt + response tokens), from /v1/models."""
+        if getattr(self, "_max_model_len", None) is None:
+            cards = self.get("/v1/models")["data"]
+            card = next((c for c in cards if c["id"] == self.served_model_name), cards[0])
+            self._max_model_len = int(card["max_model_len"])
+        return self._max_model_len
 
     def reload_weights(self, hf_dir: str | Path) -> dict[str, Any]:
         """Loads the safetensors in `hf_dir` into the running server (a path the server can read).
@@ -514,9 +525,14 @@ class VLLMSampler:
             "skip_special_tokens": True,
         }
 
+        context = self.server.max_model_len()
+
         def one(i: int) -> list[Completion]:
             prompt = [int(t) for t in prompts[i]]
-            req = dict(body, prompt=prompt)
+            if len(prompt) >= context:
+                raise ValueError(f"prompt {i} has {len(prompt)} tokens; the server's max_model_len is {context}")
+            # the response is cut where the context ends (finish_reason "length")
+            req = dict(body, prompt=prompt, max_tokens=min(int(max_tokens), context - len(prompt)))
             if seed is not None:
                 req["seed"] = int(seed) + i * n
             out = self.server.post("/v1/completions", json=req, timeout_s=self.request_timeout_s)

@@ -165,6 +165,16 @@ def test_bad_sync_input_fails_before_pausing(server, checkpoints, tmp_path):
     assert len(sampler.generate([PROMPTS[1]], max_tokens=2)) == 1
 
 
+def test_responses_are_cut_at_the_context_length(server):
+    sampler = VLLMSampler(server, eos_ids=[0])
+    assert server.max_model_len() == 256
+    long_prompt = [1] + [40 + i % 50 for i in range(249)]
+    c = sampler.generate([long_prompt], temperature=1.0, max_tokens=50, seed=0)[0]
+    assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+    with pytest.raises(ValueError, match="max_model_len"):
+        sampler.generate([long_prompt + [40] * 6], max_tokens=1)
+
+
 def test_missing_venv_fails_loudly_with_the_fix(monkeypatch, tmp_path, checkpoints):
     dirs, _ = checkpoints
     monkeypatch.setattr(vllm_mod, "VLLM_VENV", tmp_path / "no-venv")
