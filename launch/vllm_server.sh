@@ -13,7 +13,8 @@
 #   VLLM_PYTHON                  interpreter with vllm installed (default: python3)
 #   VLLM_HOST                    bind address (default 127.0.0.1; the learner runs on this node)
 #   VLLM_DTYPE                   default bfloat16 (the paper's); float32 for parity checks
-#   VLLM_MAX_MODEL_LEN           default 2048 (1024 prompt + 1024 response tokens, paper §4.1)
+#   VLLM_MAX_MODEL_LEN           default 4096 (policy: 1024 prompt + 1024 response, paper §4.1;
+#                                 the instrumenter server needs code + 1536 new tokens)
 #   CUDA_VISIBLE_DEVICES         which GPU(s); add --tensor-parallel-size N to the extra flags for N
 # The server runs in the foreground (exec): stop it with SIGTERM/SIGINT to this process's group.
 set -euo pipefail
@@ -54,7 +55,7 @@ exec "$PY" -m "$ENTRY" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$PORT" \
   --gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" \
   --dtype "${VLLM_DTYPE:-bfloat16}" \
-  --max-model-len "${VLLM_MAX_MODEL_LEN:-2048}" \
+  --max-model-len "${VLLM_MAX_MODEL_LEN:-4096}" \
   --logprobs-mode processed_logprobs \
   --worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension \
   --generation-config vllm \
