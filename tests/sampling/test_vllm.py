@@ -55,7 +55,8 @@ def checkpoints(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(checkpoints):
     dirs, _ = checkpoints
-    with VLLMServer.launch(dirs["a"], max_model_len=256, timeout_s=300) as srv:
+    log = dirs["a"].parent / "server.log"
+    with VLLMServer.launch(dirs["a"], max_model_len=256, timeout_s=300, log_path=log) as srv:
         print(f"vLLM server up in {srv.startup_s:.1f} s")
         yield srv
 
