@@ -475,7 +475,7 @@ class VLLMSampler:
         self.server = VLLMServer.attach(server) if isinstance(server, str) else server
         self.tokenizer = tokenizer
         self.eos_ids = sorted({int(t) for t in eos_ids})
-        self.export_dir = Path(export_dir) if export_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-sync-"))
+        self.export_dir = Path(export_dir) if export_dir is not None else None  # None: a temp dir at first sync
         self.version = version
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_requests = max_concurrent_requests
@@ -548,6 +548,8 @@ class VLLMSampler:
 
     def sync(self, params: Any, version: int) -> None:
         """Exports params as HF safetensors and reloads them into the running server; tags `version`."""
+        if self.export_dir is None:
+            self.export_dir = Path(tempfile.mkdtemp(prefix="vllm-sync-"))
         target = self.export_dir / f"v{version:08d}"
         if target.exists():
             shutil.rmtree(target)
