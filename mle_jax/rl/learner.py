@@ -54,12 +54,16 @@ class ParamTree:
             node[str(path[-1])] = var.get_value() if isinstance(var, nnx.Variable) else var
         return out
 
-    def to_state(self, nested: Nested) -> nnx.State:
+    def to_state(self, nested: Nested, model_dtypes: bool = False) -> nnx.State:
+        """Nested dict -> nnx.State; with model_dtypes, each array is cast to the template's dtype (e.g. the
+        bf16 of the model the learner was built from, when the learner keeps float32 master params)."""
         pairs = []
         for (path, var), spath in zip(self._flat, self.paths, strict=True):
             node = nested
             for k in spath:
                 node = node[k]
+            if model_dtypes:
+                node = node.astype(var.get_value().dtype)
             pairs.append((path, var.replace(node)))
         return nnx.from_flat_state(pairs)
 
@@ -492,12 +496,13 @@ class Learner:
         out["perf/tokens"] = float(np.sum(batch.attention_mask))
         return out
 
-    def policy_state(self) -> nnx.State:
-        """The current policy params as an nnx.State (what Sampler.sync and nnx.update take)."""
-        return self.policy_tree.to_state(self.state.policy)
+    def policy_state(self, model_dtypes: bool = True) -> nnx.State:
+        """The current policy params as an nnx.State (what Sampler.sync and nnx.update take), cast to the
+        policy model's param dtypes unless model_dtypes is False (then the learner's master copies)."""
+        return self.policy_tree.to_state(self.state.policy, model_dtypes)
 
     def policy_model(self) -> nnx.Module:
-        """A policy module holding the current params (for sampling and evaluation)."""
+        """A policy module holding the current params (for sampling, evaluation and HF export)."""
         return nnx.merge(self._policy_graph, self.policy_state(), self._policy_rest)
 
     def value_model(self) -> nnx.Module:
