@@ -399,7 +399,7 @@ class Learner:
                 lambda sh: sh.with_memory_kind("pinned_host"), self._policy_shardings
             )
         self._ref_shardings = ref_shardings
-        self.reference = self._place(ref_nested, ref_shardings, copy=True)
+        self.reference = self._place(ref_nested, ref_shardings)
 
         self._rng = np.asarray(jax.random.key_data(jax.random.key(int(cfg.get("seed", 0)))), np.uint32)
         self._update_fn = self._build_update()
@@ -411,13 +411,16 @@ class Learner:
     def _master(self, nested: Nested) -> Nested:
         return nested if self._master_dtype is None else _cast_tree(nested, self._master_dtype)
 
-    def _place(self, tree: Any, shardings: Any, copy: bool = False) -> Any:
+    def _place(self, tree: Any, shardings: Any) -> Any:
+        """Copies of `tree`'s arrays with `shardings`. Always fresh buffers: the update donates the state on
+        accelerators, which must never free the caller's model weights."""
+
         def one(x, sh):
-            if isinstance(x, jax.Array) and x.sharding == sh and not copy:
-                return x
             if isinstance(x, jax.Array) and not x.is_fully_addressable:
-                return jax.jit(lambda y: y, out_shardings=sh)(x)
-            return shd.put_global(np.asarray(jax.device_get(x)), sh)
+                return jax.jit(lambda y: y, out_shardings=sh)(x)  # reshard across processes
+            if isinstance(x, jax.Array) and sh.is_fully_addressable:
+                return jax.device_put(x, sh, may_alias=False)
+            return shd.put_global(np.asarray(jax.device_get(x)), sh)  # host copy onto a multi-process mesh
 
         return jax.tree.map(one, tree, shardings)
 
