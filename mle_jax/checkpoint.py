@@ -4,7 +4,17 @@ A step is written to a temporary folder and renamed when complete (orbax's atomi
 process killed at any moment leaves either the previous steps or the new one, never half a step.
 `keep` bounds how many steps stay on disk. Resume: `latest_step()` then `restore(step, targets)`,
 where targets are the live structures (e.g. `Learner.state_dict()`) whose shapes, dtypes and
-shardings the restored arrays take.
+shardings the restored arrays take. The loop's `--config.resume`:
+
+    ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.checkpoint.keep)
+    found = ckpt.restore_latest({"learner": learner.state_dict()}) if cfg.resume else None
+    if found:
+        step, items = found
+        learner.load_state_dict(items["learner"]); loop_state = items["loop"]
+    ...
+    ckpt.save(step, {"learner": learner.state_dict(), "loop": loop_state})  # loop_state: JSON-able dict
+
+The learner is built from the initial model first, so its frozen reference stays the initial policy.
 """
 
 from __future__ import annotations

@@ -54,12 +54,16 @@ class ParamTree:
             node[str(path[-1])] = var.get_value() if isinstance(var, nnx.Variable) else var
         return out
 
-    def to_state(self, nested: Nested) -> nnx.State:
+    def to_state(self, nested: Nested, model_dtypes: bool = False) -> nnx.State:
+        """Nested dict -> nnx.State; with model_dtypes, each array is cast to the template's dtype (e.g. the
+        bf16 of the model the learner was built from, when the learner keeps float32 master params)."""
         pairs = []
         for (path, var), spath in zip(self._flat, self.paths, strict=True):
             node = nested
             for k in spath:
                 node = node[k]
+            if model_dtypes:
+                node = node.astype(var.get_value().dtype)
             pairs.append((path, var.replace(node)))
         return nnx.from_flat_state(pairs)
 
@@ -395,7 +399,7 @@ class Learner:
                 lambda sh: sh.with_memory_kind("pinned_host"), self._policy_shardings
             )
         self._ref_shardings = ref_shardings
-        self.reference = self._place(ref_nested, ref_shardings, copy=True)
+        self.reference = self._place(ref_nested, ref_shardings)
 
         self._rng = np.asarray(jax.random.key_data(jax.random.key(int(cfg.get("seed", 0)))), np.uint32)
         self._update_fn = self._build_update()
@@ -407,13 +411,16 @@ class Learner:
     def _master(self, nested: Nested) -> Nested:
         return nested if self._master_dtype is None else _cast_tree(nested, self._master_dtype)
 
-    def _place(self, tree: Any, shardings: Any, copy: bool = False) -> Any:
+    def _place(self, tree: Any, shardings: Any) -> Any:
+        """Copies of `tree`'s arrays with `shardings`. Always fresh buffers: the update donates the state on
+        accelerators, which must never free the caller's model weights."""
+
         def one(x, sh):
-            if isinstance(x, jax.Array) and x.sharding == sh and not copy:
-                return x
             if isinstance(x, jax.Array) and not x.is_fully_addressable:
-                return jax.jit(lambda y: y, out_shardings=sh)(x)
-            return shd.put_global(np.asarray(jax.device_get(x)), sh)
+                return jax.jit(lambda y: y, out_shardings=sh)(x)  # reshard across processes
+            if isinstance(x, jax.Array) and sh.is_fully_addressable:
+                return jax.device_put(x, sh, may_alias=False)
+            return shd.put_global(np.asarray(jax.device_get(x)), sh)  # host copy onto a multi-process mesh
 
         return jax.tree.map(one, tree, shardings)
 
@@ -492,12 +499,13 @@ class Learner:
         out["perf/tokens"] = float(np.sum(batch.attention_mask))
         return out
 
-    def policy_state(self) -> nnx.State:
-        """The current policy params as an nnx.State (what Sampler.sync and nnx.update take)."""
-        return self.policy_tree.to_state(self.state.policy)
+    def policy_state(self, model_dtypes: bool = True) -> nnx.State:
+        """The current policy params as an nnx.State (what Sampler.sync and nnx.update take), cast to the
+        policy model's param dtypes unless model_dtypes is False (then the learner's master copies)."""
+        return self.policy_tree.to_state(self.state.policy, model_dtypes)
 
     def policy_model(self) -> nnx.Module:
-        """A policy module holding the current params (for sampling and evaluation)."""
+        """A policy module holding the current params (for sampling, evaluation and HF export)."""
         return nnx.merge(self._policy_graph, self.policy_state(), self._policy_rest)
 
     def value_model(self) -> nnx.Module:

@@ -31,6 +31,7 @@ def test_fleet_returns_first_finished_and_tags_versions():
     assert isinstance(batch[0], InFlight)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("seed", [0, 1])
 def test_arms_end_on_different_kinds(seed):
     cfg = SimConfig(kinds=KINDS, init_logits=(1.0, 0.0, 0.0), steps=60, batch_size=32, seed=seed)
@@ -41,6 +42,7 @@ def test_arms_end_on_different_kinds(seed):
     assert hist["batch_mean"].policy_mean_duration[-1] > 5 * hist["off"].policy_mean_duration[-1]
 
 
+@pytest.mark.model
 def test_cli_writes_plot_and_prints(tmp_path):
     out = tmp_path / "db.png"
     res = subprocess.run(

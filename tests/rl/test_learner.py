@@ -9,9 +9,11 @@ import optax
 import pytest
 from flax import nnx
 
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl import ppo
 from mle_jax.rl.learner import Learner, make_optimizer, merge_micro, split_micro
-from tests.rl.tiny import learner_config, linear_adam, make_models, params_digest, random_batch
+from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, params_digest, random_batch
 
 pytestmark = pytest.mark.model
 
@@ -123,6 +125,14 @@ def test_state_dict_roundtrip_policy_state_and_errors():
     nnx.update(fresh, a.policy_state())
     tokens = jnp.asarray(random_batch(3).tokens)
     np.testing.assert_allclose(np.asarray(fresh(tokens)), np.asarray(a.policy_model()(tokens)), rtol=1e-6)
+    # a bf16 model: the learner keeps float32 master params, hands the sampler bf16 ones
+    policy16 = Qwen2ForCausalLM(TINY, rngs=nnx.Rngs(0), dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    l16 = Learner(cfg, policy16, Qwen2ValueModel(TINY, rngs=nnx.Rngs(1), param_dtype=jnp.bfloat16))
+    assert {x.dtype for x in jax.tree.leaves(l16.state.policy)} == {jnp.dtype(jnp.float32)}
+    assert {x.dtype for x in jax.tree.leaves(l16.policy_state())} == {jnp.dtype(jnp.bfloat16)}
+    assert {x.dtype for x in jax.tree.leaves(l16.policy_state(model_dtypes=False))} == {
+        jnp.dtype(jnp.float32)
+    }
     with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
         a.update(random_batch(4, b=12))
     with pytest.raises(KeyError, match="rng"):

@@ -1,0 +1,84 @@
+"""Mesh shapes from config, logical-axis rules and their fit to weight shapes."""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import AbstractMesh, PartitionSpec
+
+from mle_jax import sharding as shd
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+
+
+def mesh_cfg(data, fsdp, tensor):
+    return ml_collections.ConfigDict({"data": data, "fsdp": fsdp, "tensor": tensor})
+
+
+def test_mesh_shape():
+    assert shd.mesh_shape(mesh_cfg(1, -1, 1), 8) == (1, 8, 1)
+    assert shd.mesh_shape(mesh_cfg(2, -1, 2), 8) == (2, 2, 2)
+    assert shd.mesh_shape(mesh_cfg(1, 1, -1), 4) == (1, 1, 4)
+    with pytest.raises(ValueError, match="at most one"):
+        shd.mesh_shape(mesh_cfg(-1, -1, 1), 4)
+    with pytest.raises(ValueError, match="cannot be split"):
+        shd.mesh_shape(mesh_cfg(3, -1, 1), 4)
+    with pytest.raises(ValueError, match="needs 8 devices"):
+        shd.mesh_shape(mesh_cfg(2, 2, 2), 4)
+    with pytest.raises(ValueError, match="positive"):
+        shd.mesh_shape(mesh_cfg(0, -1, 1), 4)
+
+
+def test_make_mesh_on_this_host():
+    mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
+    assert mesh.axis_names == shd.MESH_AXES and mesh.size == jax.device_count()
+    assert shd.batch_divisor(mesh) == jax.device_count()
+
+
+def test_logical_rules_and_fit():
+    assert shd.logical_to_spec(("embed", "mlp")) == PartitionSpec("fsdp", "tensor")
+    assert shd.logical_to_spec(("q_heads", "head_dim", "embed")) == PartitionSpec("tensor", None, "fsdp")
+    assert shd.logical_to_spec(None) == PartitionSpec()
+    with pytest.raises(KeyError, match="no rule"):
+        shd.logical_to_spec(("experts",))
+    mesh = AbstractMesh((1, 4, 4), shd.MESH_AXES)
+    # 2 KV heads cannot be split 4 ways: that dimension stays replicated
+    spec = shd.fit_spec(shd.logical_to_spec(("embed", "kv_heads", "head_dim")), (128, 2, 32), mesh)
+    assert spec == PartitionSpec("fsdp", None, None)
+    assert shd.fit_spec(PartitionSpec("fsdp", "tensor"), (128, 384), mesh) == PartitionSpec("fsdp", "tensor")
+    assert shd.fit_spec(PartitionSpec("fsdp", "tensor"), (6, 384), mesh) == PartitionSpec(None, "tensor")
+    # size-1 axes are dropped (no-op sharding), an axis is never used twice
+    one = AbstractMesh((1, 1, 4), shd.MESH_AXES)
+    assert shd.fit_spec(PartitionSpec("fsdp", "tensor"), (8, 8), one) == PartitionSpec(None, "tensor")
+    assert shd.fit_spec(PartitionSpec("tensor", "tensor"), (8, 8), one) == PartitionSpec("tensor", None)
+
+
+def test_param_shardings_follow_logical_axes():
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8)  # fmt: skip
+    state = nnx.state(Qwen2ForCausalLM(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+    mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
+    shardings = shd.param_shardings(state, mesh)
+    gate = shardings["model"]["layers"][0]["mlp"]["gate_proj"].get_value()
+    n = jax.device_count()
+    assert gate.spec == (PartitionSpec("fsdp", None) if n > 1 else PartitionSpec(None, None))
+    leaves = jax.tree.leaves(shardings)
+    assert len(leaves) == len(jax.tree.leaves(state)) and all(s.mesh == mesh for s in leaves)
+
+
+def test_put_batch_and_to_host():
+    mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
+    arrays = shd.put_batch({"tokens": np.arange(8 * jax.device_count()).reshape(-1, 2)}, mesh)
+    assert arrays["tokens"].sharding.spec == PartitionSpec(shd.BATCH_AXES, None)
+    np.testing.assert_array_equal(
+        shd.to_host(arrays["tokens"]), np.arange(8 * jax.device_count()).reshape(-1, 2)
+    )
+
+
+def test_no_distributed_without_settings(monkeypatch):
+    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "MLE_JAX_DISTRIBUTED"):
+        monkeypatch.delenv(var, raising=False)
+    assert shd.maybe_initialize_distributed() is False
+    assert jax.process_count() == 1
