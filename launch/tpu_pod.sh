@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${MODEL:?}" "${VLLM_URL:?}" "${INSTR_URL:?}" "${RAY_ADDRESS:?}" "${WORKDIR:?shared storage (NFS/GCS fuse) for checkpoints}"
 CONFIG=${CONFIG:-configs/pizza.py}
-export MLE_JAX_DISTRIBUTED=1  # sharding.maybe_initialize_distributed() calls jax.distributed.initialize()
+export MLE_JAX_DISTRIBUTED=auto  # sharding.maybe_initialize_distributed(): jax.distributed.initialize() finds the pod
 .venv/bin/python -m mle_jax.launch --config="$CONFIG" \
   --config.model.path="$MODEL" \
   --config.sampler.backend=vllm --config.sampler.vllm_url="$VLLM_URL" \
