@@ -1,1 +1,77 @@
-"""Instrumentation: progress prints by a frozen LM, verification, AST fallback."""
+"""Instrumentation: progress prints by a frozen LM, verification, and the deterministic AST fallback.
+
+instrument(code, mode, sampler=None, tokenizer=None, ...) -> Instrumented(code, path, reason)
+  mode "lm":  the frozen LM inserts the prints; rejected output -> AST fallback (path "fallback")
+  mode "ast": the AST instrumenter only (path "ast")
+  mode "off": the code unchanged (path "off")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mle_jax.instrument.fallback import ast_instrument
+from mle_jax.instrument.progress import PROGRESS_PRINTS, count_progress
+from mle_jax.instrument.verify import Verdict, verify
+from mle_jax.sampling.protocol import Sampler
+
+MODES = ("lm", "ast", "off")
+PATHS = ("lm", "fallback", "ast", "off")
+
+
+@dataclass(frozen=True)
+class Instrumented:
+    code: str
+    path: str  # which route produced `code`: one of PATHS
+    reason: str = ""  # for "fallback": why the LM's output was rejected
+
+
+def instrument_batch(
+    codes: Sequence[str],
+    mode: str,
+    sampler: Sampler | None = None,
+    tokenizer: Any = None,
+    max_tokens: int = 1536,
+    max_prompt_tokens: int = 4096,
+    temperature: float = 0.0,
+) -> list[Instrumented]:
+    """instrument() for many programs; in "lm" mode the LM sees them in one generate call."""
+    if mode not in MODES:
+        raise ValueError(f"instrument mode must be one of {MODES}, got {mode!r}")
+    if mode == "off":
+        return [Instrumented(c, "off") for c in codes]
+    if mode == "ast":
+        return [Instrumented(ast_instrument(c), "ast") for c in codes]
+    if sampler is None or tokenizer is None:
+        raise ValueError("instrument mode 'lm' needs the frozen model's sampler and tokenizer")
+    from mle_jax.instrument.lm import lm_instrument_batch  # prompts import tasks; keep this module light
+
+    attempts = lm_instrument_batch(codes, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature)
+    out = []
+    for code, attempt in zip(codes, attempts, strict=True):
+        if attempt.code is not None:
+            out.append(Instrumented(attempt.code, "lm"))
+        else:
+            out.append(Instrumented(ast_instrument(code), "fallback", attempt.reason))
+    return out
+
+
+def instrument(
+    code: str,
+    mode: str,
+    sampler: Sampler | None = None,
+    tokenizer: Any = None,
+    max_tokens: int = 1536,
+    max_prompt_tokens: int = 4096,
+    temperature: float = 0.0,
+) -> Instrumented:
+    """Insert the seven progress prints into one program (see the module docstring for modes and paths)."""
+    return instrument_batch([code], mode, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature)[0]
+
+
+__all__ = [
+    "MODES", "PATHS", "PROGRESS_PRINTS", "Instrumented", "Verdict", "ast_instrument", "count_progress",
+    "instrument", "instrument_batch", "verify",
+]

@@ -23,6 +23,9 @@ class TaskSpec:
     target_columns: tuple[str, ...]
     data_files: tuple[str, ...]
     has_data_here: bool = False  # raw data ships in ../shared/data/raw
+    sample_submission: str = "sample_submission.csv"  # file name in public/ (MLE-bench's name for the task)
+    answers_file: str = "test.csv"  # file name in private/ the grader reads
+    exact_columns: bool = False  # MLE-bench rejects any column beyond id + targets for this task
 
 
 @dataclass(frozen=True)
@@ -47,4 +50,8 @@ class Task:
 
     @property
     def answers_path(self) -> Path:
-        return self.private_dir / "test.csv"
+        return self.private_dir / self.spec.answers_file
+
+    @property
+    def sample_submission_path(self) -> Path:
+        return self.public_dir / self.spec.sample_submission

@@ -1,0 +1,345 @@
+"""HF Qwen2 checkpoints (config.json + safetensors) <-> our Flax NNX Qwen2ForCausalLM.
+
+The mapping is one table, `HF_RULES`: an HF tensor name pattern, the path of our Param, and a layout
+transform (HF nn.Linear stores [out, in]; we store [in, heads, head_dim] and friends).
+
+`from_pretrained` builds the model abstractly (no weights allocated), then reads one tensor at a time
+from the memory-mapped safetensors files and `jax.device_put`s it straight onto its target
+`NamedSharding` (from the Param's logical axes and `rules`) when a mesh is given; the host never holds
+more than one tensor. `save_pretrained` writes HF names + config.json that
+`transformers.Qwen2ForCausalLM.from_pretrained` loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors_streamed
+
+# Logical axis -> mesh axis (None = replicated). mle_jax/sharding.py may pass its own table.
+DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("q_heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("mlp", "tensor"),
+    ("norm", None),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Layout transforms: hf -> ours (given our shape), ours -> hf, and the HF shape for a given our shape
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    to_ours: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+    hf_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+IDENTITY = Transform(lambda a, s: a, lambda a: a, lambda s: s)
+TRANSPOSE = Transform(lambda a, s: a.T, lambda a: a.T, lambda s: s[::-1])
+# q/k/v: HF [H*Dh, D] <-> ours [D, H, Dh]
+IN_HEADS = Transform(
+    lambda a, s: a.T.reshape(s),
+    lambda a: a.reshape(a.shape[0], -1).T,
+    lambda s: (s[1] * s[2], s[0]),
+)
+# q/k/v bias: HF [H*Dh] <-> ours [H, Dh]
+BIAS_HEADS = Transform(lambda a, s: a.reshape(s), lambda a: a.reshape(-1), lambda s: (s[0] * s[1],))
+# o_proj: HF [D, H*Dh] <-> ours [H, Dh, D]
+OUT_HEADS = Transform(
+    lambda a, s: a.T.reshape(s),
+    lambda a: a.reshape(-1, a.shape[-1]).T,
+    lambda s: (s[2], s[0] * s[1]),
+)
+
+_L = r"model\.layers\.(\d+)\."
+HF_RULES: tuple[tuple[str, tuple[str, ...], Transform], ...] = (
+    (r"model\.embed_tokens\.weight", ("model", "embed_tokens"), IDENTITY),
+    (r"model\.norm\.weight", ("model", "norm", "scale"), IDENTITY),
+    (r"lm_head\.weight", ("lm_head",), TRANSPOSE),
+    (_L + r"input_layernorm\.weight", ("model", "layers", "{0}", "input_layernorm", "scale"), IDENTITY),
+    (
+        _L + r"post_attention_layernorm\.weight",
+        ("model", "layers", "{0}", "post_attention_layernorm", "scale"),
+        IDENTITY,
+    ),
+    (_L + r"self_attn\.q_proj\.weight", ("model", "layers", "{0}", "attn", "q_proj"), IN_HEADS),
+    (_L + r"self_attn\.k_proj\.weight", ("model", "layers", "{0}", "attn", "k_proj"), IN_HEADS),
+    (_L + r"self_attn\.v_proj\.weight", ("model", "layers", "{0}", "attn", "v_proj"), IN_HEADS),
+    (_L + r"self_attn\.q_proj\.bias", ("model", "layers", "{0}", "attn", "q_bias"), BIAS_HEADS),
+    (_L + r"self_attn\.k_proj\.bias", ("model", "layers", "{0}", "attn", "k_bias"), BIAS_HEADS),
+    (_L + r"self_attn\.v_proj\.bias", ("model", "layers", "{0}", "attn", "v_bias"), BIAS_HEADS),
+    (_L + r"self_attn\.o_proj\.weight", ("model", "layers", "{0}", "attn", "o_proj"), OUT_HEADS),
+    (_L + r"mlp\.gate_proj\.weight", ("model", "layers", "{0}", "mlp", "gate_proj"), TRANSPOSE),
+    (_L + r"mlp\.up_proj\.weight", ("model", "layers", "{0}", "mlp", "up_proj"), TRANSPOSE),
+    (_L + r"mlp\.down_proj\.weight", ("model", "layers", "{0}", "mlp", "down_proj"), TRANSPOSE),
+)
+_COMPILED = tuple((re.compile(p + r"$"), path, t) for p, path, t in HF_RULES)
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+
+
+def hf_to_ours(name: str) -> tuple[tuple[str | int, ...], Transform] | None:
+    """HF tensor name -> (our Param path, transform); None for a name that is not a Qwen2 weight."""
+    for pattern, path, transform in _COMPILED:
+        m = pattern.match(name)
+        if m:
+            return tuple(int(m.group(1)) if p == "{0}" else p for p in path), transform
+    return None
+
+
+def ours_to_hf(path: tuple[str | int, ...]) -> tuple[str, Transform]:
+    """Our Param path -> (HF tensor name, transform)."""
+    for _, rule_path, transform in HF_RULES:
+        if len(rule_path) == len(path) and all(
+            r == "{0}" or r == p for r, p in zip(rule_path, path, strict=True)
+        ):
+            name = _hf_name_template(rule_path)
+            layer = next((p for r, p in zip(rule_path, path, strict=True) if r == "{0}"), None)
+            return name.format(layer), transform
+    raise KeyError(f"no HF name for param path {path}")
+
+
+def _hf_name_template(rule_path: tuple[str, ...]) -> str:
+    for pattern, path, _ in HF_RULES:
+        if path == rule_path:
+            return pattern.replace(_L, "model.layers.{}.").replace("\\.", ".")
+    raise KeyError(rule_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Sharding from logical axes
+# --------------------------------------------------------------------------------------------
+
+
+def logical_to_pspec(axes: Sequence[str | None] | None, rules: Sequence[tuple[str, Any]]) -> PartitionSpec:
+    """Logical axis names -> PartitionSpec; a mesh axis is used at most once per tensor."""
+    table = dict(rules)
+    used: set = set()
+    out = []
+    for a in axes or ():
+        mesh_axis = table.get(a) if a is not None else None
+        flat = mesh_axis if isinstance(mesh_axis, tuple) else (mesh_axis,)
+        if mesh_axis is None or any(m in used for m in flat):
+            out.append(None)
+        else:
+            used.update(flat)
+            out.append(mesh_axis)
+    return PartitionSpec(*out)
+
+
+def _fit_spec(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
+    """Drops mesh axes that do not divide the dimension (e.g. 2 KV heads over 4-way tensor parallelism)."""
+    out = []
+    for dim, ax in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)), strict=True):
+        if ax is None:
+            out.append(None)
+            continue
+        size = int(np.prod([mesh.shape[a] for a in (ax if isinstance(ax, tuple) else (ax,))]))
+        out.append(ax if dim % size == 0 else None)
+    return PartitionSpec(*out)
+
+
+def param_shardings(model: nnx.Module, mesh: Mesh, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES):
+    """nnx.State of NamedShardings for every Param of `model`, from its logical axes."""
+    state = nnx.state(model, nnx.Param)
+
+    def to_sharding(v):
+        spec = logical_to_pspec(v.get_metadata().get("out_sharding"), rules)
+        return NamedSharding(mesh, _fit_spec(spec, tuple(v.get_value().shape), mesh))
+
+    return jax.tree.map(to_sharding, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def read_config(path: str | Path) -> Qwen2Config:
+    cfg_path = Path(path) / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"no config.json in {path} (expected an HF Qwen2 checkpoint folder)")
+    try:
+        d = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    return Qwen2Config.from_hf_dict(d, source=str(cfg_path))
+
+
+def _weight_files(path: Path) -> dict[str, Path]:
+    """HF tensor name -> file, from model.safetensors.index.json or the folder's *.safetensors."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{index}: malformed safetensors index ({e})") from None
+        return {name: path / fname for name, fname in weight_map.items()}
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors (nor model.safetensors.index.json) in {path}")
+    out: dict[str, Path] = {}
+    for f in files:
+        for name in SafetensorsReader(f).keys():
+            out[name] = f
+    return out
+
+
+def from_pretrained(
+    path: str | Path,
+    dtype: Any = jnp.float32,
+    param_dtype: Any = None,
+    mesh: Mesh | None = None,
+    rules: Sequence[tuple[str, Any]] | None = None,
+    remat: bool | None = None,
+) -> Qwen2ForCausalLM:
+    """Loads an HF Qwen2 checkpoint folder into our model.
+
+    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). With `mesh`, every tensor
+    is placed directly onto NamedSharding(mesh, logical_to_pspec(axes, rules or DEFAULT_RULES)).
+    Raises FileNotFoundError / SafetensorsError / ValueError naming the file and tensor on bad input.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint folder not found: {path}")
+    cfg = read_config(path)
+    if remat is not None:
+        cfg = dataclasses.replace(cfg, remat=remat)
+    param_dtype = param_dtype or dtype
+    rules = tuple(rules or DEFAULT_RULES)
+    abstract = nnx.eval_shape(
+        lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype)
+    )
+    graphdef, state = nnx.split(abstract)
+    flat = dict(nnx.to_flat_state(state))
+    loaded: set[tuple] = set()
+    files = _weight_files(path)
+    readers: dict[Path, SafetensorsReader] = {}
+    for name, fpath in files.items():
+        if fpath not in readers:
+            readers[fpath] = SafetensorsReader(fpath)
+        reader = readers[fpath]
+        if name not in reader:
+            raise SafetensorsError(f"{fpath}: tensor {name!r} listed in the index is not in the file")
+        target = hf_to_ours(name)
+        if target is None:
+            if _IGNORED.match(name):
+                continue
+            raise ValueError(f"{fpath}: tensor {name!r} is not a Qwen2ForCausalLM weight")
+        our_path, transform = target
+        if our_path not in flat:
+            if our_path == ("lm_head",) and cfg.tie_word_embeddings:
+                continue  # some tied checkpoints also store the (identical) lm_head
+            raise ValueError(
+                f"{fpath}: tensor {name!r} has no place in the model (config {path / 'config.json'})"
+            )
+        var = flat[our_path]
+        shape = tuple(var.get_value().shape)
+        want = transform.hf_shape(shape)
+        if reader.shape(name) != want:
+            raise ValueError(
+                f"{fpath}: tensor {name!r} has shape {reader.shape(name)}, but config.json implies {want}"
+            )
+        host = np.asarray(transform.to_ours(reader.get(name), shape)).astype(param_dtype)
+        if mesh is not None:
+            spec = _fit_spec(logical_to_pspec(var.get_metadata().get("out_sharding"), rules), shape, mesh)
+            value = jax.device_put(host, NamedSharding(mesh, spec))
+        else:
+            value = jnp.asarray(host)
+        flat[our_path] = var.replace(value)
+        loaded.add(our_path)
+    missing = [p for p in flat if p not in loaded]
+    if missing:
+        names = [ours_to_hf(p)[0] for p in missing]
+        raise ValueError(f"{path}: checkpoint lacks tensors {names[:8]}{' ...' if len(names) > 8 else ''}")
+    return nnx.merge(graphdef, nnx.from_flat_state(list(flat.items())))
+
+
+# --------------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------------
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    if not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(jax.device_get(x))
+
+
+def _hf_specs(model: Qwen2ForCausalLM, dtype: Any):
+    """[(HF name, HF shape, numpy dtype, our Variable, transform)] for every Param, without reading data."""
+    out = []
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        name, transform = ours_to_hf(tuple(path))
+        value = var.get_value()
+        np_dtype = np.dtype(dtype if dtype is not None else value.dtype)
+        out.append((name, transform.hf_shape(tuple(value.shape)), np_dtype, var, transform))
+    return out
+
+
+def save_pretrained(
+    model: Qwen2ForCausalLM, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None
+) -> Path:
+    """Writes config.json + model.safetensors (or shards + model.safetensors.index.json) in HF names.
+
+    Streams one tensor at a time from device to file. dtype: storage dtype (default: the params'
+    own). max_shard_bytes: split into shards of at most this size. Only process 0 writes.
+    """
+    path = Path(path)
+    specs = _hf_specs(model, dtype)
+    shards: list[list] = [[]]
+    size = 0
+    for spec in specs:
+        nbytes = int(np.prod(spec[1], dtype=np.int64)) * spec[2].itemsize
+        if max_shard_bytes is not None and shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += nbytes
+    by_name = {s[0]: s for s in specs}
+
+    def produce(name: str) -> np.ndarray:
+        _, _, np_dtype, var, transform = by_name[name]
+        return np.ascontiguousarray(transform.to_hf(_to_host(var.get_value())).astype(np_dtype))
+
+    if jax.process_index() != 0:
+        for spec in specs:  # every process joins the gathers of non-addressable arrays
+            if not spec[3].get_value().is_fully_addressable:
+                _to_host(spec[3].get_value())
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    n = len(shards)
+    fnames = (
+        ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    )
+    for fname, shard in zip(fnames, shards, strict=True):
+        write_safetensors_streamed(path / fname, [(s[0], s[1], s[2]) for s in shard], produce)
+    if n > 1:
+        total = sum(int(np.prod(s[1], dtype=np.int64)) * s[2].itemsize for s in specs)
+        weight_map = {s[0]: fname for fname, shard in zip(fnames, shards, strict=True) for s in shard}
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    cfg_dict = model.config.to_hf_dict()
+    stored = str(specs[0][2]) if specs else "float32"
+    cfg_dict["torch_dtype"] = cfg_dict["dtype"] = stored if stored in ("bfloat16", "float16") else "float32"
+    (path / "config.json").write_text(json.dumps(cfg_dict, indent=2))
+    return path

@@ -1,0 +1,448 @@
+"""Qwen2 decoder in Flax NNX: RMSNorm, RoPE, grouped-query attention with q/k/v biases, SwiGLU.
+
+Matches transformers' `Qwen2ForCausalLM` numerically (tests/models/test_qwen2.py). Every weight is an
+`nnx.Param` whose `out_sharding` metadata holds logical axis names from `LOGICAL_AXES`; a mesh and a
+rules table turn them into `PartitionSpec`s (see `mle_jax.models.hf.param_shardings`).
+
+Padding: `attention_mask` [B, T] (1 = real token) works with right padding (training) and left
+padding (the sampler prefills left-padded prompts so that every row writes the same cache slot).
+Default positions are `cumsum(mask) - 1`, i.e. each row counts its own real tokens.
+
+Decoding: `init_cache(batch, max_len)` preallocates a `KVCache` of `max_len` slots per row; calling
+the model with `cache=` writes the T new tokens at slots [cache.index, cache.index + T) and returns
+`(logits, new_cache)`. Each row keeps its own next position (`cache.positions`) and its own valid
+slots (`cache.valid`), so rows of different prompt lengths share one cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+Array = jax.Array
+LOGICAL_AXES = ("vocab", "embed", "q_heads", "kv_heads", "head_dim", "mlp", "norm")
+_NEG = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: a fully masked (padding) query row stays NaN-free
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen2Config:
+    """The fields of an HF Qwen2 `config.json` that define the network."""
+
+    vocab_size: int = 151936
+    hidden_size: int = 2048
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 36
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 2
+    head_dim: int = 128
+    max_position_embeddings: int = 32768
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    remat: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any], source: str = "config") -> Qwen2Config:
+        """Builds from an HF Qwen2 config dict (transformers 4 or 5 layout). Raises on non-Qwen2 configs."""
+        model_type = d.get("model_type")
+        archs = d.get("architectures") or []
+        if model_type != "qwen2":
+            raise ValueError(
+                f"{source}: model_type={model_type!r} (architectures={archs}) is not a Qwen2 config; "
+                "expected model_type='qwen2'"
+            )
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"{source}: hidden_act={d['hidden_act']!r}; only 'silu' is supported")
+        if d.get("use_sliding_window", False):
+            raise ValueError(f"{source}: use_sliding_window=True is not supported")
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise ValueError(f"{source}: rope_type={rope_type!r} is not supported (only 'default')")
+        theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
+        try:
+            heads = int(d["num_attention_heads"])
+            head_dim = d.get("head_dim") or int(d["hidden_size"]) // heads
+            return cls(
+                vocab_size=int(d["vocab_size"]),
+                hidden_size=int(d["hidden_size"]),
+                intermediate_size=int(d["intermediate_size"]),
+                num_hidden_layers=int(d["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+                head_dim=int(head_dim),
+                max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
+                rope_theta=float(theta),
+                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+                bos_token_id=d.get("bos_token_id"),
+                eos_token_id=d.get("eos_token_id"),
+            )
+        except KeyError as e:
+            raise ValueError(f"{source}: Qwen2 config lacks the field {e.args[0]!r}") from None
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """An HF `config.json` dict that transformers' Qwen2ForCausalLM loads (4.x and 5.x)."""
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": {"rope_theta": self.rope_theta, "rope_type": "default"},
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "use_sliding_window": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+        }
+
+    @classmethod
+    def from_model_config(cls, m: Any) -> Qwen2Config:
+        """From the `model` section of the run config (configs/base.py: tiny_model(), qwen25_3b_model())."""
+        get = m.get if hasattr(m, "get") else (lambda k, default=None: getattr(m, k, default))
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: get(k) for k in fields if get(k) is not None}
+        return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------
+
+
+def _param(
+    rngs: nnx.Rngs | None, init, shape: tuple[int, ...], axes: tuple[str | None, ...], dtype
+) -> nnx.Param:
+    """A Param with logical axis names; not eagerly sharded (sharding happens at load / jit time)."""
+    assert len(shape) == len(axes), (shape, axes)
+    value = init(rngs.params(), shape, dtype) if rngs is not None else init(None, shape, dtype)
+    return nnx.Param(value, out_sharding=axes, eager_sharding=False)
+
+
+def _normal(std: float = 0.02):
+    return lambda key, shape, dtype: std * jax.random.normal(key, shape, dtype)
+
+
+def _ones(_key, shape, dtype):
+    return jnp.ones(shape, dtype)
+
+
+def _zeros(_key, shape, dtype):
+    return jnp.zeros(shape, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure math
+# --------------------------------------------------------------------------------------------
+
+
+def rope_cos_sin(positions: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
+    """positions [B, T] int -> cos, sin [B, T, head_dim] float32 (HF 'rotate_half' layout)."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """x [B, T, H, Dh], cos/sin [B, T, Dh] -> x rotated, in x's dtype."""
+    xf = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
+    out = xf * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+    return out.astype(x.dtype)
+
+
+def gqa_attention(q: Array, k: Array, v: Array, mask: Array) -> Array:
+    """Grouped-query attention.
+
+    q [B, T, Hq, Dh], k/v [B, S, Hkv, Dh], mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh].
+    Scores and softmax in float32.
+    """
+    b, t, hq, dh = q.shape
+    hkv = k.shape[2]
+    qg = q.reshape(b, t, hkv, hq // hkv, dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (dh**-0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, hq, dh)
+
+
+def default_positions(attention_mask: Array | None, batch: int, length: int) -> Array:
+    """[B, T] positions: each row counts its own real tokens (cumsum(mask) - 1, clipped at 0)."""
+    if attention_mask is None:
+        return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# KV cache
+# --------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class KVCache:
+    """Preallocated decoding cache.
+
+    k, v:      per layer [B, S, Hkv, Dh] (S = max_len slots)
+    valid:     [B, S] bool, slots that hold a real token
+    index:     [] int32, next slot to write (shared by all rows)
+    positions: [B] int32, next RoPE position of each row
+    """
+
+    k: tuple[Array, ...]
+    v: tuple[Array, ...]
+    valid: Array
+    index: Array
+    positions: Array
+
+    @property
+    def max_len(self) -> int:
+        return self.valid.shape[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, *, rngs: nnx.Rngs, dtype, param_dtype):
+        self.scale = _param(rngs, _ones, (dim,), ("norm",), param_dtype)
+        self.eps = eps
+        self.dtype = dtype
+
+    def __call__(self, x: Array) -> Array:
+        xf = x.astype(jnp.float32)
+        normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: Qwen2Config, *, rngs: nnx.Rngs, dtype, param_dtype):
+        d, hq, hkv, dh = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        init = _normal()
+        self.q_proj = _param(rngs, init, (d, hq, dh), ("embed", "q_heads", "head_dim"), param_dtype)
+        self.q_bias = _param(rngs, _zeros, (hq, dh), ("q_heads", "head_dim"), param_dtype)
+        self.k_proj = _param(rngs, init, (d, hkv, dh), ("embed", "kv_heads", "head_dim"), param_dtype)
+        self.k_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
+        self.v_proj = _param(rngs, init, (d, hkv, dh), ("embed", "kv_heads", "head_dim"), param_dtype)
+        self.v_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
+        self.o_proj = _param(rngs, init, (hq, dh, d), ("q_heads", "head_dim", "embed"), param_dtype)
+        self.head_dim = dh
+        self.rope_theta = cfg.rope_theta
+        self.dtype = dtype
+
+    def __call__(
+        self,
+        x: Array,
+        positions: Array,
+        mask: Array,
+        cache_kv: tuple[Array, Array] | None,
+        index: Array | None,
+    ) -> tuple[Array, tuple[Array, Array] | None]:
+        """x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D] (+ updated (k, v) cache)."""
+        dt = self.dtype
+        x = x.astype(dt)
+        q = jnp.einsum("btd,dhk->bthk", x, self.q_proj[...].astype(dt)) + self.q_bias[...].astype(dt)
+        k = jnp.einsum("btd,dhk->bthk", x, self.k_proj[...].astype(dt)) + self.k_bias[...].astype(dt)
+        v = jnp.einsum("btd,dhk->bthk", x, self.v_proj[...].astype(dt)) + self.v_bias[...].astype(dt)
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        new_kv = None
+        if cache_kv is not None:
+            ck, cv = cache_kv
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, index, 0, 0))
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, index, 0, 0))
+            new_kv = (ck, cv)
+            k, v = ck.astype(dt), cv.astype(dt)
+        out = gqa_attention(q, k, v, mask)
+        return jnp.einsum("bthk,hkd->btd", out, self.o_proj[...].astype(dt)), new_kv
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: Qwen2Config, *, rngs: nnx.Rngs, dtype, param_dtype):
+        d, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = _param(rngs, _normal(), (d, f), ("embed", "mlp"), param_dtype)
+        self.up_proj = _param(rngs, _normal(), (d, f), ("embed", "mlp"), param_dtype)
+        self.down_proj = _param(rngs, _normal(), (f, d), ("mlp", "embed"), param_dtype)
+        self.dtype = dtype
+
+    def __call__(self, x: Array) -> Array:
+        dt = self.dtype
+        gate = x @ self.gate_proj[...].astype(dt)
+        up = x @ self.up_proj[...].astype(dt)
+        return (jax.nn.silu(gate) * up) @ self.down_proj[...].astype(dt)
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: Qwen2Config, *, rngs: nnx.Rngs, dtype, param_dtype):
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+        self.attn = Attention(cfg, **kw)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+        self.mlp = MLP(cfg, **kw)
+
+    def __call__(self, x, positions, mask, cache_kv=None, index=None):
+        h, new_kv = self.attn(self.input_layernorm(x), positions, mask, cache_kv, index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, new_kv
+
+
+def _layer_forward(layer: DecoderLayer, x: Array, positions: Array, mask: Array) -> Array:
+    return layer(x, positions, mask)[0]
+
+
+_remat_layer_forward = nnx.remat(_layer_forward)
+
+
+class Qwen2Model(nnx.Module):
+    """The backbone: embeddings, decoder layers, final norm. Shared by policy and value models."""
+
+    def __init__(self, cfg: Qwen2Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
+        self.config = cfg
+        self.dtype = dtype
+        self.embed_tokens = _param(
+            rngs, _normal(), (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), param_dtype
+        )
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.layers = nnx.List([DecoderLayer(cfg, **kw) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+
+    def __call__(
+        self,
+        tokens: Array,
+        positions: Array | None = None,
+        attention_mask: Array | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[Array, KVCache | None]:
+        """tokens [B, T] int32 -> final hidden states [B, T, D] (after the final norm), new cache."""
+        b, t = tokens.shape
+        if attention_mask is not None:
+            attention_mask = attention_mask.astype(bool)
+        if cache is None:
+            if positions is None:
+                positions = default_positions(attention_mask, b, t)
+            causal = jnp.tril(jnp.ones((t, t), bool))[None]
+            mask = causal if attention_mask is None else causal & attention_mask[:, None, :]
+            mask = jnp.broadcast_to(mask, (b, t, t))
+        else:
+            real = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+            if positions is None:
+                positions = cache.positions[:, None] + default_positions(real, b, t)
+            valid = jax.lax.dynamic_update_slice(cache.valid, real, (0, cache.index))
+            slots = jnp.arange(cache.max_len)
+            q_slots = cache.index + jnp.arange(t)
+            mask = (slots[None, :] <= q_slots[:, None])[None] & valid[:, None, :]
+        x = self.embed_tokens[...].astype(self.dtype)[tokens]
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            if cache is None:
+                fwd = _remat_layer_forward if self.config.remat else _layer_forward
+                x = fwd(layer, x, positions, mask)
+            else:
+                x, (k, v) = layer(x, positions, mask, (cache.k[i], cache.v[i]), cache.index)
+                new_k.append(k)
+                new_v.append(v)
+        x = self.norm(x)
+        if cache is None:
+            return x, None
+        new_cache = KVCache(
+            k=tuple(new_k),
+            v=tuple(new_v),
+            valid=valid,
+            index=cache.index + t,
+            positions=cache.positions + real.sum(axis=1).astype(jnp.int32),
+        )
+        return x, new_cache
+
+    def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+        """An empty cache of `max_len` slots per row (dtype defaults to the compute dtype)."""
+        cfg = self.config
+        dtype = dtype or self.dtype
+        shape = (batch, max_len, cfg.num_key_value_heads, cfg.head_dim)
+        n = cfg.num_hidden_layers
+        return KVCache(
+            k=tuple(jnp.zeros(shape, dtype) for _ in range(n)),
+            v=tuple(jnp.zeros(shape, dtype) for _ in range(n)),
+            valid=jnp.zeros((batch, max_len), bool),
+            index=jnp.zeros((), jnp.int32),
+            positions=jnp.zeros((batch,), jnp.int32),
+        )
+
+
+class Qwen2ForCausalLM(nnx.Module):
+    """Qwen2 with a language-model head. `__call__` returns float32 logits [B, T, V] (+ cache)."""
+
+    def __init__(self, config: Qwen2Config, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
+        self.config = config
+        self.dtype = dtype
+        self.model = Qwen2Model(config, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        if not config.tie_word_embeddings:
+            self.lm_head = _param(
+                rngs, _normal(), (config.hidden_size, config.vocab_size), ("embed", "vocab"), param_dtype
+            )
+
+    def hidden_states(
+        self,
+        tokens: Array,
+        positions: Array | None = None,
+        attention_mask: Array | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[Array, KVCache | None]:
+        """tokens [B, T] -> final-normed hidden states [B, T, D], new cache (None without cache)."""
+        return self.model(tokens, positions, attention_mask, cache)
+
+    def logits_from_hidden(self, h: Array) -> Array:
+        """h [B, T, D] -> logits [B, T, V] float32."""
+        if self.config.tie_word_embeddings:
+            w = self.model.embed_tokens[...].astype(self.dtype)
+            logits = jnp.einsum("btd,vd->btv", h, w, preferred_element_type=jnp.float32)
+        else:
+            logits = jnp.einsum(
+                "btd,dv->btv", h, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32
+            )
+        return logits.astype(jnp.float32)
+
+    def __call__(
+        self,
+        tokens: Array,
+        positions: Array | None = None,
+        attention_mask: Array | None = None,
+        cache: KVCache | None = None,
+    ) -> Array | tuple[Array, KVCache]:
+        """tokens [B, T] int32 -> logits [B, T, V] float32; with `cache`, (logits, new_cache)."""
+        h, new_cache = self.hidden_states(tokens, positions, attention_mask, cache)
+        logits = self.logits_from_hidden(h)
+        return logits if cache is None else (logits, new_cache)
+
+    def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+        return self.model.init_cache(batch, max_len, dtype)

@@ -1,0 +1,75 @@
+"""Tokenizers: a real checkpoint's (AutoTokenizer, local folder only) or a byte-level BPE trained on
+the task corpus for runs without a checkpoint. Both speak ChatML (<|im_start|>role ... <|im_end|>)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# Qwen2.5's ChatML template (without tool calling); the default system prompt is Qwen's.
+CHATML_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer saved in a local folder (never the hub). Gives it the ChatML template if it has none."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"tokenizer folder not found: {path}")
+    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not tok.chat_template:
+        tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (GPT-2/Qwen style) with ChatML special tokens, saved to `out_dir`.
+
+    Special tokens get ids 0, 1, 2 (<|endoftext|>, <|im_start|>, <|im_end|>); eos is <|im_end|> and pad
+    is <|endoftext|>. Every byte is in the base alphabet, so any text round-trips.
+    """
+    n_base = 256 + len(SPECIAL_TOKENS)
+    if vocab_size < n_base:
+        raise ValueError(f"vocab_size={vocab_size} is below the {n_base} byte + special tokens")
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHATML_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 20,
+    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out_dir))
+    return tok

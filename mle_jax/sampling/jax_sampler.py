@@ -1,0 +1,236 @@
+"""In-process JAX sampler: batched prefill + decode over a preallocated KV cache, in one jit.
+
+Prompts are LEFT-padded to a length bucket so every row writes the same cache slot each step
+(per-row RoPE positions and valid-slot masks live in the cache, see mle_jax.models.qwen2). One
+compiled program per (batch bucket, prompt bucket, max-tokens bucket); temperature, top-p, top-k
+and max_tokens are traced arguments, so changing them never recompiles. The decode loop is a
+`jax.lax.while_loop` that exits as soon as every row has produced a stop token.
+
+Logprobs: for each sampled token, log_softmax(logits / temperature) (the full, untruncated
+distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_softmax(logits).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.sampling.protocol import Completion
+
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+def _bucket(n: int, minimum: int) -> int:
+    """Smallest power of two >= max(n, minimum)."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
+def sample_token(
+    logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """logits [B, V] float32 -> (token [B] int32, logprob [B] float32).
+
+    temperature == 0: argmax, logprob from log_softmax(logits). Otherwise a draw from softmax(logits / T)
+    restricted to the top_k tokens (top_k <= 0: all) and the smallest set with mass >= top_p; the returned
+    logprob is log_softmax(logits / T) of the drawn token (untruncated).
+    """
+    greedy = temperature <= 0.0
+    scaled = logits / jnp.where(greedy, 1.0, temperature)
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    vocab = logits.shape[-1]
+    order = jnp.argsort(-scaled, axis=-1)
+    sorted_logp = jnp.take_along_axis(logp, order, axis=-1)
+    rank = jnp.arange(vocab)[None, :]
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+    mass_before = jnp.cumsum(jnp.exp(sorted_logp), axis=-1) - jnp.exp(sorted_logp)
+    keep = (rank < k) & ((mass_before < top_p) | (rank == 0))
+    choice = jax.random.categorical(key, jnp.where(keep, sorted_logp, -jnp.inf), axis=-1)
+    sampled = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
+    token = jnp.where(greedy, order[:, 0], sampled).astype(jnp.int32)
+    return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "stop_ids", "pad_id"))
+def _generate(
+    graphdef,
+    state,
+    tokens: jax.Array,
+    mask: jax.Array,
+    key: jax.Array,
+    temperature: jax.Array,
+    top_p: jax.Array,
+    top_k: jax.Array,
+    max_tokens: jax.Array,
+    *,
+    max_new: int,
+    stop_ids: tuple[int, ...],
+    pad_id: int,
+):
+    """tokens/mask [B, P] left-padded -> (out tokens [B, max_new], logprobs [B, max_new], lengths [B],
+    stopped [B] bool). Rows whose mask is all zero are batch padding and count as stopped."""
+    model = nnx.merge(graphdef, state)
+    b, p = tokens.shape
+    cache = model.init_cache(b, p + max_new)
+    logits, cache = model(tokens, attention_mask=mask, cache=cache)
+    stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+
+    def pick(logits, key):
+        return sample_token(logits, key, temperature, top_p, top_k)
+
+    key, sub = jax.random.split(key)
+    tok, lp = pick(logits[:, -1], sub)
+    out_tok = jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
+    out_lp = jnp.zeros((b, max_new), jnp.float32).at[:, 0].set(lp)
+    done = jnp.isin(tok, stops) | ~mask.any(axis=1)
+    lengths = jnp.where(mask.any(axis=1), 1, 0).astype(jnp.int32)
+
+    def cond(carry):
+        step, _, _, _, _, done, _, _ = carry
+        return (step < max_tokens) & ~jnp.all(done)
+
+    def body(carry):
+        step, tok, cache, out_tok, out_lp, done, lengths, key = carry
+        logits, cache = model(tok[:, None], attention_mask=jnp.ones((b, 1), jnp.int32), cache=cache)
+        key, sub = jax.random.split(key)
+        new, lp = pick(logits[:, 0], sub)
+        new = jnp.where(done, pad_id, new)
+        lp = jnp.where(done, 0.0, lp)
+        out_tok = jax.lax.dynamic_update_slice(out_tok, new[:, None], (0, step))
+        out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, step))
+        lengths = lengths + (~done).astype(jnp.int32)
+        done = done | jnp.isin(new, stops)
+        return step + 1, new, cache, out_tok, out_lp, done, lengths, key
+
+    carry = (jnp.ones((), jnp.int32), tok, cache, out_tok, out_lp, done, lengths, key)
+    _, _, _, out_tok, out_lp, done, lengths, _ = jax.lax.while_loop(cond, body, carry)
+    stopped = jnp.isin(jnp.take_along_axis(out_tok, jnp.maximum(lengths - 1, 0)[:, None], 1)[:, 0], stops)
+    return out_tok, out_lp, lengths, stopped & (lengths > 0)
+
+
+class JaxSampler:
+    """`Sampler` over an in-process Qwen2ForCausalLM.
+
+    model: the policy (its current params are copied at construction; `sync` swaps them).
+    tokenizer: optional HF tokenizer (decodes text; its eos and ChatML stop tokens become stop ids).
+    eos_ids: explicit stop ids (used instead of the tokenizer's when given; [] = never stop early).
+    min_prompt_bucket / min_batch_bucket: smallest padded prompt length / batch size (powers of two).
+    """
+
+    def __init__(
+        self,
+        model: Qwen2ForCausalLM,
+        tokenizer: Any = None,
+        eos_ids: Sequence[int] | None = None,
+        pad_id: int | None = None,
+        version: int = 0,
+        seed: int = 0,
+        min_prompt_bucket: int = 16,
+        min_batch_bucket: int = 1,
+        min_new_bucket: int = 16,
+    ):
+        self.tokenizer = tokenizer
+        self.graphdef, self.state = nnx.split(model)
+        self.config = model.config
+        self.version = version
+        if eos_ids is None:
+            eos_ids = self._tokenizer_stop_ids(tokenizer) if tokenizer is not None else []
+            if model.config.eos_token_id is not None:
+                eos = model.config.eos_token_id
+                eos_ids = list(eos_ids) + (list(eos) if isinstance(eos, list | tuple) else [eos])
+        self.stop_ids = tuple(sorted({int(i) for i in eos_ids}))
+        if pad_id is None:
+            pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+        self.pad_id = int(pad_id if pad_id is not None else 0)
+        self._key = jax.random.key(seed)
+        self.min_prompt_bucket = min_prompt_bucket
+        self.min_batch_bucket = min_batch_bucket
+        self.min_new_bucket = min_new_bucket
+
+    @staticmethod
+    def _tokenizer_stop_ids(tokenizer: Any) -> list[int]:
+        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        vocab = tokenizer.get_vocab()
+        ids += [vocab[t] for t in STOP_TOKENS if t in vocab]
+        return ids
+
+    def sync(self, params: Any, version: int) -> None:
+        """Takes new weights: an nnx.State of the policy (all of it or its Params) or the module itself."""
+        if isinstance(params, nnx.Module):
+            params = nnx.state(params)
+        model = nnx.merge(self.graphdef, self.state)
+        nnx.update(model, params)
+        self.graphdef, self.state = nnx.split(model)
+        self.version = int(version)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        top_k: int = -1,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """len(prompts) * n completions, grouped by prompt (prompt 0's n first)."""
+        if not prompts:
+            return []
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        rows = [list(p) for p in prompts for _ in range(n)]
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("every prompt needs at least one token")
+        vocab = self.config.vocab_size
+        bad = [t for r in rows for t in r if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+        b = _bucket(len(rows), self.min_batch_bucket)
+        p = _bucket(max(len(r) for r in rows), self.min_prompt_bucket)
+        m = _bucket(max_tokens, self.min_new_bucket)
+        tokens = np.full((b, p), self.pad_id, np.int32)
+        mask = np.zeros((b, p), np.int32)
+        for i, r in enumerate(rows):
+            tokens[i, p - len(r) :] = r
+            mask[i, p - len(r) :] = 1
+        if seed is None:
+            self._key, key = jax.random.split(self._key)
+        else:
+            key = jax.random.key(seed)
+        out_tok, out_lp, lengths, stopped = jax.device_get(
+            _generate(
+                self.graphdef,
+                self.state,
+                jnp.asarray(tokens),
+                jnp.asarray(mask),
+                key,
+                jnp.float32(temperature),
+                jnp.float32(top_p),
+                jnp.int32(top_k),
+                jnp.int32(max_tokens),
+                max_new=m,
+                stop_ids=self.stop_ids,
+                pad_id=self.pad_id,
+            )
+        )
+        completions = []
+        for i, r in enumerate(rows):
+            ids = np.asarray(out_tok[i, : lengths[i]], np.int32)
+            text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer else ""
+            completions.append(
+                Completion(
+                    prompt_ids=np.asarray(r, np.int32),
+                    token_ids=ids,
+                    logprobs=np.asarray(out_lp[i, : lengths[i]], np.float32),
+                    text=text,
+                    finish_reason="stop" if stopped[i] else "length",
+                    version=self.version,
+                )
+            )
+        return completions

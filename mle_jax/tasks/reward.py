@@ -1,0 +1,35 @@
+"""The paper's reward (§3.2, §4.1): the grader's score for a valid submission, partial credit otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mle_jax.instrument.progress import count_progress
+from mle_jax.tasks.graders import GradeResult
+
+
+@dataclass(frozen=True)
+class Reward:
+    total: float  # what RL optimises
+    valid: bool  # the submission was graded
+    score: float | None  # the grader's score (raw sign), None when invalid
+    prints: tuple[str, ...]  # distinct progress prints seen at line start
+    n_prints: int
+
+
+def compute_reward(
+    grade: GradeResult | None,
+    output_text: str,
+    lower_is_better: bool,
+    failure: float = -10.0,
+    per_print: float = 0.1,
+) -> Reward:
+    """valid -> score (negated when lower is better); else failure + per_print x distinct progress prints.
+
+    grade=None means nothing was graded (no code, crash before a submission existed): a failure.
+    """
+    prints = count_progress(output_text or "")
+    if grade is not None and grade.valid and grade.score is not None:
+        score = float(grade.score)
+        return Reward(-score if lower_is_better else score, True, score, prints, len(prints))
+    return Reward(failure + per_print * len(prints), False, None, prints, len(prints))

@@ -1,0 +1,53 @@
+"""transformers' torch Qwen2ForCausalLM as the reference, on tiny random configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+torch.set_num_threads(2)
+
+TINY = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=56,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+
+
+def torch_qwen2(seed: int = 0, **overrides) -> transformers.Qwen2ForCausalLM:
+    """A random fp32 torch Qwen2 with every weight (biases and norms included) non-trivial."""
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen2Config(**{**TINY, **overrides})
+    cfg._attn_implementation = "eager"
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.5)
+            elif "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def torch_logits(model: transformers.Qwen2ForCausalLM, tokens: np.ndarray, mask: np.ndarray | None = None):
+    with torch.no_grad():
+        kw = {} if mask is None else {"attention_mask": torch.from_numpy(np.asarray(mask)).long()}
+        return model(torch.from_numpy(np.asarray(tokens)).long(), **kw).logits.float().numpy()
+
+
+def save_torch(model: transformers.Qwen2ForCausalLM, path: Path, **kw) -> Path:
+    model.save_pretrained(path, **kw)
+    return path

@@ -1,0 +1,131 @@
+"""Our Flax Qwen2 against transformers' torch Qwen2ForCausalLM, and KV-cache decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from mle_jax.models import hf
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from tests.models.reference import TINY, torch_logits, torch_qwen2
+
+pytestmark = pytest.mark.model
+
+CASES = {
+    "untied-gqa2": dict(tie_word_embeddings=False, num_key_value_heads=2),
+    "tied-gqa1": dict(tie_word_embeddings=True, num_key_value_heads=4),
+    "tied-gqa4": dict(tie_word_embeddings=True, num_key_value_heads=1),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def pair(request, tmp_path_factory):
+    """(torch model, our model loaded from the torch model's save_pretrained folder)."""
+    tm = torch_qwen2(seed=len(request.param), **CASES[request.param])
+    path = tmp_path_factory.mktemp(request.param)
+    tm.save_pretrained(path)
+    return tm, hf.from_pretrained(path)
+
+
+def test_logits_match_transformers(pair):
+    tm, ours = pair
+    tokens = np.random.RandomState(0).randint(0, TINY["vocab_size"], (3, 13))
+    ref = torch_logits(tm, tokens)
+    got = np.asarray(ours(jnp.asarray(tokens, jnp.int32)))
+    assert got.shape == (3, 13, TINY["vocab_size"]) and got.dtype == np.float32
+    assert np.abs(got - ref).max() <= 1e-4
+
+
+def test_right_padded_rows_match_unpadded(pair):
+    tm, ours = pair
+    rng = np.random.RandomState(1)
+    tokens = rng.randint(0, TINY["vocab_size"], (2, 10))
+    mask = np.ones((2, 10), np.int32)
+    mask[1, 6:] = 0  # row 1 has 6 real tokens
+    got = np.asarray(ours(jnp.asarray(tokens, jnp.int32), attention_mask=jnp.asarray(mask)))
+    ref_short = torch_logits(tm, tokens[1:, :6])
+    assert np.abs(got[1, :6] - ref_short[0]).max() <= 1e-4
+    assert np.abs(got[0] - torch_logits(tm, tokens[:1])[0]).max() <= 1e-4
+
+
+def test_left_padded_rows_match_unpadded(pair):
+    _, ours = pair
+    rng = np.random.RandomState(2)
+    tokens = rng.randint(0, TINY["vocab_size"], (1, 7))
+    padded = np.concatenate([np.zeros((1, 3), int), tokens], axis=1)
+    mask = np.concatenate([np.zeros((1, 3), np.int32), np.ones((1, 7), np.int32)], axis=1)
+    fwd = nnx.jit(lambda m, t, mk: m(t, attention_mask=mk))
+    got = np.asarray(fwd(ours, jnp.asarray(padded, jnp.int32), jnp.asarray(mask)))
+    ref = np.asarray(fwd(ours, jnp.asarray(tokens, jnp.int32), jnp.ones((1, 7), jnp.int32)))
+    assert np.abs(got[:, 3:] - ref).max() <= 1e-5
+
+
+def test_kv_cache_decoding_equals_full_recompute(pair):
+    """Left-padded prefill, then one token at a time: every step's logits equal a full forward."""
+    _, ours = pair
+    rng = np.random.RandomState(3)
+    b, p, steps = 3, 6, 5
+    lengths = np.array([6, 3, 1])
+    prompt = rng.randint(1, TINY["vocab_size"], (b, p))
+    pmask = (np.arange(p)[None] >= (p - lengths)[:, None]).astype(np.int32)
+    prompt = prompt * pmask
+    new = rng.randint(1, TINY["vocab_size"], (b, steps))
+    full = np.concatenate([prompt, new], axis=1)
+    fmask = np.concatenate([pmask, np.ones((b, steps), np.int32)], axis=1)
+    ref = np.asarray(ours(jnp.asarray(full, jnp.int32), attention_mask=jnp.asarray(fmask)))
+
+    step = nnx.jit(lambda m, t, mk, c: m(t, attention_mask=mk, cache=c))
+    cache = ours.init_cache(b, 16)
+    logits, cache = step(ours, jnp.asarray(prompt, jnp.int32), jnp.asarray(pmask), cache)
+    real = pmask.astype(bool)
+    assert np.abs(np.asarray(logits)[real] - ref[:, :p][real]).max() <= 1e-4
+    for i in range(steps):
+        tok = jnp.asarray(new[:, i : i + 1], jnp.int32)
+        logits, cache = step(ours, tok, jnp.ones((b, 1), jnp.int32), cache)
+        assert np.abs(np.asarray(logits)[:, 0] - ref[:, p + i]).max() <= 1e-4
+    np.testing.assert_array_equal(np.asarray(cache.positions), lengths + steps)
+
+
+def test_params_carry_logical_axes():
+    cfg = Qwen2Config(**{k: v for k, v in TINY.items()})
+    model = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0)))
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    allowed = {"vocab", "embed", "q_heads", "kv_heads", "head_dim", "mlp", "norm"}
+    for path, var in flat:
+        axes = var.get_metadata()["out_sharding"]
+        assert len(axes) == var.get_value().ndim, path
+        assert set(axes) <= allowed, (path, axes)
+    axes = {tuple(p): v.get_metadata()["out_sharding"] for p, v in flat}
+    assert axes[("model", "layers", 0, "attn", "q_proj")] == ("embed", "q_heads", "head_dim")
+    assert axes[("lm_head",)] == ("embed", "vocab")
+
+
+def test_bf16_and_remat_run_and_differentiate():
+    cfg = dataclasses.replace(Qwen2Config(**TINY), remat=True)
+    bf16 = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    model = nnx.jit(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), **bf16))()
+    assert model.model.embed_tokens[...].dtype == jnp.bfloat16
+    tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
+
+    def loss(m):
+        logits = m(tokens)
+        return -jnp.mean(jax.nn.log_softmax(logits[:, :-1]) * jax.nn.one_hot(tokens[:, 1:], cfg.vocab_size))
+
+    grads = nnx.jit(nnx.grad(loss))(model)
+    g = grads["model"]["layers"][0]["mlp"]["down_proj"][...]
+    assert g.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).sum()) > 0
+
+
+def test_config_round_trips():
+    cfg = Qwen2Config(**TINY)
+    assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg
+    m = ml_collections.ConfigDict({**TINY, "path": "", "dtype": "float32", "remat": True})
+    assert Qwen2Config.from_model_config(m) == dataclasses.replace(cfg, remat=True)
+    with pytest.raises(ValueError, match="not a Qwen2 config"):
+        Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "llama"})
