@@ -139,12 +139,21 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint.every = 1
     c.checkpoint.keep = 3
 
-    c.warmstart = ml_collections.ConfigDict()
+    c.warmstart = ml_collections.ConfigDict()  # SFT on a verified program corpus (mle_jax/warmstart)
     c.warmstart.enabled = False
-    c.warmstart.corpus_size = 256
+    c.warmstart.corpus_size = 256  # distinct programs drawn from the task's grid (all verified in the sandbox)
     c.warmstart.steps = 300
     c.warmstart.lr = 1e-3
     c.warmstart.batch_size = 8
+    c.warmstart.warmup_steps = 20
+    c.warmstart.weight_decay = 0.0
+    c.warmstart.grad_clip = 1.0
+    c.warmstart.max_response_tokens = 1024  # longer corpus responses are dropped, never truncated
+    c.warmstart.log_every = 10
+    c.warmstart.checkpoint_every = 100
+    c.warmstart.verify_timeout_s = 120.0  # per corpus program
+    c.warmstart.verify_workers = 0  # 0: executor.slots
+    c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128

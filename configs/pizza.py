@@ -16,8 +16,9 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     if arg == "cpu":  # same code path, small settings: done in minutes on 2 cores
         c.workdir = "runs/pizza-cpu"
         c.model = base.tiny_model()
+        c.model.vocab_size = 2048  # the task BPE saturates below this
         c.sampler.backend = "jax"
-        c.sampler.max_tokens = 640
+        c.sampler.max_tokens = 320  # warm-start programs are ~135 tokens in the task tokenizer
         c.prompt.max_prompt_tokens = 768
         c.instrument.mode = "ast"
         c.executor.backend = "bwrap"
@@ -33,6 +34,11 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
         c.optim.actor_lr = 1e-4
         c.optim.critic_lr = 1e-4
         c.warmstart.enabled = True
+        c.warmstart.corpus_size = 64
+        c.warmstart.steps = 200
+        c.warmstart.lr = 3e-3
+        c.warmstart.batch_size = 8
+        c.warmstart.max_response_tokens = 320
         c.eval.samples = 16
         c.mesh.fsdp = 1
         return c

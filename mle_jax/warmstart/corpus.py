@@ -172,8 +172,8 @@ def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers
     return [r for r in results if r is not None]
 
 
-def sandbox_run_fn(sandbox: Any, task: Any, limits: Any, grade_fn: Callable[[Any, Any], GradeLike] | None = None
-                   ) -> RunFn:
+def sandbox_run_fn(sandbox: Any, task: Any, limits: Any,
+                   grade_fn: Callable[[Any, Any], GradeLike] | None = None) -> RunFn:
     """A RunFn over a real sandbox (`make_sandbox(...)`) and the task's grader.
 
     A run that does not exit ok or writes no submission grades invalid with the sandbox's stderr tail.
@@ -221,7 +221,8 @@ PIZZA = "random-acts-of-pizza"
 _PIZZA_PARTS = {  # feature part -> (expression on df, plan words)
     "tfidf": ("vec.transform(text(df))", "a TF-IDF of title and text ({max_features} {ngrams})"),
     "num": ("np.log1p(df[num].abs().values)", "the log-scaled request-time user numbers"),
-    "len": ("np.log1p(np.c_[text(df).str.len(), text(df).str.count(\" \")])", "the text length in characters and words"),
+    "len": ("np.log1p(np.c_[text(df).str.len(), text(df).str.count(\" \")])",
+            "the text length in characters and words"),
 }
 _PIZZA_FEATURE_SETS = ["num", "len", "num+len", "tfidf", "tfidf+num", "tfidf+num+len"]
 
@@ -245,7 +246,8 @@ X, X_test = features(train), features(test)
 print("cv auc:", cross_val_score(model, X, y, cv=3, scoring="roc_auc").mean())
 model.fit(X, y)
 pred = model.predict_proba(X_test)[:, 1]
-pd.DataFrame({"request_id": test["request_id"], "requester_received_pizza": pred}).to_csv("submission.csv", index=False)
+sub = pd.DataFrame({"request_id": test["request_id"], "requester_received_pizza": pred})
+sub.to_csv("submission.csv", index=False)
 """
 
 
@@ -253,7 +255,8 @@ def _pizza_features_code(fs: str, hp: dict[str, Any]) -> str:
     parts = [_PIZZA_PARTS[p][0] for p in fs.split("+")]
     lines = []
     if "tfidf" in fs:
-        lines += ["", f"vec = TfidfVectorizer(max_features={hp['max_features']}, ngram_range={hp['ngram_range']!r})",
+        vec = f"TfidfVectorizer(max_features={hp['max_features']}, ngram_range={hp['ngram_range']!r})"
+        lines += ["", f"vec = {vec}",
                   "vec.fit(text(train))", ""]
     if len(parts) == 1:
         body = parts[0]
@@ -306,7 +309,8 @@ _PIZZA_MODELS: dict[str, dict[str, Any]] = {
         imports="from sklearn.ensemble import GradientBoostingClassifier",
         ctor="GradientBoostingClassifier(n_estimators={n_estimators}, learning_rate={learning_rate}, "
              "max_depth={max_depth})",
-        plan="gradient boosting with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}"),
+        plan="gradient boosting with {n_estimators} trees of depth {max_depth} "
+             "and learning rate {learning_rate}"),
     "hist_gradient_boosting": dict(
         features=_DENSE, grid=_grid(max_iter=[100, 200], learning_rate=[0.05, 0.1], max_leaf_nodes=[15, 31]),
         imports="from sklearn.ensemble import HistGradientBoostingClassifier",
@@ -317,14 +321,14 @@ _PIZZA_MODELS: dict[str, dict[str, Any]] = {
     "xgboost": dict(
         features=_PIZZA_FEATURE_SETS, package="xgboost", imports="from xgboost import XGBClassifier",
         grid=_grid(n_estimators=[100, 200], max_depth=[3, 5], learning_rate=[0.05, 0.1]),
-        ctor="XGBClassifier(n_estimators={n_estimators}, max_depth={max_depth}, learning_rate={learning_rate}, "
-             "n_jobs=1)",
+        ctor="XGBClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
+             "learning_rate={learning_rate}, n_jobs=1)",
         plan="XGBoost with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}"),
     "lightgbm": dict(
         features=_PIZZA_FEATURE_SETS, package="lightgbm", imports="from lightgbm import LGBMClassifier",
         grid=_grid(n_estimators=[100, 200], num_leaves=[15, 31], learning_rate=[0.05, 0.1]),
-        ctor="LGBMClassifier(n_estimators={n_estimators}, num_leaves={num_leaves}, learning_rate={learning_rate}, "
-             "n_jobs=1, verbose=-1)",
+        ctor="LGBMClassifier(n_estimators={n_estimators}, num_leaves={num_leaves}, "
+             "learning_rate={learning_rate}, n_jobs=1, verbose=-1)",
         plan="LightGBM with {n_estimators} trees, {num_leaves} leaves and learning rate {learning_rate}"),
 }
 
@@ -354,13 +358,15 @@ def pizza_programs(packages: frozenset[str]) -> list[CorpusItem]:
             text_grid = _PIZZA_TFIDF if "tfidf" in fs else [{}]
             for model_hp, text_hp in itertools.product(spec["grid"], text_grid):
                 hp = {**model_hp, **text_hp}
-                shown = {k: _fmt(v) if isinstance(v, float | str) and k != "kind" else v for k, v in model_hp.items()}
+                shown = {k: _fmt(v) if isinstance(v, float | str) and k != "kind" else v
+                         for k, v in model_hp.items()}
                 imports = spec["imports"].format(**model_hp) + "\n"
                 if "tfidf" in fs:
                     imports = ("from scipy import sparse\n" if "+" in fs else "") + imports + \
                         "from sklearn.feature_extraction.text import TfidfVectorizer\n"
                 code = (_PIZZA_HEAD.format(data=public_dir_in_sandbox(PIZZA), imports=imports)
-                        + _pizza_features_code(fs, hp) + f"model = {spec['ctor'].format(**shown)}\n" + _PIZZA_TAIL)
+                        + _pizza_features_code(fs, hp) + f"model = {spec['ctor'].format(**shown)}\n"
+                        + _PIZZA_TAIL)
                 plan = _pizza_plan(spec["plan"].format(**model_hp), fs, hp)
                 items.append(CorpusItem(plan, code, {"task": PIZZA, "model": family, "features": fs,
                                                      "hparams": hp}))

@@ -63,6 +63,50 @@ def end_of_turn_id(tokenizer: Any) -> int:
 # ------------------------------------------------------------------------------------------------ data
 
 
+def train_task_tokenizer(responses: Sequence[str], prompts: Sequence[Messages], vocab_size: int,
+                         out_dir: str | Path, max_token_length: int | None = 16) -> Any:
+    """The tokenizer of a run without a checkpoint: a byte-level BPE trained on the task's warm-start
+    responses (plans + programs) and its prompt chats (message texts and role names), saved to out_dir.
+
+    It differs from `mle_jax.models.tokenizer.train_bpe_tokenizer` (same special tokens, same ChatML
+    template, same byte alphabet, so any text round-trips) in one way: with `max_token_length` set, the
+    text is not pre-split into words, so merges may cross spaces and punctuation up to that many
+    characters (`import pandas as pd`, `"request_id"`). A corpus program is then ~135 tokens instead
+    of ~450, which is what lets a tiny model learn to write whole programs in a few CPU minutes.
+    `max_token_length=None` gives the word-level tokenizer of `train_bpe_tokenizer`. The size is at most
+    vocab_size (BPE stops when no pair is left to merge).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mle_jax.models.tokenizer import CHATML_TEMPLATE, SPECIAL_TOKENS, train_bpe_tokenizer
+
+    if not responses:
+        raise ValueError("train_task_tokenizer needs at least one response text")
+    texts = list(responses)
+    for messages in prompts:
+        texts += [m["content"] for m in messages]
+        texts += ["\n".join(m["role"] for m in messages) + "\nassistant\n"]
+    if max_token_length is None:
+        return train_bpe_tokenizer(texts, vocab_size, out_dir)
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} is below the 256 bytes + special tokens")
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+                                  max_token_length=max_token_length)
+    core.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  additional_special_tokens=["<|im_start|>"], chat_template=CHATML_TEMPLATE,
+                                  clean_up_tokenization_spaces=False, model_max_length=1 << 20)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out_dir))
+    return tok
+
+
 def pack_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
                   multiple: int = 32) -> dict[str, np.ndarray]:
     """Token lists -> fixed-shape arrays (one jit shape for the whole run).
@@ -166,11 +210,14 @@ def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, 
 
 
 def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages, str]], cfg: Any,
-            workdir: str | Path, render_fn: RenderFn | None = None, progress: bool = True) -> dict[str, Any]:
+            workdir: str | Path, render_fn: RenderFn | None = None, progress: bool = True,
+            stop_at: int | None = None) -> dict[str, Any]:
     """Fine-tunes `model` in place on the response tokens of `examples`; resumable.
 
     cfg: the `warmstart` config section (steps, lr, batch_size, warmup_steps, weight_decay, grad_clip,
     max_response_tokens, max_prompt_tokens, seed, log_every, checkpoint_every); missing fields default.
+    stop_at: checkpoint and return after this step (a planned pre-emption; the schedule still spans
+    cfg.steps, so a later call resumes exactly where this one stopped).
     workdir gets `sft_ckpt/` (orbax: params, optimizer state, step, grain iterator state) and
     `sft_metrics.jsonl` (one line per logged step). A workdir holding a checkpoint resumes from it.
     Returns {"steps", "first_loss", "final_loss", "wall_s", "examples", "dropped", "prompt_len",
@@ -179,8 +226,8 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
     steps, bs, seed = int(_get(cfg, "steps")), int(_get(cfg, "batch_size")), int(_get(cfg, "seed"))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    prompts, responses, dropped = tokenize_examples(
-        examples, tokenizer, int(_get(cfg, "max_prompt_tokens")), int(_get(cfg, "max_response_tokens")), render_fn)
+    prompts, responses, dropped = tokenize_examples(examples, tokenizer, int(_get(cfg, "max_prompt_tokens")),
+                                                    int(_get(cfg, "max_response_tokens")), render_fn)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer)
     data = pack_examples(prompts, responses, pad_id)
     n, prompt_len = len(responses), int(data["prompt_len"])
@@ -213,6 +260,7 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
     metrics_path = workdir / "sft_metrics.jsonl"
     log_every, ckpt_every = int(_get(cfg, "log_every")), int(_get(cfg, "checkpoint_every"))
     first_loss = final_loss = None
+    last = steps if stop_at is None else max(start, min(steps, stop_at))
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -224,7 +272,7 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
         bar_task = bar.add_task("sft", total=steps, completed=start, loss="-")
     try:
         with metrics_path.open("a") as log:
-            for step in range(start + 1, steps + 1):
+            for step in range(start + 1, last + 1):
                 idx = next(stream)
                 batch = {k: jnp.asarray(data[k][idx]) for k in ("tokens", "attention_mask", "loss_mask")}
                 params, opt_state, loss = train_step(params, opt_state, batch)
@@ -239,7 +287,7 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
                         bar.update(bar_task, loss=f"{final_loss:.3f}")
                 if bar is not None:
                     bar.advance(bar_task)
-                if step % ckpt_every == 0 or step == steps:
+                if step % ckpt_every == 0 or step == last:
                     save(step)
         mgr.wait_until_finished()
     finally:
@@ -247,6 +295,6 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
             bar.stop()
         mgr.close()
     nnx.update(model, params)
-    return {"steps": steps, "first_loss": first_loss, "final_loss": final_loss,
+    return {"steps": last, "first_loss": first_loss, "final_loss": final_loss,
             "wall_s": time.perf_counter() - t0, "examples": n, "dropped": dropped, "prompt_len": prompt_len,
             "response_len": int(data["loss_mask"].shape[1]), "resumed_from": resumed_from}
