@@ -4,9 +4,9 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
-APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap
+APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux python3.11 python3.11-venv libgomp1
 
-.PHONY: install apt run test test-unit bench lint sandbox-env vllm-env clean
+.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env clean
 
 install: $(STAMP)
 
@@ -39,9 +39,26 @@ bench: install apt sandbox-env
 lint: install
 	$(VENV)/bin/ruff check .
 
-# The interpreter agent code runs with inside bwrap (the paper's package list, as far as it installs here).
-sandbox-env:
-	@true
+# The interpreter agent code runs with (the paper's package list, as far as it installs here), built from
+# Debian's /usr/bin/python3.11 so that the same venv runs in bwrap and, bind-mounted read-only, in the
+# Debian bookworm image (sandboxes/Dockerfile). timm is left out: torchvision has only CUDA builds here
+# (its _C needs libc10_cuda), and an unpinned timm pulls a 6 GB CUDA torch.
+SANDBOX_VENV := .sandbox-venv
+SANDBOX_PY := /usr/bin/python3.11
+SANDBOX_STAMP := $(SANDBOX_VENV)/.installed-$(shell cat sandboxes/requirements.txt | md5sum | cut -c1-12)
+
+sandbox-env: $(SANDBOX_STAMP)
+
+$(SANDBOX_STAMP): sandboxes/requirements.txt
+	@test -x $(SANDBOX_PY) || { echo "missing $(SANDBOX_PY): run 'make apt' (apt-get install python3.11 python3.11-venv)"; exit 1; }
+	@test -x $(SANDBOX_VENV)/bin/python || $(SANDBOX_PY) -m venv $(SANDBOX_VENV)
+	$(SANDBOX_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SANDBOX_VENV)/bin/python -m pip install -q -r sandboxes/requirements.txt
+	@rm -f $(SANDBOX_VENV)/.installed-* $(SANDBOX_VENV)/.packages.json && touch $@
+
+# The Docker/Podman image of the sandbox (base rootfs by debootstrap: Docker Hub is not reachable here).
+sandbox-image: sandbox-env
+	sandboxes/build_image.sh
 
 vllm-env:
 	@true

@@ -1,0 +1,361 @@
+"""The bubblewrap sandbox (default backend).
+
+One run, as root on the host (the usual case here):
+
+  sh (join the run's cgroups) -> unshare --net --mount (a fresh netns: loopback exists and is down;
+    a private mount ns where root binds the venv, public data and work dir at a staging path the
+    unprivileged bwrap can reach) -> prlimit (AS, CPU, FSIZE, NPROC, NOFILE, CORE)
+    -> setpriv (a fresh unprivileged uid per run)
+    -> bwrap (user/pid/ipc/uts/cgroup namespaces, empty read-only root, sandboxes/bwrap.json binds,
+              public data ro, work dir rw, venv ro) -> bash (reports "started", closes our fds)
+    -> python solution.py
+
+The unprivileged uid makes host file permissions apply (no /etc/shadow even unmasked) and makes
+RLIMIT_NPROC count this run's processes only. The pid namespace ends with the program: whatever it left
+running (daemons) is killed by the kernel when bwrap's init exits; on a timeout we SIGKILL the process
+group and everything in the run's cgroup. Δt is taken from bwrap's "child-pid" status event to the exit.
+
+Not root: the same without cgroups, setpriv and NPROC, and with bwrap's own --unshare-net (which brings
+loopback up inside the empty netns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from mle_jax.executor.capture import BoundedCapture, drain_in_thread
+from mle_jax.executor.cgroups import RunCgroup
+from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.executor.runtime import REPO_ROOT, VENV_MOUNT, check_venv, venv_of
+from mle_jax.executor.sandbox import (
+    UidPool,
+    classify,
+    data_mount,
+    sandbox_env,
+    signal_exit_code,
+    signal_name,
+    work_mount,
+)
+from mle_jax.executor.workspace import (
+    CODE_NAME,
+    DiskWatchdog,
+    collect_submission,
+    create_workspace,
+    remove_tree,
+)
+from mle_jax.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+PROFILE_PATH = REPO_ROOT / "sandboxes" / "bwrap.json"
+_HOST_TOOLS = {"unshare": "util-linux", "prlimit": "util-linux", "setpriv": "util-linux"}
+_MAX_SUBMISSION_BYTES = 256 << 20
+# Mount points root binds the run's dirs on (in the run's private mount ns); its parents must be
+# traversable by the sandbox's unprivileged uid, which /tmp is.
+STAGE_ROOT = Path("/tmp/mle_jax_stage")
+
+
+class SandboxSetupError(RuntimeError):
+    """The sandbox itself failed to start (an executor failure, not the program's)."""
+
+
+def _require(tool: str, package: str) -> str:
+    path = shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if path is None:
+        raise FileNotFoundError(f"{tool} not found: apt-get install {package} (or `make apt`)")
+    return path
+
+
+def load_profile(path: Path = PROFILE_PATH) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"bwrap profile not found at {path}")
+    return json.loads(path.read_text())
+
+
+def profile_args(profile: dict) -> list[str]:
+    """bwrap arguments for the host paths of the profile, as they exist on this host."""
+    args: list[str] = []
+    for p in profile["ro_bind"]:
+        args += ["--ro-bind", p, p]
+    for p in profile["usr_links"]:
+        if os.path.islink(p):
+            args += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            args += ["--ro-bind", p, p]
+    for p in profile["mask_files"]:
+        if os.path.isfile(p):
+            args += ["--ro-bind", "/dev/null", p]
+    for p in profile["mask_dirs"]:
+        if os.path.isdir(p):
+            args += ["--tmpfs", p, "--remount-ro", p]
+    return args
+
+
+class BwrapSandbox:
+    """Runs programs under bubblewrap. Thread-safe: a fleet calls run() from several slots at once.
+
+    python: the sandbox venv's interpreter (default .sandbox-venv/bin/python, `make sandbox-env`).
+    work_root / out_root: where per-run work dirs (deleted after the run) and results go.
+    max_work_mb: cap on the work dir's total disk use (RLIMIT_FSIZE caps each file).
+    use_cgroups: put each run in its own memory/pids/cpu cgroup when this host allows it.
+    """
+
+    backend = "bwrap"
+
+    def __init__(
+        self,
+        python: str | Path | None = None,
+        work_root: str | Path | None = None,
+        out_root: str | Path | None = None,
+        max_work_mb: int = 8192,
+        use_cgroups: bool = True,
+        keep_work: bool = False,
+        bwrap: str = "bwrap",
+        profile: str | Path = PROFILE_PATH,
+    ):
+        self.bwrap = _require(bwrap, "bubblewrap")
+        self.root = os.geteuid() == 0
+        for tool, package in _HOST_TOOLS.items():
+            if self.root or tool == "prlimit":
+                _require(tool, package)
+        self.venv = venv_of(python)
+        check_venv(self.venv)
+        base = Path(os.environ.get("TMPDIR", "/tmp")) / f"mle_jax_sandbox_{os.getpid()}"
+        self.work_root = Path(work_root) if work_root else base / "work"
+        self.out_root = Path(out_root) if out_root else base / "results"
+        self.max_work_mb = max_work_mb
+        self.use_cgroups = use_cgroups and self.root
+        self.keep_work = keep_work
+        self.profile_args = profile_args(load_profile(Path(profile)))
+        self.uids = UidPool()
+
+    # -- command ---------------------------------------------------------------------------------
+    def rlimit_args(self, limits: Limits, cgroup_memory: bool) -> list[str]:
+        mem = limits.memory_mb << 20
+        # With a memory cgroup the kernel enforces RSS; RLIMIT_AS is only a backstop (ML libraries
+        # reserve far more address space than they touch).
+        address_space = 2 * mem + (1 << 30) if cgroup_memory else mem
+        cpu = math.ceil(limits.timeout_s * max(1, limits.cpus)) + 2
+        args = [
+            f"--as={address_space}",
+            f"--cpu={cpu}:{cpu + 5}",
+            f"--fsize={limits.max_file_mb << 20}",
+            "--nofile=4096",
+            "--core=0",
+        ]
+        if self.root:  # per-run uid: NPROC counts this run's processes (root ignores NPROC)
+            args.append(f"--nproc={limits.max_procs}")
+        return ["prlimit", *args, "--"]
+
+    def command(
+        self, task: Task, limits: Limits, uid: int, cgroup: RunCgroup | None, sources: dict[str, Path],
+        stage: Path | None, status_fd: int, started_fd: int,
+    ) -> list[str]:
+        """The whole launch chain. sources: host dirs "venv", "public", "work"; stage: where root binds them
+        (in a private mount namespace) so that the unprivileged bwrap can reach them whatever the
+        permissions of their parent dirs."""
+        cmd: list[str] = []
+        if cgroup is not None:
+            joins = " && ".join(f"echo $$ > {shlex.quote(str(p))}" for p in cgroup.procs_files())
+            cmd += ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+        if self.root:
+            cmd += ["unshare", "--net", "--mount", "--propagation", "private", "--"]
+            binds: list[str] = []
+            for name in ("venv", "public", "work"):
+                binds += [str(sources[name]), str(stage / name)]
+            script = (
+                'mount --bind "$1" "$2" && mount --bind "$3" "$4" && mount --bind "$5" "$6" && shift 6 && '
+                'exec "$@"'
+            )
+            cmd += ["/bin/sh", "-c", script, "sh", *binds]
+            sources = {name: stage / name for name in sources}
+        cmd += self.rlimit_args(limits, cgroup is not None and "memory" in cgroup.controls)
+        if self.root:
+            cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        work = work_mount(task.id)
+        tmp_mb = max(64, min(limits.memory_mb // 2, self.max_work_mb))
+        shm_mb = max(64, limits.memory_mb // 4)
+        cmd += [
+            self.bwrap,
+            "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            *([] if self.root else ["--unshare-net"]),
+            "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--clearenv",
+        ]
+        for k, v in sandbox_env(task.id, limits, VENV_MOUNT).items():
+            cmd += ["--setenv", k, v]
+        cmd += [
+            *self.profile_args,
+            "--dev", "/dev", "--size", str(shm_mb << 20), "--tmpfs", "/dev/shm",
+            "--proc", "/proc",
+            "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+            "--ro-bind", str(sources["venv"]), VENV_MOUNT,
+            "--ro-bind", str(sources["public"]), data_mount(task.id).rstrip("/"),
+            "--bind", str(sources["work"]), work,
+            "--remount-ro", "/",
+            "--chdir", work,
+            "--json-status-fd", str(status_fd),
+            # Inside, after all setup: say "started" (this also times Δt), close our fds, become the program.
+            "--", "/bin/bash", "-c",
+            f'printf . >&{started_fd}; exec {started_fd}>&- {status_fd}>&-; exec "$@"',
+            "bash", f"{VENV_MOUNT}/bin/python", CODE_NAME,
+        ]
+        return cmd
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
+        public = Path(task.public_dir).resolve()
+        if not public.is_dir():
+            raise FileNotFoundError(f"task {task.id}: public dir {public} does not exist")
+        uid = self.uids.acquire()
+        ws = create_workspace(self.work_root, self.out_root, code, uid, uid)
+        stage = None
+        if self.root:
+            stage = STAGE_ROOT / ws.run_id
+            STAGE_ROOT.mkdir(mode=0o711, exist_ok=True)
+            for name in ("venv", "public", "work"):
+                (stage / name).mkdir(parents=True)
+            stage.chmod(0o755)
+        cgroup = None
+        if self.use_cgroups:
+            cgroup = RunCgroup.create(f"mle_jax_{ws.run_id}", limits.memory_mb, limits.max_procs, limits.cpus)
+        try:
+            sources = {"venv": self.venv.resolve(), "public": public, "work": ws.work_dir}
+            return self._run(ws, task, limits, uid, cgroup, sources, stage)
+        finally:
+            if cgroup is not None:
+                cgroup.destroy()
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)  # empty mount points (the mounts died with the ns)
+            if not self.keep_work:
+                remove_tree(ws.work_dir)
+            self.uids.release(uid)
+
+    def _run(self, ws, task: Task, limits: Limits, uid: int, cgroup: RunCgroup | None, sources, stage):
+        status_r, status_w = os.pipe()
+        started_r, started_w = os.pipe()
+        cmd = self.command(task, limits, uid, cgroup, sources, stage, status_w, started_w)
+        out, err = BoundedCapture(limits.max_output_bytes), BoundedCapture(limits.max_output_bytes)
+        events: dict[str, float | int] = {}
+        killed_reason = ""
+        lock = threading.Lock()
+
+        t_start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(status_w, started_w), start_new_session=True,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            )
+        except BaseException:
+            for fd in (status_r, started_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(status_w)
+            os.close(started_w)
+
+        def kill(reason: str) -> None:
+            nonlocal killed_reason
+            with lock:
+                killed_reason = killed_reason or reason
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if cgroup is not None:
+                cgroup.kill_all()
+
+        threads = [
+            threading.Thread(target=_read_status, args=(status_r, events), daemon=True),
+            threading.Thread(target=_read_started, args=(started_r, events), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        threads += [drain_in_thread(proc.stdout, out, "stdout"), drain_in_thread(proc.stderr, err, "stderr")]
+        timed_out = False
+        with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
+            try:
+                proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill("timeout")
+                proc.wait()
+        t_end = time.monotonic()
+        # The program is gone; anything it left behind (there should be nothing: the pid namespace died
+        # with it) goes too, so the pipes reach EOF.
+        if cgroup is not None:
+            cgroup.kill_all()
+        for t in threads:
+            t.join(timeout=10)
+
+        if "started_t" not in events:
+            # the sandbox never reached the program: an executor failure, not the agent's
+            raise SandboxSetupError(f"sandbox did not start (exit {proc.returncode}): {err.text()[-2000:]}")
+        raw_exit = events.get("exit-code")
+        exit_code = signal_exit_code(int(raw_exit)) if raw_exit is not None else proc.returncode
+        oom = cgroup is not None and cgroup.oom_kills() > 0
+        stdout, stderr = out.text(), err.text()
+        status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
+        (ws.out_dir / "stdout.txt").write_text(stdout)
+        (ws.out_dir / "stderr.txt").write_text(stderr)
+        cap = min(limits.max_file_mb << 20, _MAX_SUBMISSION_BYTES)
+        submission, why = collect_submission(ws.work_dir, ws.out_dir, cap)
+        t_program = float(events["started_t"])
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            duration_s=t_end - t_program,
+            stdout_tail=stdout,
+            stderr_tail=stderr,
+            submission_path=submission,
+            extra={
+                "backend": self.backend,
+                "run_id": ws.run_id,
+                "results_dir": str(ws.out_dir),
+                "signal": signal_name(exit_code),
+                "killed_reason": killed_reason,
+                "disk_exceeded": watchdog.exceeded,
+                "submission_reason": why,
+                "stdout_bytes": out.total_bytes,
+                "stderr_bytes": err.total_bytes,
+                "sandbox_start_s": t_program - t_start,
+                "wall_s": t_end - t_start,
+                "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
+            },
+        )
+
+
+def _read_started(fd: int, events: dict) -> None:
+    """One byte arrives when the sandbox is set up and about to exec the program."""
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if f.read(1):
+            events["started_t"] = time.monotonic()
+
+
+_STATUS_RE = re.compile(rb'"(child-pid|exit-code)"\s*:\s*(-?\d+)')
+
+
+def _read_status(fd: int, events: dict) -> None:
+    """bwrap's --json-status-fd: note when the program started and its exit code."""
+    buf = b""
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while True:
+            chunk = f.read(4096)
+            if not chunk:
+                return
+            buf += chunk
+            for key, value in _STATUS_RE.findall(buf):
+                events.setdefault(key.decode(), int(value))
+            buf = buf[-256:]

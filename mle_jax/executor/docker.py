@@ -1,0 +1,246 @@
+"""The Docker sandbox: one container per run through the docker SDK (Docker, or Podman's compatible socket).
+
+The container: image from sandboxes/Dockerfile (built and cached by `image.ensure_image`), no network,
+read-only root, size-capped tmpfs /tmp, memory (no swap) / pids / cpu limits, nofile/nproc/fsize/core
+ulimits, all capabilities dropped, no-new-privileges, an unprivileged user; the task's public data
+read-only at DATA_MOUNT, a fresh work dir read-write as the cwd, the host's sandbox venv read-only at
+/opt/sandbox-venv. Output is streamed over an attach socket into bounded buffers (the log driver is
+"none", so nothing is written to disk). Δt is the container's StartedAt -> FinishedAt.
+
+OOM: Docker reports State.OOMKilled; Podman with runc on cgroup v1 (this host) does not, so a SIGKILL we
+did not send is counted as OOM too (inside the container only the kernel's OOM killer or the program
+itself can send one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from mle_jax.executor.capture import BoundedCapture
+from mle_jax.executor.image import ensure_image
+from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.executor.runtime import VENV_MOUNT, check_venv, venv_of
+from mle_jax.executor.sandbox import (
+    classify,
+    data_mount,
+    sandbox_env,
+    signal_exit_code,
+    signal_name,
+    work_mount,
+)
+from mle_jax.executor.workspace import (
+    CODE_NAME,
+    DiskWatchdog,
+    collect_submission,
+    create_workspace,
+    remove_tree,
+)
+from mle_jax.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 65534
+_MAX_SUBMISSION_BYTES = 256 << 20
+LABEL = "org.mle_jax.sandbox"
+
+
+def _import_docker():
+    try:
+        import docker
+    except ImportError as e:
+        raise ImportError("the docker backend needs the docker SDK: .venv/bin/pip install docker") from e
+    return docker
+
+
+_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
+
+
+def _parse_time(s: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds -> epoch seconds."""
+    m = _TIME_RE.match(s)
+    if m is None:
+        raise ValueError(f"not an RFC 3339 time: {s!r}")
+    tz = m.group(3) or "Z"
+    t = datetime.fromisoformat(m.group(1) + ("+00:00" if tz == "Z" else tz))
+    return t.timestamp() + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
+class DockerSandbox:
+    """Runs programs in containers. Thread-safe (one container per run).
+
+    image: tag of the executor image; built from sandboxes/Dockerfile when missing or stale (build=True).
+    base_url: the Docker API socket (default: DOCKER_HOST / the local Docker).
+    python: the host sandbox venv's interpreter to mount (default .sandbox-venv/bin/python).
+    """
+
+    backend = "docker"
+
+    def __init__(
+        self,
+        image: str = "mle-jax-sandbox:latest",
+        base_url: str | None = None,
+        python: str | Path | None = None,
+        work_root: str | Path | None = None,
+        out_root: str | Path | None = None,
+        max_work_mb: int = 8192,
+        keep_work: bool = False,
+        build: bool = True,
+        base_image: str | None = None,
+    ):
+        docker = _import_docker()
+        self._errors = docker.errors
+        self.client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        self.image = image
+        if build:
+            ensure_image(self.client, image, base=base_image)
+        self.venv = venv_of(python)
+        check_venv(self.venv)
+        base = Path(os.environ.get("TMPDIR", "/tmp")) / f"mle_jax_docker_{os.getpid()}"
+        self.work_root = Path(work_root) if work_root else base / "work"
+        self.out_root = Path(out_root) if out_root else base / "results"
+        self.max_work_mb = max_work_mb
+        self.keep_work = keep_work
+
+    def _create(self, task: Task, limits: Limits, work_dir: Path):
+        from docker.types import LogConfig, Ulimit
+
+        mem = limits.memory_mb << 20
+        cpu = int(limits.timeout_s * max(1, limits.cpus)) + 2
+        fsize = limits.max_file_mb << 20
+        tmp_mb = max(64, min(limits.memory_mb // 2, self.max_work_mb))
+        # `timeout` is a backstop for a container whose executor died (we kill it ourselves normally).
+        backstop = str(int(limits.timeout_s) + 30)
+        return self.client.containers.create(
+            self.image,
+            ["timeout", "-s", "KILL", backstop, f"{VENV_MOUNT}/bin/python", CODE_NAME],
+            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            working_dir=work_mount(task.id),
+            environment=sandbox_env(task.id, limits, VENV_MOUNT),
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"size={tmp_mb}m,mode=1777"},
+            shm_size=f"{max(64, limits.memory_mb // 4)}m",
+            mem_limit=mem,
+            memswap_limit=mem,
+            pids_limit=limits.max_procs,
+            nano_cpus=int(limits.cpus * 1e9),
+            ulimits=[
+                Ulimit(name="nofile", soft=4096, hard=4096),
+                Ulimit(name="nproc", soft=limits.max_procs, hard=limits.max_procs),
+                Ulimit(name="fsize", soft=fsize, hard=fsize),
+                Ulimit(name="cpu", soft=cpu, hard=cpu + 5),
+                Ulimit(name="core", soft=0, hard=0),
+            ],
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            volumes={
+                str(Path(task.public_dir).resolve()): {"bind": data_mount(task.id).rstrip("/"), "mode": "ro"},
+                str(work_dir): {"bind": work_mount(task.id), "mode": "rw"},
+                str(self.venv.resolve()): {"bind": VENV_MOUNT, "mode": "ro"},
+            },
+            log_config=LogConfig(type="none"),
+            labels={LABEL: "1", f"{LABEL}.deadline": str(int(time.time() + limits.timeout_s + 60))},
+            hostname="sandbox",
+            detach=True,
+        )
+
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
+        if not Path(task.public_dir).is_dir():
+            raise FileNotFoundError(f"task {task.id}: public dir {task.public_dir} does not exist")
+        ws = create_workspace(self.work_root, self.out_root, code, SANDBOX_UID, SANDBOX_UID)
+        container = None
+        try:
+            container = self._create(task, limits, ws.work_dir)
+            return self._run(container, ws, limits)
+        finally:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except self._errors.APIError as e:
+                    log.warning("could not remove container %s: %s", container.id[:12], e)
+            if not self.keep_work:
+                remove_tree(ws.work_dir)
+
+    def _run(self, container, ws, limits: Limits) -> ExecResult:
+        out, err = BoundedCapture(limits.max_output_bytes), BoundedCapture(limits.max_output_bytes)
+        stream = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=False)
+
+        def drain() -> None:
+            try:
+                for o, e in stream:
+                    if o:
+                        out.feed(o)
+                    if e:
+                        err.feed(e)
+            except Exception as ex:  # the socket closes under us when the container is killed
+                log.debug("attach stream ended: %s", ex)
+
+        reader = threading.Thread(target=drain, name="docker-attach", daemon=True)
+        reader.start()
+        killed_reason = ""
+        lock = threading.Lock()
+
+        def kill(reason: str) -> None:
+            nonlocal killed_reason
+            with lock:
+                killed_reason = killed_reason or reason
+            try:
+                container.kill()
+            except self._errors.APIError:
+                pass  # already gone
+
+        t_start = time.monotonic()
+        container.start()
+        timed_out = False
+        with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
+            try:
+                container.wait(timeout=limits.timeout_s)
+            except Exception:  # requests' ReadTimeout / ConnectionError: the wall-clock limit
+                timed_out = True
+                kill("timeout")
+                container.wait(timeout=60)
+        t_end = time.monotonic()
+        reader.join(timeout=10)
+        container.reload()
+        state = container.attrs["State"]
+        exit_code = signal_exit_code(state.get("ExitCode"))
+        try:
+            duration = _parse_time(state["FinishedAt"]) - _parse_time(state["StartedAt"])
+        except (KeyError, ValueError):
+            duration = t_end - t_start
+        if not 0 <= duration <= t_end - t_start + 1:
+            duration = t_end - t_start
+        oom = bool(state.get("OOMKilled")) or (exit_code == -9 and not killed_reason)
+        stdout, stderr = out.text(), err.text()
+        status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
+        (ws.out_dir / "stdout.txt").write_text(stdout)
+        (ws.out_dir / "stderr.txt").write_text(stderr)
+        cap = min(limits.max_file_mb << 20, _MAX_SUBMISSION_BYTES)
+        submission, why = collect_submission(ws.work_dir, ws.out_dir, cap)
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            duration_s=duration,
+            stdout_tail=stdout,
+            stderr_tail=stderr,
+            submission_path=submission,
+            extra={
+                "backend": self.backend,
+                "run_id": ws.run_id,
+                "results_dir": str(ws.out_dir),
+                "container": container.id[:12],
+                "signal": signal_name(exit_code),
+                "killed_reason": killed_reason,
+                "disk_exceeded": watchdog.exceeded,
+                "submission_reason": why,
+                "stdout_bytes": out.total_bytes,
+                "stderr_bytes": err.total_bytes,
+                "wall_s": t_end - t_start,
+            },
+        )

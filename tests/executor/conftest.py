@@ -1,0 +1,21 @@
+"""Fixtures of the executor tests: the real pizza task prepared from ../shared/data/raw, sandboxes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mle_jax.executor.result import Limits
+from mle_jax.tasks.prepare import prepare
+from mle_jax.tasks.task import Task
+
+# Short limits for hostile programs: the machine is shared.
+HOSTILE = Limits(timeout_s=6.0, memory_mb=768, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
+NORMAL = Limits(timeout_s=60.0, memory_mb=2048, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
+
+
+@pytest.fixture(scope="session")
+def pizza_task(raw_data_dir: Path, tmp_path_factory) -> Task:
+    out = tmp_path_factory.mktemp("pizza") / "prepared"
+    return prepare("random-acts-of-pizza", raw_data_dir / "random-acts-of-pizza", out)
