@@ -19,10 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
-
-from mle_jax.executor.result import Limits
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import prepare
@@ -45,7 +44,8 @@ def evaluate(model, tokenizer, task, sandbox, limits, cfg, packages, n: int, see
     sampler = JaxSampler(model, tokenizer)
     t0 = time.perf_counter()
     comps = sampler.generate([prompt], n=n, temperature=float(cfg.sampler.temperature),
-                             top_p=float(cfg.sampler.top_p), max_tokens=int(cfg.sampler.max_tokens), seed=seed)
+                             top_p=float(cfg.sampler.top_p), max_tokens=int(cfg.sampler.max_tokens),
+                             seed=seed)
     sample_s = time.perf_counter() - t0
 
     def one(text: str):
@@ -67,7 +67,8 @@ def evaluate(model, tokenizer, task, sandbox, limits, cfg, packages, n: int, see
         kinds[o] = kinds.get(o, 0) + 1
     return {"valid_fraction": len(scores) / n, "mean_score": statistics.mean(scores) if scores else None,
             "max_score": max(scores) if scores else None, "sample_s": sample_s,
-            "run_s": time.perf_counter() - t0, "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
+            "run_s": time.perf_counter() - t0,
+            "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
             "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
 
 
@@ -84,7 +85,8 @@ def main() -> None:
         cfg.warmstart.steps = args.steps
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="mle-jax-warmstart-bench-"))
     t0 = time.perf_counter()
-    task = prepare(cfg.task.id, Path(cfg.task.raw_dir) / cfg.task.id, Path(cfg.task.data_root) / cfg.task.id / "prepared")
+    task = prepare(cfg.task.id, Path(cfg.task.raw_dir) / cfg.task.id,
+                   Path(cfg.task.data_root) / cfg.task.id / "prepared")
     prep_s = time.perf_counter() - t0
     sandbox = make_sandbox(cfg.executor.backend)
     packages = sandbox_packages()
@@ -95,15 +97,17 @@ def main() -> None:
     t0 = time.perf_counter()
     ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
     stage_s = time.perf_counter() - t0
-    after = evaluate(ws.model, ws.tokenizer, task, sandbox, limits, cfg, packages, args.samples, args.seed, workers)
+    after = evaluate(ws.model, ws.tokenizer, task, sandbox, limits, cfg, packages, args.samples, args.seed,
+                     workers)
     before = evaluate(build_policy(cfg.model, len(ws.tokenizer)), ws.tokenizer, task, sandbox, limits, cfg,
                       packages, args.samples, args.seed, workers)
     m = ws.metrics
     print(f"config {args.config}: model layers={cfg.model.num_hidden_layers} hidden={cfg.model.hidden_size} "
           f"vocab={cfg.model.vocab_size} (tokenizer {len(ws.tokenizer)})")
-    print(f"prepare {prep_s:.1f}s | warm-start stage {stage_s:.1f}s (SFT {m['wall_s']:.1f}s, {m['steps']} steps, "
-          f"loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}; corpus {m['corpus']} programs, "
-          f"mean AUC {m['corpus_score_mean']:.3f}; prompt {m['prompt_len']} + response {m['response_len']} tokens)")
+    print(f"prepare {prep_s:.1f}s | warm-start stage {stage_s:.1f}s (SFT {m['wall_s']:.1f}s, "
+          f"{m['steps']} steps, loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}; corpus {m['corpus']} "
+          f"programs, mean AUC {m['corpus_score_mean']:.3f}; prompt {m['prompt_len']} + response "
+          f"{m['response_len']} tokens)")
     for name, r in (("before SFT", before), ("after SFT", after)):
         print(f"{name:>10}: valid {r['valid_fraction']:.0%} of {args.samples} (mean score {r['mean_score']}, "
               f"max {r['max_score']}); sampling {r['sample_s']:.1f}s, running {r['run_s']:.1f}s, "

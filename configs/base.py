@@ -141,7 +141,7 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.warmstart = ml_collections.ConfigDict()  # SFT on a verified program corpus (mle_jax/warmstart)
     c.warmstart.enabled = False
-    c.warmstart.corpus_size = 256  # distinct programs drawn from the task's grid (all verified in the sandbox)
+    c.warmstart.corpus_size = 256  # distinct programs from the task grid, each verified in the sandbox
     c.warmstart.steps = 300
     c.warmstart.lr = 1e-3
     c.warmstart.batch_size = 8

@@ -228,7 +228,8 @@ _PIZZA_FEATURE_SETS = ["num", "len", "num+len", "tfidf", "tfidf+num", "tfidf+num
 
 _PIZZA_HEAD = """import numpy as np
 import pandas as pd
-{imports}from sklearn.model_selection import cross_val_score
+{imports}from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import train_test_split
 
 train = pd.read_json("{data}train.json")
 test = pd.read_json("{data}test.json")
@@ -243,8 +244,9 @@ def text(df):
 
 _PIZZA_TAIL = """
 X, X_test = features(train), features(test)
-print("cv auc:", cross_val_score(model, X, y, cv=3, scoring="roc_auc").mean())
-model.fit(X, y)
+X_tr, X_va, y_tr, y_va = train_test_split(X, y, test_size=0.2, random_state=0)
+model.fit(X_tr, y_tr)
+print("validation auc:", roc_auc_score(y_va, model.predict_proba(X_va)[:, 1]))
 pred = model.predict_proba(X_test)[:, 1]
 sub = pd.DataFrame({"request_id": test["request_id"], "requester_received_pizza": pred})
 sub.to_csv("submission.csv", index=False)
@@ -343,8 +345,8 @@ def _pizza_plan(model_desc: str, fs: str, hp: dict[str, Any]) -> str:
         ngrams = "words" if hp["ngram_range"] == (1, 1) else "words and word pairs"
         feats = feats.format(max_features=hp["max_features"], ngrams=ngrams)
     return (f"I predict requester_received_pizza from {feats}. The model is {model_desc}. "
-            "I print its 3-fold cross-validated ROC AUC, refit it on all of train.json "
-            "and write the test probabilities by request_id to submission.csv.")
+            "I fit it on 80% of train.json, print the ROC AUC on the other 20%, "
+            "and write its test probabilities by request_id to submission.csv.")
 
 
 @register(PIZZA)

@@ -24,7 +24,7 @@ from mle_jax.warmstart.sft import (
 )
 
 MESSAGES = [{"role": "system", "content": "You are given a machine learning task."},
-            {"role": "user", "content": "Predict requester_received_pizza. Write a plan, then one python block."}]
+            {"role": "user", "content": "Predict requester_received_pizza. Write a plan, then python."}]
 
 
 def test_pack_examples_layout():
@@ -52,7 +52,8 @@ def test_response_loss_matches_numpy_and_ignores_masked_positions():
     assert got == pytest.approx(want, rel=1e-5)
     logits2 = logits.copy()
     logits2[0, 2] += 100.0  # a masked position: no effect
-    assert float(response_loss(jnp.asarray(logits2), jnp.asarray(targets), jnp.asarray(mask))) == pytest.approx(got)
+    masked = response_loss(jnp.asarray(logits2), jnp.asarray(targets), jnp.asarray(mask))
+    assert float(masked) == pytest.approx(got)
 
 
 def test_batch_stream_is_seeded_and_reshuffles_each_epoch():
@@ -107,7 +108,8 @@ def test_sft_reduces_response_loss(sft_setup, tmp_path):
     assert curve[0] > 5.0  # about log(vocab) at init
     assert np.mean(curve[-5:]) < 0.6 * curve[0], curve
     after = nnx.state(model, nnx.Param)  # the model passed in is the one trained
-    assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True))
+    pairs = zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+    assert any(not np.allclose(a, b) for a, b in pairs)
 
 
 @pytest.mark.model
@@ -128,8 +130,8 @@ def test_sft_resume_continues_the_same_stream(sft_setup, tmp_path):
         return [json.loads(x)["loss"] for x in (d / "sft_metrics.jsonl").read_text().splitlines()]
 
     np.testing.assert_allclose(losses(tmp_path / "b"), losses(tmp_path / "a"), rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(nnx.state(straight, nnx.Param)), jax.tree.leaves(nnx.state(resumed, nnx.Param)),
-                    strict=True):
+    leaves = [jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (straight, resumed)]
+    for a, b in zip(*leaves, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
     # a different data seed gives a different stream (so the equality above is not vacuous)
