@@ -228,7 +228,10 @@ _PIZZA_FEATURE_SETS = ["num", "len", "num+len", "tfidf", "tfidf+num", "tfidf+num
 
 _PIZZA_HEAD = """import numpy as np
 import pandas as pd
-{imports}from sklearn.metrics import roc_auc_score
+from scipy import sparse
+from sklearn import calibration, ensemble, linear_model, naive_bayes, svm
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
 train = pd.read_json("{data}train.json")
@@ -271,65 +274,59 @@ def _pizza_features_code(fs: str, hp: dict[str, Any]) -> str:
 
 
 _DENSE = ["num", "len", "num+len"]
-# model family -> feature sets it pairs with, hyperparameter grid, import line, constructor, plan words,
-# and the sandbox package it needs (if not sklearn). Histogram/classic gradient boosting take dense
+# model family -> feature sets it pairs with, hyperparameter grid, constructor, plan words, and for
+# families outside sklearn the sandbox package they need and its import line. Histogram/classic gradient boosting take dense
 # features only (no sparse TF-IDF); naive Bayes only makes sense with the TF-IDF counts.
 _PIZZA_MODELS: dict[str, dict[str, Any]] = {
     "logreg": dict(
         features=_PIZZA_FEATURE_SETS, grid=_grid(C=[0.1, 0.3, 1.0, 3.0], class_weight=[None, "balanced"]),
-        imports="from sklearn.linear_model import LogisticRegression",
-        ctor="LogisticRegression(C={C}, class_weight={class_weight}, max_iter=1000)",
+        ctor="linear_model.LogisticRegression(C={C}, class_weight={class_weight}, max_iter=1000)",
         plan="a logistic regression with C={C} and class_weight={class_weight}"),
     "naive_bayes": dict(
         features=["tfidf", "tfidf+num", "tfidf+num+len"],
         grid=_grid(kind=["MultinomialNB", "ComplementNB"], alpha=[0.1, 0.3, 1.0]),
-        imports="from sklearn.naive_bayes import {kind}", ctor="{kind}(alpha={alpha})",
+        ctor="naive_bayes.{kind}(alpha={alpha})",
         plan="a {kind} naive Bayes model with alpha={alpha}"),
     "linear_svm": dict(
         features=_PIZZA_FEATURE_SETS, grid=_grid(C=[0.03, 0.1, 0.3, 1.0]),
-        imports="from sklearn.calibration import CalibratedClassifierCV\nfrom sklearn.svm import LinearSVC",
-        ctor="CalibratedClassifierCV(LinearSVC(C={C}), cv=3)",
+        ctor="calibration.CalibratedClassifierCV(svm.LinearSVC(C={C}), cv=3)",
         plan="a linear SVM with C={C}, calibrated to probabilities"),
     "random_forest": dict(
         features=_PIZZA_FEATURE_SETS,
         grid=_grid(n_estimators=[100, 200], max_depth=[8, 16, None], min_samples_leaf=[1, 3]),
-        imports="from sklearn.ensemble import RandomForestClassifier",
-        ctor="RandomForestClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
+        ctor="ensemble.RandomForestClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
              "min_samples_leaf={min_samples_leaf}, random_state=0)",
         plan="a random forest of {n_estimators} trees with max_depth={max_depth} and "
              "min_samples_leaf={min_samples_leaf}"),
     "extra_trees": dict(
         features=_PIZZA_FEATURE_SETS,
         grid=_grid(n_estimators=[100, 200], max_depth=[8, 16, None], min_samples_leaf=[1, 3]),
-        imports="from sklearn.ensemble import ExtraTreesClassifier",
-        ctor="ExtraTreesClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
+        ctor="ensemble.ExtraTreesClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
              "min_samples_leaf={min_samples_leaf}, random_state=0)",
         plan="extra trees, {n_estimators} of them, with max_depth={max_depth} and "
              "min_samples_leaf={min_samples_leaf}"),
     "gradient_boosting": dict(
         features=_DENSE, grid=_grid(n_estimators=[100, 200], learning_rate=[0.05, 0.1], max_depth=[2, 3]),
-        imports="from sklearn.ensemble import GradientBoostingClassifier",
-        ctor="GradientBoostingClassifier(n_estimators={n_estimators}, learning_rate={learning_rate}, "
+        ctor="ensemble.GradientBoostingClassifier(n_estimators={n_estimators}, learning_rate={learning_rate}, "
              "max_depth={max_depth})",
         plan="gradient boosting with {n_estimators} trees of depth {max_depth} "
              "and learning rate {learning_rate}"),
     "hist_gradient_boosting": dict(
         features=_DENSE, grid=_grid(max_iter=[100, 200], learning_rate=[0.05, 0.1], max_leaf_nodes=[15, 31]),
-        imports="from sklearn.ensemble import HistGradientBoostingClassifier",
-        ctor="HistGradientBoostingClassifier(max_iter={max_iter}, learning_rate={learning_rate}, "
+        ctor="ensemble.HistGradientBoostingClassifier(max_iter={max_iter}, learning_rate={learning_rate}, "
              "max_leaf_nodes={max_leaf_nodes})",
         plan="histogram gradient boosting with {max_iter} iterations, learning rate {learning_rate} and "
              "{max_leaf_nodes} leaves"),
     "xgboost": dict(
-        features=_PIZZA_FEATURE_SETS, package="xgboost", imports="from xgboost import XGBClassifier",
+        features=_PIZZA_FEATURE_SETS, package="xgboost", imports="import xgboost",
         grid=_grid(n_estimators=[100, 200], max_depth=[3, 5], learning_rate=[0.05, 0.1]),
-        ctor="XGBClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
+        ctor="xgboost.XGBClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
              "learning_rate={learning_rate}, n_jobs=1)",
         plan="XGBoost with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}"),
     "lightgbm": dict(
-        features=_PIZZA_FEATURE_SETS, package="lightgbm", imports="from lightgbm import LGBMClassifier",
+        features=_PIZZA_FEATURE_SETS, package="lightgbm", imports="import lightgbm",
         grid=_grid(n_estimators=[100, 200], num_leaves=[15, 31], learning_rate=[0.05, 0.1]),
-        ctor="LGBMClassifier(n_estimators={n_estimators}, num_leaves={num_leaves}, "
+        ctor="lightgbm.LGBMClassifier(n_estimators={n_estimators}, num_leaves={num_leaves}, "
              "learning_rate={learning_rate}, n_jobs=1, verbose=-1)",
         plan="LightGBM with {n_estimators} trees, {num_leaves} leaves and learning rate {learning_rate}"),
 }
@@ -362,13 +359,10 @@ def pizza_programs(packages: frozenset[str]) -> list[CorpusItem]:
                 hp = {**model_hp, **text_hp}
                 shown = {k: _fmt(v) if isinstance(v, float | str) and k != "kind" else v
                          for k, v in model_hp.items()}
-                imports = spec["imports"].format(**model_hp) + "\n"
-                if "tfidf" in fs:
-                    imports = ("from scipy import sparse\n" if "+" in fs else "") + imports + \
-                        "from sklearn.feature_extraction.text import TfidfVectorizer\n"
-                code = (_PIZZA_HEAD.format(data=public_dir_in_sandbox(PIZZA), imports=imports)
-                        + _pizza_features_code(fs, hp) + f"model = {spec['ctor'].format(**shown)}\n"
-                        + _PIZZA_TAIL)
+                # optional packages are imported where the model is built: the import sits next to its use
+                local_import = spec["imports"] + "\n\n" if "imports" in spec else ""
+                code = (_PIZZA_HEAD.format(data=public_dir_in_sandbox(PIZZA)) + _pizza_features_code(fs, hp)
+                        + local_import + f"model = {spec['ctor'].format(**shown)}\n" + _PIZZA_TAIL)
                 plan = _pizza_plan(spec["plan"].format(**model_hp), fs, hp)
                 items.append(CorpusItem(plan, code, {"task": PIZZA, "model": family, "features": fs,
                                                      "hparams": hp}))
