@@ -90,3 +90,16 @@ def test_verify_corpus_keeps_only_valid_programs_in_order():
     broken = CorpusItem("plan.", "def f(:\n", {"model": "x", "features": "y", "hparams": {}})
     with pytest.raises(SyntaxError, match="does not parse"):
         verify_corpus([broken], PIZZA, lambda code: (G(True, 1.0), 1.0), progress=False)
+
+
+def test_spooky_grid_is_well_formed_and_diverse():
+    from mle_jax.warmstart.corpus import SPOOKY
+
+    grid = full_grid(SPOOKY)
+    assert len({it.key for it in grid}) == len(grid) >= 200
+    for it in grid:
+        ast.parse(it.code)
+        assert public_dir_in_sandbox(SPOOKY) + "train.csv" in it.code and '"submission.csv"' in it.code
+        assert "predict_proba(X_test)" in it.code and 'sub.insert(0, "id"' in it.code
+    items = generate_corpus(SPOOKY, 12, seed=0)
+    assert len({it.meta["model"] for it in items}) == 4

@@ -10,7 +10,7 @@ from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.tasks.prepare import prepare
-from mle_jax.warmstart.corpus import PIZZA, full_grid, generate_corpus, sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.corpus import PIZZA, SPOOKY, full_grid, generate_corpus, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.stage import verify_cached
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
@@ -55,6 +55,16 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
     assert [v.item for v in first] == [items[0]] and len(calls) == 2
     again = verify_cached([broken, items[0]], pizza, counting, cache, workers=2, progress=False)
     assert [v.score for v in again] == [v.score for v in first] and len(calls) == 2
+
+
+@pytest.mark.integration
+def test_a_spooky_program_runs_and_grades_in_bwrap(raw_data_dir: Path, tmp_path):
+    task = prepare(SPOOKY, raw_data_dir / SPOOKY, tmp_path / "spooky" / "prepared")
+    item = next(it for it in generate_corpus(task.spec, 8, seed=0) if it.meta["model"] == "logreg")
+    run_fn = sandbox_run_fn(make_sandbox("bwrap"), task, LIMITS)
+    verified = verify_corpus([item], task, run_fn, progress=False)
+    assert len(verified) == 1
+    assert 0.2 < verified[0].score < 1.0  # multi-class log loss of a linear text model (uniform: 1.10)
 
 
 def test_grid_gates_on_the_sandbox_packages():
