@@ -1,7 +1,7 @@
 """Warm start on the embedded config: how many sampled programs run and grade, before vs after SFT.
 
     .venv/bin/python bench/warmstart_valid_fraction.py [--config configs/pizza.py:cpu] [--samples 32]
-        [--workdir DIR] [--steps N]
+        [--workdir DIR] [--steps N] [--sandbox-python PATH] [--packages a,b,c]
 
 Prepares the task, runs the warm-start stage (corpus -> verify in the sandbox -> task tokenizer -> SFT),
 then samples `--samples` responses from the RL scratch prompt at the config's temperature with the JAX
@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--workdir", default="")
     ap.add_argument("--steps", type=int, default=0, help="override cfg.warmstart.steps")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sandbox-python", default="", help="override cfg.executor.sandbox_python")
+    ap.add_argument("--packages", default="", help="comma list; default: probe the sandbox venv")
     args = ap.parse_args()
     cfg = load_config(args.config)
     if args.steps:
@@ -88,8 +90,12 @@ def main() -> None:
     task = prepare(cfg.task.id, Path(cfg.task.raw_dir) / cfg.task.id,
                    Path(cfg.task.data_root) / cfg.task.id / "prepared")
     prep_s = time.perf_counter() - t0
-    sandbox = make_sandbox(cfg.executor.backend)
-    packages = sandbox_packages()
+    if args.sandbox_python:
+        cfg.executor.sandbox_python = args.sandbox_python
+    opts = {"python": cfg.executor.sandbox_python} if cfg.executor.sandbox_python else {}
+    sandbox = make_sandbox(cfg.executor.backend, **opts)
+    packages = args.packages.split(",") if args.packages else sandbox_packages(
+        Path(cfg.executor.sandbox_python).parent.parent if cfg.executor.sandbox_python else None)
     limits = Limits(timeout_s=float(cfg.executor.timeout_s), memory_mb=int(cfg.executor.memory_mb),
                     cpus=int(cfg.executor.cpus))
     workers = int(cfg.executor.slots) or 2

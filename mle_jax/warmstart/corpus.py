@@ -22,10 +22,11 @@ and decorate it with `@register("<task-id>")`. `generate_corpus` does the seeded
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import random
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,11 +142,14 @@ def check_parses(items: Sequence[CorpusItem]) -> None:
 
 
 def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers: int = 1,
-                  progress: bool = True) -> list[VerifiedItem]:
+                  progress: bool = True,
+                  on_result: Callable[[CorpusItem, VerifiedItem | None], None] | None = None
+                  ) -> list[VerifiedItem]:
     """Runs every item with `run_fn` and returns those that graded valid, in input order, with score.
 
     `task` is only used for messages; `run_fn` already knows the task (see `sandbox_run_fn`).
     Invalid programs are dropped (a generator bug: the caller decides whether that is fatal).
+    on_result(item, verified or None) is called in this thread as each run finishes (e.g. to cache it).
     """
     check_parses(items)
     task_id = task if isinstance(task, str) else getattr(task, "id", str(task))
@@ -157,18 +161,21 @@ def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers
         return VerifiedItem(it, float(grade.score), float(duration))
 
     results: list[VerifiedItem | None] = [None] * len(items)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(one, it) for it in items]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, contextlib.ExitStack() as stack:
+        index = {pool.submit(one, it): i for i, it in enumerate(items)}
+        bar = None
         if progress:
             from rich.progress import Progress
 
-            with Progress(transient=True) as bar:
-                t = bar.add_task(f"verify {task_id} corpus", total=len(items))
-                for i, f in enumerate(futures):
-                    results[i] = f.result()
-                    bar.advance(t)
-        else:
-            results = [f.result() for f in futures]
+            bar = stack.enter_context(Progress(transient=True))
+            bar_task = bar.add_task(f"verify {task_id} corpus", total=len(items))
+        for f in as_completed(index):
+            i = index[f]
+            results[i] = f.result()
+            if on_result is not None:
+                on_result(items[i], results[i])
+            if bar is not None:
+                bar.advance(bar_task)
     return [r for r in results if r is not None]
 
 

@@ -51,15 +51,17 @@ def verify_cached(items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_pat
                 seen[rec["sha256"]] = rec
     todo = [it for it in items if _sha(it.code) not in seen]
     if todo:
-        ok = {_sha(v.item.code): v for v in verify_corpus(todo, task, run_fn, workers, progress)}
         with cache_path.open("a") as f:
-            for it in todo:
-                v = ok.get(_sha(it.code))
+
+            def record(it: CorpusItem, v: VerifiedItem | None) -> None:  # as each run ends: kill-safe
                 rec = {"sha256": _sha(it.code), "valid": v is not None, "score": v.score if v else None,
                        "duration_s": v.duration_s if v else None,
                        "meta": {**it.meta, "hparams": str(it.meta["hparams"])}}
                 seen[rec["sha256"]] = rec
                 f.write(json.dumps(rec) + "\n")
+                f.flush()
+
+            verify_corpus(todo, task, run_fn, workers, progress, on_result=record)
     out = []
     for it in items:
         rec = seen[_sha(it.code)]
