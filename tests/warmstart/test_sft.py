@@ -80,7 +80,7 @@ def sft_setup(tmp_path_factory):
 
 
 def _cfg(**kw):
-    c = dict(steps=30, lr=1e-2, batch_size=4, warmup_steps=3, max_response_tokens=640, max_prompt_tokens=256,
+    c = dict(steps=24, lr=1e-2, batch_size=4, warmup_steps=3, max_response_tokens=640, max_prompt_tokens=256,
              seed=0, log_every=1, checkpoint_every=100)
     c.update(kw)
     return c
@@ -97,44 +97,54 @@ def test_task_tokenizer_speaks_chatml_and_round_trips(sft_setup):
     assert max(len(r) for r in responses) < 520  # the programs stay short in the task tokenizer
 
 
-@pytest.mark.model
-def test_sft_reduces_response_loss(sft_setup, tmp_path):
+@pytest.fixture(scope="module")
+def straight_run(sft_setup, tmp_path_factory):
+    """One uninterrupted SFT run, shared by the loss test and the resume test (its reference)."""
     tok, config, examples, _ = sft_setup
     model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
     before = jax.tree.map(np.array, nnx.state(model, nnx.Param))
-    metrics = run_sft(model, tok, examples, _cfg(), tmp_path, progress=False)
-    curve = [json.loads(line)["loss"] for line in (tmp_path / "sft_metrics.jsonl").read_text().splitlines()]
-    assert len(curve) == 30 and metrics["steps"] == 30
+    workdir = tmp_path_factory.mktemp("straight")
+    metrics = run_sft(model, tok, examples, _cfg(), workdir, progress=False)
+    return model, before, workdir, metrics
+
+
+def _losses(workdir):
+    return [json.loads(x)["loss"] for x in (workdir / "sft_metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.model
+def test_sft_reduces_response_loss(straight_run):
+    model, before, workdir, metrics = straight_run
+    curve = _losses(workdir)
+    assert len(curve) == 24 and metrics["steps"] == 24
     assert curve[0] > 5.0  # about log(vocab) at init
-    assert np.mean(curve[-5:]) < 0.6 * curve[0], curve
+    assert np.mean(curve[-4:]) < 0.6 * curve[0], curve
     after = nnx.state(model, nnx.Param)  # the model passed in is the one trained
     pairs = zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
     assert any(not np.allclose(a, b) for a, b in pairs)
 
 
 @pytest.mark.model
-def test_sft_resume_continues_the_same_stream(sft_setup, tmp_path):
+def test_sft_resume_continues_the_same_stream(sft_setup, straight_run, tmp_path):
     tok, config, examples, _ = sft_setup
-    cfg = _cfg(steps=6, checkpoint_every=3, log_every=1)
-    straight = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
-    run_sft(straight, tok, examples, cfg, tmp_path / "a", progress=False)
-
+    straight, _, straight_dir, _ = straight_run
+    cfg = _cfg(checkpoint_every=12)
     first = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
-    m1 = run_sft(first, tok, examples, cfg, tmp_path / "b", progress=False, stop_at=3)
-    assert m1["steps"] == 3 and m1["resumed_from"] is None
-    resumed = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))  # fresh weights: all state comes from the checkpoint
-    m2 = run_sft(resumed, tok, examples, cfg, tmp_path / "b", progress=False)
-    assert m2["resumed_from"] == 3 and m2["steps"] == 6
-
-    def losses(d):
-        return [json.loads(x)["loss"] for x in (d / "sft_metrics.jsonl").read_text().splitlines()]
-
-    np.testing.assert_allclose(losses(tmp_path / "b"), losses(tmp_path / "a"), rtol=1e-5)
+    m1 = run_sft(first, tok, examples, cfg, tmp_path, progress=False, stop_at=12)
+    assert m1["steps"] == 12 and m1["resumed_from"] is None
+    # the checkpoint holds the stream position (12 batches drawn), restored below
+    assert _iter_state(tmp_path / "sft_ckpt", 12) == {"next_index": 12}
+    resumed = Qwen2ForCausalLM(config, rngs=nnx.Rngs(1))  # other weights: all state comes from the checkpoint
+    m2 = run_sft(resumed, tok, examples, cfg, tmp_path, progress=False)
+    assert m2["resumed_from"] == 12 and m2["steps"] == 24
+    np.testing.assert_allclose(_losses(tmp_path), _losses(straight_dir), rtol=1e-4)
     leaves = [jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (straight, resumed)]
     for a, b in zip(*leaves, strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
 
-    # a different data seed gives a different stream (so the equality above is not vacuous)
-    other = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
-    run_sft(other, tok, examples, _cfg(steps=6, seed=1, log_every=1), tmp_path / "c", progress=False)
-    assert not np.allclose(losses(tmp_path / "c")[1:], losses(tmp_path / "a")[1:])
+
+def _iter_state(ckpt_dir, step):
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(ckpt_dir) as mgr:
+        return mgr.restore(step, args=ocp.args.Composite(data_iter=ocp.args.JsonRestore()))["data_iter"]
