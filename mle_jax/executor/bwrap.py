@@ -64,6 +64,27 @@ _MAX_SUBMISSION_BYTES = 256 << 20
 # Mount points root binds the run's dirs on (in the run's private mount ns); its parents must be
 # traversable by the sandbox's unprivileged uid, which /tmp is.
 STAGE_ROOT = Path("/tmp/mle_jax_stage")
+CGROUP_PREFIX = "mle_jax_"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def reap_stale(stage_root: Path, cgroup_prefix: str) -> None:
+    """Remove staging dirs and cgroups left by executors that died mid-run (named <pid>_<run>)."""
+    if stage_root.is_dir():
+        for d in stage_root.iterdir():
+            owner = d.name.split("_", 1)[0]
+            if owner.isdigit() and not _pid_alive(int(owner)):
+                _remove_mount_points(d)
+    RunCgroup.reap_stale(cgroup_prefix, _pid_alive)
 
 
 class SandboxSetupError(RuntimeError):
@@ -138,6 +159,17 @@ class BwrapSandbox:
         self.use_cgroups = use_cgroups and self.root
         self.keep_work = keep_work
         self.profile_args = profile_args(load_profile(Path(profile)))
+        if self.root:
+            reap_stale(STAGE_ROOT, CGROUP_PREFIX)
+            for d in base.parent.glob("mle_jax_sandbox_*"):  # default work roots of dead executors
+                owner = d.name.rsplit("_", 1)[-1]
+                if owner.isdigit() and not _pid_alive(int(owner)):
+                    try:
+                        remove_tree(d / "work")
+                        for empty in (d / "results", d):  # results stay unless nobody wrote any
+                            empty.rmdir()
+                    except OSError as e:  # best effort: another executor may be cleaning it too
+                        log.debug("leaving %s: %s", d, e)
         self.uids = UidPool()
 
     # -- command ---------------------------------------------------------------------------------
@@ -222,14 +254,15 @@ class BwrapSandbox:
         ws = create_workspace(self.work_root, self.out_root, code, uid, uid)
         stage = None
         if self.root:
-            stage = STAGE_ROOT / ws.run_id
+            stage = STAGE_ROOT / f"{os.getpid()}_{ws.run_id}"
             STAGE_ROOT.mkdir(mode=0o711, exist_ok=True)
             for name in ("venv", "public", "work"):
                 (stage / name).mkdir(parents=True)
             stage.chmod(0o755)
         cgroup = None
         if self.use_cgroups:
-            cgroup = RunCgroup.create(f"mle_jax_{ws.run_id}", limits.memory_mb, limits.max_procs, limits.cpus)
+            name = f"{CGROUP_PREFIX}{os.getpid()}_{ws.run_id}"
+            cgroup = RunCgroup.create(name, limits.memory_mb, limits.max_procs, limits.cpus)
         try:
             sources = {"venv": self.venv.resolve(), "public": public, "work": ws.work_dir}
             return self._run(ws, task, limits, uid, cgroup, sources, stage)
@@ -237,7 +270,7 @@ class BwrapSandbox:
             if cgroup is not None:
                 cgroup.destroy()
             if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)  # empty mount points (the mounts died with the ns)
+                _remove_mount_points(stage)
             if not self.keep_work:
                 remove_tree(ws.work_dir)
             self.uids.release(uid)
@@ -267,15 +300,21 @@ class BwrapSandbox:
             os.close(started_w)
 
         def kill(reason: str) -> None:
+            # Kill the sandbox's init (pid 1 of its pid namespace): the kernel then kills everything in
+            # the namespace and the outer bwrap reaps it and exits. Killing the outer bwrap first would
+            # orphan that init to the host's pid 1, which may never reap it (a zombie per timeout).
+            # While the outer bwrap lives, its child's pid cannot be reused, so this cannot hit a stranger.
             nonlocal killed_reason
             with lock:
                 killed_reason = killed_reason or reason
+            child = events.get("child-pid")
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                if child is not None and proc.poll() is None:
+                    os.kill(int(child), signal.SIGKILL)
+                else:
+                    os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            if cgroup is not None:
-                cgroup.kill_all()
 
         threads = [
             threading.Thread(target=_read_status, args=(status_r, events), daemon=True),
@@ -291,6 +330,12 @@ class BwrapSandbox:
             except subprocess.TimeoutExpired:
                 timed_out = True
                 kill("timeout")
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # the outer bwrap did not follow its child: take it all down
+                os.killpg(proc.pid, signal.SIGKILL)
+                if cgroup is not None:
+                    cgroup.kill_all()
                 proc.wait()
         t_end = time.monotonic()
         # The program is gone; anything it left behind (there should be nothing: the pid namespace died
@@ -305,6 +350,8 @@ class BwrapSandbox:
             raise SandboxSetupError(f"sandbox did not start (exit {proc.returncode}): {err.text()[-2000:]}")
         raw_exit = events.get("exit-code")
         exit_code = signal_exit_code(int(raw_exit)) if raw_exit is not None else proc.returncode
+        if timed_out or killed_reason:
+            exit_code = -signal.SIGKILL  # we killed it (bwrap may or may not have reported the child)
         oom = cgroup is not None and cgroup.oom_kills() > 0
         stdout, stderr = out.text(), err.text()
         status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
@@ -333,8 +380,20 @@ class BwrapSandbox:
                 "sandbox_start_s": t_program - t_start,
                 "wall_s": t_end - t_start,
                 "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
+                "uid": uid if self.root else os.getuid(),
             },
         )
+
+
+def _remove_mount_points(stage: Path) -> None:
+    """rmdir (never rm -r: were a bind still visible here, that would delete the data) the staging dirs."""
+    for d in (*(stage / n for n in ("venv", "public", "work")), stage):
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("could not remove staging dir %s: %s", d, e)
 
 
 def _read_started(fd: int, events: dict) -> None:

@@ -134,6 +134,27 @@ class RunCgroup:
             return None
         return group
 
+    @staticmethod
+    def reap_stale(prefix: str, pid_alive) -> None:
+        """Kill and remove groups named <prefix><pid>_<run> under our own cgroups whose owner pid is dead."""
+        try:
+            v1_mounts, v2_mount = _mounts()
+            v1_own, v2_own = _own_paths()
+        except OSError:
+            return
+        parents = [m / v1_own.get(c, "/").lstrip("/") for c, m in v1_mounts.items()]
+        if v2_mount is not None and v2_own is not None:
+            parents.append(v2_mount / v2_own.lstrip("/"))
+        for parent in parents:
+            try:
+                entries = [d for d in parent.iterdir() if d.is_dir() and d.name.startswith(prefix)]
+            except OSError:
+                continue
+            for d in entries:
+                owner = d.name[len(prefix):].split("_", 1)[0]
+                if owner.isdigit() and not pid_alive(int(owner)):
+                    RunCgroup(0, {"stale": d}).destroy()
+
     def procs_files(self) -> list[Path]:
         """cgroup.procs of each group the run must join (write a pid to each)."""
         return [d / "cgroup.procs" for d in self.dirs.values()]

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 SANDBOX_UID = 65534
 _MAX_SUBMISSION_BYTES = 256 << 20
+_NPROC_ULIMIT = 8192
 LABEL = "org.mle_jax.sandbox"
 
 
@@ -132,7 +133,9 @@ class DockerSandbox:
             nano_cpus=int(limits.cpus * 1e9),
             ulimits=[
                 Ulimit(name="nofile", soft=4096, hard=4096),
-                Ulimit(name="nproc", soft=limits.max_procs, hard=limits.max_procs),
+                # every container runs as the same uid and NPROC counts per uid across containers, so
+                # the per-run bound is pids_limit; this only has to stay under the host's hard limit
+                Ulimit(name="nproc", soft=_NPROC_ULIMIT, hard=_NPROC_ULIMIT),
                 Ulimit(name="fsize", soft=fsize, hard=fsize),
                 Ulimit(name="cpu", soft=cpu, hard=cpu + 5),
                 Ulimit(name="core", soft=0, hard=0),

@@ -130,7 +130,9 @@ class DiskWatchdog:
 def remove_tree(path: Path) -> None:
     """Delete an untrusted tree (the sandbox may have made parts of it read-only)."""
 
-    def _fix(func, p, _exc):
+    def _fix(func, p, exc):
+        if isinstance(exc[1], FileNotFoundError):  # gone already (a concurrent cleaner)
+            return
         try:
             os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)

@@ -26,6 +26,7 @@ from mle_jax.instrument.progress import PROGRESS_PRINTS
 from mle_jax.instrument.verify import verify
 
 IMPORTED, LOADED, DEFINED, TRAIN_LOSS, TRAINED, TEST_LOSS, PREDICTED = PROGRESS_PRINTS
+_ORDER = (IMPORTED, LOADED, DEFINED, TRAINED, TRAIN_LOSS, TEST_LOSS, PREDICTED)  # the order stages complete
 
 _READ_CALLS = {
     "read_csv", "read_json", "read_parquet", "read_table", "read_excel", "read_feather", "read_pickle",
@@ -34,7 +35,7 @@ _READ_CALLS = {
 }
 _LOAD_MODULES = {"np", "numpy", "json", "pickle", "joblib", "pd", "pandas"}
 _MODEL_NAME = re.compile(
-    r"^[A-Z]\w*(Classifier|Regressor|Regression|Model|Net|Network|Booster|SVC|SVR|NB|Sequential|Pipeline|"
+    r"^([A-Z]\w*)?(Classifier|Regressor|Regression|Model|Net|Network|Booster|SVC|SVR|NB|Sequential|Pipeline|"
     r"SearchCV|CV|Forest|Ridge|Lasso|ElasticNet|Neighbors|Perceptron|Boost|Trees|Tree|MLP|LSTM|GRU|"
     r"Transformer|Ensemble)$"
 )
@@ -56,6 +57,18 @@ _TEST = re.compile(r"test", re.I)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _TERMINAL = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _always_exits(stmt: ast.stmt) -> bool:
+    """True when control never reaches the statement after `stmt` (a print there would never run)."""
+    if isinstance(stmt, _TERMINAL):
+        return True
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return bool(stmt.body) and _always_exits(stmt.body[-1])
+    if isinstance(stmt, ast.If):
+        both = bool(stmt.body and stmt.orelse)
+        return both and _always_exits(stmt.body[-1]) and _always_exits(stmt.orelse[-1])
+    return False
 
 
 def _name(func: ast.expr) -> str:
@@ -265,7 +278,7 @@ class _Instrumenter:
 
     def _prints_for(self, stmt: ast.stmt | None, events: set[str]) -> list[str]:
         out = []
-        for p in PROGRESS_PRINTS:
+        for p in _ORDER:
             if p == IMPORTED or p not in events:
                 continue
             out.append(self._loss_print(stmt, p) if p in (TRAIN_LOSS, TEST_LOSS) and stmt is not None
@@ -295,8 +308,9 @@ class _Instrumenter:
                 continue
             if isinstance(stmt, _TERMINAL):
                 continue
-            events = self._expr_events(_header_nodes(stmt), in_training_loop=False)
-            self._add(self.after, stmt, body, self._prints_for(stmt, events))
+            if not _always_exits(stmt):
+                events = self._expr_events(_header_nodes(stmt), in_training_loop=False)
+                self._add(self.after, stmt, body, self._prints_for(stmt, events))
             for name in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, name, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
@@ -305,6 +319,14 @@ class _Instrumenter:
                 self.place(handler.body, top_level=False)
             for case in getattr(stmt, "cases", []):
                 self.place(case.body, top_level=False)
+
+    def merge_runs(self) -> None:
+        """`a = read(); b = read()` gets one "loaded data", after b: drop prints the next statement repeats"""
+        for key, (stmt, body, prints) in list(self.after.items()):
+            idx = next(i for i, x in enumerate(body) if x is stmt)
+            nxt = self.after.get(id(body[idx + 1])) if idx + 1 < len(body) else None
+            if nxt is not None and set(prints) <= set(nxt[2]):
+                del self.after[key]
 
     def place_imports(self) -> None:
         body = self.tree.body
@@ -349,14 +371,15 @@ class _Instrumenter:
         if any(f'"{PREDICTED}"' in p for _, _, prints in self.after.values() for p in prints):
             return
 
-        def writes_submission(stmt: ast.stmt) -> bool:
-            for node in _walk_no_scopes(stmt):
-                if isinstance(node, ast.Call) and _name(node.func) in ("to_csv", "savetxt", "open"):
-                    args = node.args + [k.value for k in node.keywords]
-                    if any("submission" in n for n in _names_in(args)) and not (
-                        _name(node.func) == "open" and _is_open_for_reading(node)
-                    ):
-                        return True
+        def writes_submission(nodes: list[ast.AST]) -> bool:
+            for top in nodes:
+                for node in _walk_no_scopes(top):
+                    if isinstance(node, ast.Call) and _name(node.func) in ("to_csv", "savetxt", "open"):
+                        args = node.args + [k.value for k in node.keywords]
+                        if any("submission" in n for n in _names_in(args)) and not (
+                            _name(node.func) == "open" and _is_open_for_reading(node)
+                        ):
+                            return True
             return False
 
         def visit(body: list[ast.stmt]) -> bool:
@@ -365,12 +388,11 @@ class _Instrumenter:
                     continue
                 inner_bodies = [getattr(stmt, n, None) for n in ("body", "orelse", "finalbody")]
                 inner_bodies = [b for b in inner_bodies if isinstance(b, list) and b]
-                if isinstance(stmt, _LOOPS) or not inner_bodies:
-                    if writes_submission(stmt):
-                        self._add(self.before, stmt, body, [f'print("{PREDICTED}")'])
-                        return True
-                    continue
-                if any(visit(b) for b in inner_bodies):
+                simple = isinstance(stmt, _LOOPS) or not inner_bodies
+                if writes_submission([stmt] if simple else _header_nodes(stmt)):
+                    self._add(self.before, stmt, body, [f'print("{PREDICTED}")'])
+                    return True
+                if not simple and any(visit(b) for b in inner_bodies):
                     return True
             return False
 
@@ -428,6 +450,7 @@ def ast_instrument(code: str) -> str:
         return code
     inst = _Instrumenter(tree)
     inst.place(tree.body, top_level=True)
+    inst.merge_runs()
     inst.place_imports()
     inst.place_predict_fallback()
     text = _render_text(code, inst)

@@ -135,13 +135,11 @@ class Qwen2Config:
 # --------------------------------------------------------------------------------------------
 
 
-def _param(
-    rngs: nnx.Rngs | None, init, shape: tuple[int, ...], axes: tuple[str | None, ...], dtype
-) -> nnx.Param:
-    """A Param with logical axis names; not eagerly sharded (sharding happens at load / jit time)."""
+def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], axes: tuple[str, ...], dtype) -> nnx.Param:
+    """A Param with logical axis names in its `out_sharding` metadata. Not eagerly sharded: the names are
+    logical, a mesh and rules turn them into shardings at load / jit time (hf.param_shardings)."""
     assert len(shape) == len(axes), (shape, axes)
-    value = init(rngs.params(), shape, dtype) if rngs is not None else init(None, shape, dtype)
-    return nnx.Param(value, out_sharding=axes, eager_sharding=False)
+    return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=axes, eager_sharding=False)
 
 
 def _normal(std: float = 0.02):

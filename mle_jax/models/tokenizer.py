@@ -16,7 +16,8 @@ CHATML_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. "
+    "You are a helpful assistant.<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"
     "{%- if not (message.role == 'system' and loop.first) %}"
@@ -40,7 +41,9 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     return tok
 
 
-def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(
+    texts: Iterable[str], vocab_size: int, out_dir: str | Path
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer (GPT-2/Qwen style) with ChatML special tokens, saved to `out_dir`.
 
     Special tokens get ids 0, 1, 2 (<|endoftext|>, <|im_start|>, <|im_end|>); eos is <|im_end|> and pad

@@ -35,7 +35,9 @@ class Qwen2ValueModel(nnx.Module):
         self.value_bias = nnx.Param(jnp.zeros((), param_dtype), out_sharding=(), eager_sharding=False)
 
     @classmethod
-    def from_policy(cls, policy: Qwen2ForCausalLM, rngs: nnx.Rngs, head_init_std: float = 0.02) -> Qwen2ValueModel:
+    def from_policy(
+        cls, policy: Qwen2ForCausalLM, rngs: nnx.Rngs, head_init_std: float = 0.02
+    ) -> Qwen2ValueModel:
         """A critic whose backbone is a copy of `policy`'s (same dtypes and shardings), with a fresh head."""
         pdtype = policy.model.embed_tokens[...].dtype
         value = nnx.eval_shape(

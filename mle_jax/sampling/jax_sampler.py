@@ -45,15 +45,23 @@ def sample_token(
     scaled = logits / jnp.where(greedy, 1.0, temperature)
     logp = jax.nn.log_softmax(scaled, axis=-1)
     vocab = logits.shape[-1]
-    order = jnp.argsort(-scaled, axis=-1)
-    sorted_logp = jnp.take_along_axis(logp, order, axis=-1)
-    rank = jnp.arange(vocab)[None, :]
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
-    mass_before = jnp.cumsum(jnp.exp(sorted_logp), axis=-1) - jnp.exp(sorted_logp)
-    keep = (rank < k) & ((mass_before < top_p) | (rank == 0))
-    choice = jax.random.categorical(key, jnp.where(keep, sorted_logp, -jnp.inf), axis=-1)
-    sampled = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
-    token = jnp.where(greedy, order[:, 0], sampled).astype(jnp.int32)
+
+    def truncated() -> jax.Array:
+        order = jnp.argsort(-scaled, axis=-1)
+        sorted_logp = jnp.take_along_axis(logp, order, axis=-1)
+        rank = jnp.arange(vocab)[None, :]
+        k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+        mass_before = jnp.cumsum(jnp.exp(sorted_logp), axis=-1) - jnp.exp(sorted_logp)
+        keep = (rank < k) & ((mass_before < top_p) | (rank == 0))
+        choice = jax.random.categorical(key, jnp.where(keep, sorted_logp, -jnp.inf), axis=-1)
+        return jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
+
+    def full() -> jax.Array:
+        return jax.random.categorical(key, logp, axis=-1)
+
+    # The vocabulary sort only runs when top-p / top-k actually truncate.
+    sampled = jax.lax.cond((top_p < 1.0) | (top_k > 0), truncated, full)
+    token = jnp.where(greedy, jnp.argmax(scaled, axis=-1), sampled).astype(jnp.int32)
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
@@ -120,7 +128,11 @@ class JaxSampler:
     model: the policy (its current params are copied at construction; `sync` swaps them).
     tokenizer: optional HF tokenizer (decodes text; its eos and ChatML stop tokens become stop ids).
     eos_ids: explicit stop ids (used instead of the tokenizer's when given; [] = never stop early).
-    min_prompt_bucket / min_batch_bucket: smallest padded prompt length / batch size (powers of two).
+    min_prompt_bucket / min_batch_bucket / min_new_bucket: smallest padded prompt length / batch size /
+    max-tokens (all rounded up to powers of two).
+    max_batch: most rows decoded together (more are split into consecutive chunks); None = all at once.
+    copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
+    donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
 
     def __init__(
@@ -134,9 +146,14 @@ class JaxSampler:
         min_prompt_bucket: int = 16,
         min_batch_bucket: int = 1,
         min_new_bucket: int = 16,
+        copy_params: bool = True,
+        max_batch: int | None = None,
     ):
         self.tokenizer = tokenizer
+        self.copy_params = copy_params
         self.graphdef, self.state = nnx.split(model)
+        if copy_params:
+            self.state = jax.tree.map(jnp.copy, self.state)
         self.config = model.config
         self.version = version
         if eos_ids is None:
@@ -152,6 +169,7 @@ class JaxSampler:
         self.min_prompt_bucket = min_prompt_bucket
         self.min_batch_bucket = min_batch_bucket
         self.min_new_bucket = min_new_bucket
+        self.max_batch = max_batch
 
     @staticmethod
     def _tokenizer_stop_ids(tokenizer: Any) -> list[int]:
@@ -164,6 +182,8 @@ class JaxSampler:
         """Takes new weights: an nnx.State of the policy (all of it or its Params) or the module itself."""
         if isinstance(params, nnx.Module):
             params = nnx.state(params)
+        if self.copy_params:
+            params = jax.tree.map(jnp.copy, params)
         model = nnx.merge(self.graphdef, self.state)
         nnx.update(model, params)
         self.graphdef, self.state = nnx.split(model)
@@ -191,6 +211,39 @@ class JaxSampler:
         bad = [t for r in rows for t in r if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+        if seed is None:
+            self._key, key = jax.random.split(self._key)
+        else:
+            key = jax.random.key(seed)
+        chunk = self.max_batch or len(rows)
+        results = [
+            self._generate_rows(
+                rows[i : i + chunk], jax.random.fold_in(key, i), temperature, top_p, top_k, max_tokens
+            )
+            for i in range(0, len(rows), chunk)
+        ]
+        out_tok = [r for res in results for r in res[0]]
+        out_lp = [r for res in results for r in res[1]]
+        lengths = [r for res in results for r in res[2]]
+        stopped = [r for res in results for r in res[3]]
+        completions = []
+        for i, r in enumerate(rows):
+            ids = np.asarray(out_tok[i][: lengths[i]], np.int32)
+            text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer else ""
+            completions.append(
+                Completion(
+                    prompt_ids=np.asarray(r, np.int32),
+                    token_ids=ids,
+                    logprobs=np.asarray(out_lp[i][: lengths[i]], np.float32),
+                    text=text,
+                    finish_reason="stop" if stopped[i] else "length",
+                    version=self.version,
+                )
+            )
+        return completions
+
+    def _generate_rows(self, rows, key, temperature, top_p, top_k, max_tokens):
+        """One compiled call over `rows` (token-id lists) -> numpy (tokens, logprobs, lengths, stopped)."""
         b = _bucket(len(rows), self.min_batch_bucket)
         p = _bucket(max(len(r) for r in rows), self.min_prompt_bucket)
         m = _bucket(max_tokens, self.min_new_bucket)
@@ -199,10 +252,6 @@ class JaxSampler:
         for i, r in enumerate(rows):
             tokens[i, p - len(r) :] = r
             mask[i, p - len(r) :] = 1
-        if seed is None:
-            self._key, key = jax.random.split(self._key)
-        else:
-            key = jax.random.key(seed)
         out_tok, out_lp, lengths, stopped = jax.device_get(
             _generate(
                 self.graphdef,
@@ -219,18 +268,5 @@ class JaxSampler:
                 pad_id=self.pad_id,
             )
         )
-        completions = []
-        for i, r in enumerate(rows):
-            ids = np.asarray(out_tok[i, : lengths[i]], np.int32)
-            text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer else ""
-            completions.append(
-                Completion(
-                    prompt_ids=np.asarray(r, np.int32),
-                    token_ids=ids,
-                    logprobs=np.asarray(out_lp[i, : lengths[i]], np.float32),
-                    text=text,
-                    finish_reason="stop" if stopped[i] else "length",
-                    version=self.version,
-                )
-            )
-        return completions
+        n = len(rows)
+        return out_tok[:n], out_lp[:n], lengths[:n], stopped[:n]

@@ -51,6 +51,9 @@ class Messages(list):
     def rebuilt(self, budgets: dict[str, int]) -> Messages:
         return Messages(self._build, budgets)
 
+    def __reduce__(self):  # pickles/copies as the plain chat it is (the builder is a closure)
+        return (list, (list(self),))
+
 
 def _truncate_head(text: str, limit: int, marker: str = " ...") -> str:
     if len(text) <= limit:

@@ -65,6 +65,7 @@ def test_pizza_sklearn_solution_grades(sandbox, pizza_task):
 def test_fork_bomb(sandbox, pizza_task):
     r = sandbox.run(programs.FORK_BOMB, pizza_task, HOSTILE)
     assert r.status in (Status.TIMEOUT, Status.KILLED), r.status
+    assert r.extra["uid"] >= 200_000 and _uid_processes(r.extra["uid"]) == []  # nothing survived
     _normal_run_works(sandbox, pizza_task)
 
 
@@ -213,3 +214,21 @@ def test_a_broken_sandbox_raises_instead_of_blaming_the_program(tmp_path, pizza_
     sb.profile_args = sb.profile_args + ["--ro-bind", "/nonexistent/mle_jax", "/x"]
     with pytest.raises(SandboxSetupError):
         sb.run(programs.NORMAL, pizza_task, NORMAL)
+
+
+def test_leftovers_of_a_dead_executor_are_reaped(tmp_path):
+    import subprocess
+
+    from mle_jax.executor.bwrap import CGROUP_PREFIX, STAGE_ROOT
+    from mle_jax.executor.cgroups import RunCgroup
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid now names a dead executor
+    stage = STAGE_ROOT / f"{gone.pid}_deadbeef0000"
+    for name in ("venv", "public", "work"):
+        (stage / name).mkdir(parents=True)
+    group = RunCgroup.create(f"{CGROUP_PREFIX}{gone.pid}_deadbeef0000", 64, 8, 1)
+    assert group is not None
+    make_sandbox("bwrap", work_root=tmp_path / "w", out_root=tmp_path / "r")
+    assert not stage.exists()
+    assert not any(d.exists() for d in group.dirs.values())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
+from flax import nnx
 
 torch.set_num_threads(2)
 
@@ -51,3 +53,34 @@ def torch_logits(model: transformers.Qwen2ForCausalLM, tokens: np.ndarray, mask:
 def save_torch(model: transformers.Qwen2ForCausalLM, path: Path, **kw) -> Path:
     model.save_pretrained(path, **kw)
     return path
+
+
+@nnx.jit
+def _jax_logits(model, tokens, mask):
+    return model(tokens, attention_mask=mask)
+
+
+def jax_logits(model, tokens: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Our model's logits, jitted (eager dispatch of every op is slow on a busy CPU)."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    mask = jnp.ones(tokens.shape, jnp.int32) if mask is None else jnp.asarray(mask, jnp.int32)
+    return np.asarray(_jax_logits(model, tokens, mask))
+
+
+def numpy_random_model(cls, cfg, seed: int = 0, **kw):
+    """`cls(cfg, ...)` with every Param drawn by numpy (N(0.5, 0.3)): no JAX RNG compilation."""
+    abstract = nnx.eval_shape(lambda: cls(cfg, nnx.Rngs(0), **kw))
+    graphdef, state = nnx.split(abstract)
+    rng = np.random.RandomState(seed)
+    flat = [
+        (
+            path,
+            var.replace(
+                jnp.asarray(
+                    (0.5 + 0.3 * rng.standard_normal(var.get_value().shape)).astype(var.get_value().dtype)
+                )
+            ),
+        )
+        for path, var in nnx.to_flat_state(state)
+    ]
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))

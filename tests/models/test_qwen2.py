@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import base
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
-from tests.models.reference import TINY, torch_logits, torch_qwen2
+from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
 
@@ -37,7 +38,7 @@ def test_logits_match_transformers(pair):
     tm, ours = pair
     tokens = np.random.RandomState(0).randint(0, TINY["vocab_size"], (3, 13))
     ref = torch_logits(tm, tokens)
-    got = np.asarray(ours(jnp.asarray(tokens, jnp.int32)))
+    got = jax_logits(ours, tokens)
     assert got.shape == (3, 13, TINY["vocab_size"]) and got.dtype == np.float32
     assert np.abs(got - ref).max() <= 1e-4
 
@@ -48,7 +49,7 @@ def test_right_padded_rows_match_unpadded(pair):
     tokens = rng.randint(0, TINY["vocab_size"], (2, 10))
     mask = np.ones((2, 10), np.int32)
     mask[1, 6:] = 0  # row 1 has 6 real tokens
-    got = np.asarray(ours(jnp.asarray(tokens, jnp.int32), attention_mask=jnp.asarray(mask)))
+    got = jax_logits(ours, tokens, mask)
     ref_short = torch_logits(tm, tokens[1:, :6])
     assert np.abs(got[1, :6] - ref_short[0]).max() <= 1e-4
     assert np.abs(got[0] - torch_logits(tm, tokens[:1])[0]).max() <= 1e-4
@@ -78,7 +79,7 @@ def test_kv_cache_decoding_equals_full_recompute(pair):
     new = rng.randint(1, TINY["vocab_size"], (b, steps))
     full = np.concatenate([prompt, new], axis=1)
     fmask = np.concatenate([pmask, np.ones((b, steps), np.int32)], axis=1)
-    ref = np.asarray(ours(jnp.asarray(full, jnp.int32), attention_mask=jnp.asarray(fmask)))
+    ref = jax_logits(ours, full, fmask)
 
     step = nnx.jit(lambda m, t, mk, c: m(t, attention_mask=mk, cache=c))
     cache = ours.init_cache(b, 16)
@@ -107,9 +108,8 @@ def test_params_carry_logical_axes():
 
 
 def test_bf16_and_remat_run_and_differentiate():
-    cfg = dataclasses.replace(Qwen2Config(**TINY), remat=True)
-    bf16 = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
-    model = nnx.jit(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), **bf16))()
+    cfg = dataclasses.replace(Qwen2Config(**TINY), remat=True, num_hidden_layers=1)
+    model = numpy_random_model(Qwen2ForCausalLM, cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
     assert model.model.embed_tokens[...].dtype == jnp.bfloat16
     tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
 
@@ -127,5 +127,7 @@ def test_config_round_trips():
     assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg
     m = ml_collections.ConfigDict({**TINY, "path": "", "dtype": "float32", "remat": True})
     assert Qwen2Config.from_model_config(m) == dataclasses.replace(cfg, remat=True)
+    tiny = Qwen2Config.from_model_config(base.tiny_model())
+    assert (tiny.hidden_size, tiny.num_key_value_heads, tiny.tie_word_embeddings) == (128, 2, True)
     with pytest.raises(ValueError, match="not a Qwen2 config"):
         Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "llama"})

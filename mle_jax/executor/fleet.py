@@ -1,0 +1,315 @@
+"""Executor fleets: N concurrent slots behind a bounded queue; `submit` returns a Future[ExecResult].
+
+Futures complete in completion order (use `concurrent.futures.wait(..., FIRST_COMPLETED)` or
+`as_completed`). Two kinds of slot, same interface:
+
+  local  a thread per slot calling a sandbox in this process
+  ray    a thread per slot driving one SandboxActor on a Ray cluster (local `ray.init`, or
+         `executor.ray_address`); the actor returns the submission's bytes, so results are usable on the
+         driver even when the actor ran on another machine (which must see the task's public dir at the
+         same path and have the repo and sandbox venv there)
+
+An executor failure (the sandbox raising, an actor or its node dying) retries the sample once on a fresh
+executor, then returns Status.INFRA: not the agent's -10, and never trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from mle_jax.executor.result import ExecResult, Limits, Status
+from mle_jax.executor.runtime import REPO_ROOT
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 2  # the first try and one retry
+
+
+class Slot(Protocol):
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult: ...
+
+    def restart(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def infra_result(error: BaseException, attempts: int) -> ExecResult:
+    return ExecResult(
+        status=Status.INFRA, exit_code=None, duration_s=0.0, stdout_tail="",
+        stderr_tail=f"executor failed {attempts} times; last error: {_describe(error)}", submission_path=None,
+        extra={"attempts": attempts, "infra_error": _describe(error)},
+    )
+
+
+class Fleet:
+    """N slots (threads) taking (code, task, limits) from a bounded queue. submit() blocks when it is full."""
+
+    def __init__(
+        self, make_slot: Callable[[int], Slot], slots: int, queue_size: int = 1024, name: str = "fleet"
+    ):
+        if slots < 1:
+            raise ValueError(f"a fleet needs at least one slot, got {slots}")
+        self.n_slots = slots
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        self._slots = [make_slot(i) for i in range(slots)]
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, args=(slot,), name=f"{name}-slot{i}", daemon=True)
+            for i, slot in enumerate(self._slots)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, code: str, task: Task, limits: Limits, timeout: float | None = None) -> Future:
+        """Queue one run; the Future's result is its ExecResult. Raises queue.Full after `timeout`."""
+        if self._closed:
+            raise RuntimeError("fleet is closed")
+        fut: Future = Future()
+        self._queue.put((fut, code, task, limits), timeout=timeout)
+        return fut
+
+    def _work(self, slot: Slot) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, code, task, limits = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            fut.set_result(self._run_with_retry(slot, code, task, limits))
+
+    @staticmethod
+    def _run_with_retry(slot: Slot, code: str, task: Task, limits: Limits) -> ExecResult:
+        error: BaseException | None = None
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                result = slot.run(code, task, limits)
+                result.extra["attempts"] = attempt
+                if error is not None:
+                    result.extra["retried_after"] = _describe(error)
+                return result
+            except Exception as e:  # an executor failure, not the program's: retry on a fresh executor
+                error = e
+                log.warning("executor failed (attempt %d/%d): %r", attempt, ATTEMPTS, e)
+                try:
+                    slot.restart()
+                except Exception as e2:
+                    log.warning("restarting the executor failed: %r", e2)
+        assert error is not None
+        return infra_result(error, ATTEMPTS)
+
+    def close(self, cancel_pending: bool = False) -> None:
+        """Finish (or cancel) what is queued, stop the slots."""
+        if self._closed:
+            return
+        self._closed = True
+        if cancel_pending:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join()
+        for slot in self._slots:
+            slot.close()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(cancel_pending=exc[0] is not None)
+
+
+# -- local pool ----------------------------------------------------------------------------------
+class LocalSlot:
+    """Runs in this process with a shared sandbox (sandboxes are thread-safe)."""
+
+    def __init__(self, sandbox):
+        self.sandbox = sandbox
+
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
+        return self.sandbox.run(code, task, limits)
+
+    def restart(self) -> None:
+        pass  # stateless: the next run starts a fresh sandbox anyway
+
+    def close(self) -> None:
+        pass
+
+
+def local_fleet(backend: str = "bwrap", slots: int = 0, queue_size: int = 1024, **sandbox_opts) -> Fleet:
+    sandbox = make_sandbox(backend, **sandbox_opts)
+    return Fleet(lambda i: LocalSlot(sandbox), slots or os.cpu_count() or 1, queue_size, name="local")
+
+
+# -- Ray -----------------------------------------------------------------------------------------
+def _import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("the ray fleet needs ray: .venv/bin/pip install 'ray' (extra [ray])") from e
+    return ray
+
+
+class SandboxActorImpl:
+    """The body of the Ray actor: a sandbox on the actor's machine."""
+
+    def __init__(self, backend: str, sandbox_opts: dict):
+        self.sandbox = make_sandbox(backend, **sandbox_opts)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, code: str, task: Task, limits: Limits) -> tuple[ExecResult, bytes | None]:
+        """The result and the submission's bytes; the results dir here is removed (the driver keeps them)."""
+        result = self.sandbox.run(code, task, limits)
+        data = result.submission_path.read_bytes() if result.submission_path is not None else None
+        if result.extra.get("results_dir"):
+            shutil.rmtree(result.extra["results_dir"], ignore_errors=True)
+        return result, data
+
+
+class RaySlot:
+    """One slot = one actor; a dead actor is replaced by a fresh one on restart()."""
+
+    def __init__(self, ray, actor_cls, backend: str, sandbox_opts: dict, out_root: Path, actor_options: dict):
+        self.ray, self.actor_cls = ray, actor_cls
+        self.backend, self.sandbox_opts, self.out_root = backend, sandbox_opts, out_root
+        self.actor_options = actor_options
+        self.actor = self._new_actor()
+
+    def _new_actor(self):
+        actor = self.actor_cls.options(**self.actor_options).remote(self.backend, self.sandbox_opts)
+        self._pid_ref = actor.pid.remote()  # answered before any run: calls to an actor run in order
+        return actor
+
+    def pid(self) -> int:
+        return self.ray.get(self._pid_ref)
+
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
+        result, data = self.ray.get(self.actor.run.remote(code, task, limits))
+        # the results on this machine, as a local sandbox would leave them
+        local = self.out_root / uuid.uuid4().hex[:12]
+        local.mkdir(parents=True)
+        (local / "stdout.txt").write_text(result.stdout_tail)
+        (local / "stderr.txt").write_text(result.stderr_tail)
+        path = None
+        if data is not None:
+            path = local / "submission.csv"
+            path.write_bytes(data)
+        return replace(result, submission_path=path, extra={**result.extra, "results_dir": str(local)})
+
+    def restart(self) -> None:
+        try:
+            self.ray.kill(self.actor, no_restart=True)
+        except Exception:
+            pass
+        self.actor = self._new_actor()
+
+    def close(self) -> None:
+        try:
+            self.ray.kill(self.actor, no_restart=True)
+        except Exception:
+            pass
+
+
+class RayFleet(Fleet):
+    """A Fleet whose slots are SandboxActors on a Ray cluster.
+
+    address: a cluster to join ("" starts a private local one with `slots` CPUs, shut down on close).
+    actor_cpus: CPUs each actor reserves on the cluster.
+    """
+
+    def __init__(
+        self, backend: str = "bwrap", slots: int = 0, queue_size: int = 1024, address: str = "",
+        actor_cpus: float = 1.0, out_root: str | Path | None = None, **sandbox_opts: Any,
+    ):
+        ray = _import_ray()
+        slots = slots or os.cpu_count() or 1
+        self._owns_ray = False
+        self._ray_tmp: str | None = None
+        # the code must import on the workers the same way as here (this checkout first)
+        env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phoning home
+            if address:
+                ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+            else:
+                self._ray_tmp = tempfile.mkdtemp(prefix="mle_jax_ray_")
+                ray.init(
+                    num_cpus=max(slots * actor_cpus, 1), include_dashboard=False, _temp_dir=self._ray_tmp,
+                    runtime_env={"env_vars": env}, _node_ip_address="127.0.0.1", log_to_driver=False,
+                )
+            self._owns_ray = True
+        self.ray = ray
+        actor_cls = ray.remote(SandboxActorImpl)
+        out = Path(out_root) if out_root else Path(tempfile.mkdtemp(prefix="mle_jax_ray_results_"))
+        options = {"num_cpus": actor_cpus, "max_restarts": 0, "max_concurrency": 1,
+                   "runtime_env": {"env_vars": env}}
+        make_slot = lambda i: RaySlot(ray, actor_cls, backend, sandbox_opts, out, options)
+        super().__init__(make_slot, slots, queue_size, name="ray")
+
+    def executor_pids(self) -> list[int]:
+        """Process ids of the slots' actors (for tests that kill one)."""
+        return [slot.pid() for slot in self._slots]
+
+    def close(self, cancel_pending: bool = False) -> None:
+        super().close(cancel_pending)
+        if self._owns_ray:
+            self.ray.shutdown()
+            self._owns_ray = False
+            if self._ray_tmp is not None:
+                shutil.rmtree(self._ray_tmp, ignore_errors=True)
+
+
+def make_fleet(cfg) -> Fleet:
+    """The fleet of config section `executor` (configs/base.py): backend, fleet, slots, queue_size, ..."""
+    opts: dict[str, Any] = {}
+    if cfg.backend == "bwrap":
+        opts["python"] = cfg.get("sandbox_python", "") or None
+    elif cfg.backend == "docker":
+        opts["image"] = cfg.image
+        if cfg.get("docker_url", ""):
+            opts["base_url"] = cfg.docker_url
+        opts["python"] = cfg.get("sandbox_python", "") or None
+    else:
+        raise ValueError(f"unknown executor backend {cfg.backend!r}")
+    if cfg.get("max_work_mb", 0):
+        opts["max_work_mb"] = cfg.max_work_mb
+    slots = cfg.slots or os.cpu_count() or 1
+    if cfg.fleet == "local":
+        return local_fleet(cfg.backend, slots, cfg.queue_size, **opts)
+    if cfg.fleet == "ray":
+        return RayFleet(cfg.backend, slots, cfg.queue_size, address=cfg.ray_address,
+                        actor_cpus=cfg.get("ray_actor_cpus", 0) or cfg.cpus, **opts)
+    raise ValueError(f"unknown executor fleet {cfg.fleet!r}; choose 'local' or 'ray'")
+
+
+def limits_from_config(cfg) -> Limits:
+    """Limits of config section `executor`."""
+    return Limits(
+        timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, cpus=cfg.cpus, max_procs=cfg.max_procs,
+        max_file_mb=cfg.max_file_mb, max_output_bytes=cfg.max_output_bytes,
+    )

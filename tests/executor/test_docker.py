@@ -1,0 +1,97 @@
+"""The docker backend via Podman's Docker-compatible socket: the pizza solution, hostile programs."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from mle_jax.executor.podman import PodmanService
+from mle_jax.executor.result import Status
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.tasks.graders import grade
+from tests.executor import programs
+from tests.executor.conftest import HOSTILE, NORMAL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def docker_url():
+    with PodmanService() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sandbox(docker_url, tmp_path_factory):
+    root = tmp_path_factory.mktemp("docker")
+    return make_sandbox("docker", base_url=docker_url, work_root=root / "work", out_root=root / "results")
+
+
+def _normal_run_works(sandbox, task):
+    r = sandbox.run(programs.NORMAL, task, NORMAL)
+    assert r.status is Status.OK, (r.status, r.stderr_tail)
+    assert r.submission_path is not None and r.submission_path.is_file()
+
+
+def test_pizza_sklearn_solution_grades(sandbox, pizza_task):
+    r = sandbox.run(programs.PIZZA_SKLEARN, pizza_task, NORMAL)
+    assert r.status is Status.OK, r.stderr_tail
+    assert 0.5 < r.duration_s <= r.extra["wall_s"] + 0.5
+    g = grade(pizza_task, r.submission_path)
+    assert g.valid, g.reason
+    assert 0.6 < g.score < 1.0
+    assert sandbox.client.containers.list(all=True, filters={"id": r.extra["container"]}) == []
+
+
+def test_fork_bomb(sandbox, pizza_task):
+    r = sandbox.run(programs.FORK_BOMB, pizza_task, HOSTILE)
+    assert r.status in (Status.TIMEOUT, Status.KILLED)
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_allocate_50gb(sandbox, pizza_task):
+    r = sandbox.run(programs.ALLOCATE_50GB, pizza_task, HOSTILE)
+    assert r.status is Status.OOM, (r.status, r.exit_code, r.stderr_tail[-300:])
+    assert "allocated 1000 MB" not in r.stdout_tail
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_sleep_past_timeout(sandbox, pizza_task):
+    r = sandbox.run(programs.SLEEP_PAST_TIMEOUT, pizza_task, HOSTILE)
+    assert r.status is Status.TIMEOUT
+    assert r.extra["wall_s"] < HOSTILE.timeout_s + 10
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_no_network(sandbox, pizza_task):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    try:
+        code = programs.CONNECT_HOST_LOOPBACK.replace("PORT", str(listener.getsockname()[1]))
+        r = sandbox.run(code + programs.LIST_INTERFACES, pizza_task, HOSTILE)
+        assert r.status is Status.OK, r.stderr_tail
+        assert "connect failed" in r.stdout_tail
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+    flags = json.loads(next(x for x in r.stdout_tail.splitlines() if x.startswith("IFACES "))[7:])
+    assert set(flags) <= {"lo"}
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_private_answers_shadow_and_writes_outside(sandbox, pizza_task):
+    paths = [str(pizza_task.answers_path), str(pizza_task.private_dir), "/work", "/root"]
+    code = programs.READ_PRIVATE.replace("PATHS", repr(paths)) + programs.READ_SHADOW
+    code += programs.WRITE_OUTSIDE.replace("TMPNAME", "x")
+    r = sandbox.run(code, pizza_task, HOSTILE)
+    assert r.status is Status.OK, r.stderr_tail
+    assert "FOUND" not in r.stdout_tail and r.stdout_tail.count("absent:") == len(paths)
+    assert "root:" not in r.stdout_tail
+    wrote = [x for x in r.stdout_tail.splitlines() if x.startswith("WROTE")]
+    assert wrote == ["WROTE /tmp/x"], wrote
+    _normal_run_works(sandbox, pizza_task)

@@ -1,0 +1,150 @@
+"""JaxSampler against transformers' generate and against a full forward pass."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from mle_jax.models import hf
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.sampling.jax_sampler import JaxSampler, _generate, sample_token
+from mle_jax.sampling.protocol import Sampler
+from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
+
+pytestmark = pytest.mark.model
+BUCKETS = dict(min_batch_bucket=8, min_new_bucket=32)  # few shapes: few compiles
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [40, 41, 42, 43]]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    tm = torch_qwen2(seed=7, num_key_value_heads=2, tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("sampler")
+    tm.save_pretrained(path)
+    return tm, hf.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def sampler(models):
+    return JaxSampler(models[1], eos_ids=[], **BUCKETS)
+
+
+def reference_logprobs(model, prompt, completion, temperature):
+    full = np.array([list(prompt) + completion.token_ids.tolist()])
+    logits = jax_logits(model, full)[0, len(prompt) - 1 : -1]
+    scale = temperature if temperature > 0 else 1.0
+    logp = np.asarray(jax.nn.log_softmax(logits / scale, axis=-1))
+    return np.take_along_axis(logp, completion.token_ids[:, None], axis=1)[:, 0]
+
+
+def test_greedy_matches_transformers_generate(models, sampler):
+    tm, ours = models
+    out = sampler.generate(PROMPTS, temperature=0.0, max_tokens=32)
+    assert isinstance(sampler, Sampler) and len(out) == len(PROMPTS)
+    for prompt, c in zip(PROMPTS, out, strict=True):
+        ref = tm.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=32, min_new_tokens=32)
+        np.testing.assert_array_equal(c.token_ids, ref[0, len(prompt) :].numpy())
+        assert c.finish_reason == "length" and c.version == 0
+        np.testing.assert_array_equal(c.prompt_ids, prompt)
+        assert np.abs(c.logprobs - reference_logprobs(ours, prompt, c, 0.0)).max() <= 1e-4
+
+
+def test_sampled_logprobs_equal_full_forward_and_groups_by_prompt(models, sampler):
+    _, ours = models
+    out = sampler.generate(PROMPTS[:2], n=3, temperature=0.7, top_p=0.95, max_tokens=12, seed=3)
+    assert len(out) == 6
+    for i, c in enumerate(out):
+        prompt = PROMPTS[i // 3]
+        np.testing.assert_array_equal(c.prompt_ids, prompt)
+        assert len(c.token_ids) == 12 and c.logprobs.dtype == np.float32
+        assert np.abs(c.logprobs - reference_logprobs(ours, prompt, c, 0.7)).max() <= 1e-4
+    # Same seed -> same samples; rows of one prompt differ (they draw independently).
+    again = sampler.generate(PROMPTS[:2], n=3, temperature=0.7, top_p=0.95, max_tokens=12, seed=3)
+    assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(out, again, strict=True))
+    assert len({tuple(c.token_ids) for c in out[:3]}) > 1
+
+
+def test_chunked_batches_give_the_same_greedy_output(models, sampler):
+    whole = sampler.generate(PROMPTS, temperature=0.0, max_tokens=10)
+    chunked = JaxSampler(models[1], eos_ids=[], max_batch=2, **BUCKETS).generate(
+        PROMPTS, temperature=0.0, max_tokens=10
+    )
+    for a, b in zip(whole, chunked, strict=True):
+        np.testing.assert_array_equal(a.token_ids, b.token_ids)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_top_k_1_and_tiny_top_p_are_greedy(sampler):
+    greedy = sampler.generate(PROMPTS, temperature=0.0, max_tokens=10)
+    k1 = sampler.generate(PROMPTS, temperature=1.5, top_k=1, max_tokens=10, seed=1)
+    p0 = sampler.generate(PROMPTS, temperature=1.5, top_p=1e-6, max_tokens=10, seed=2)
+    for g, a, b in zip(greedy, k1, p0, strict=True):
+        np.testing.assert_array_equal(g.token_ids, a.token_ids)
+        np.testing.assert_array_equal(g.token_ids, b.token_ids)
+
+
+def test_top_k_restricts_the_draw():
+    logits = jax.random.normal(jax.random.key(0), (256, 50))
+    keys = jax.random.split(jax.random.key(1), 256)
+    toks = jax.vmap(lambda lg, k: sample_token(lg[None], k, 1.0, 1.0, 3)[0][0])(logits, keys)
+    top3 = np.argsort(-np.asarray(logits), axis=1)[:, :3]
+    assert all(t in row for t, row in zip(np.asarray(toks), top3, strict=True))
+
+
+def test_stops_on_stop_ids(models):
+    _, ours = models
+    free = JaxSampler(ours, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=20)[0]
+    stop = int(free.token_ids[4])
+    first = int(np.argmax(free.token_ids == stop))
+    c = JaxSampler(ours, eos_ids=[stop], **BUCKETS).generate(
+        [PROMPTS[0], PROMPTS[1]], temperature=0.0, max_tokens=20
+    )
+    np.testing.assert_array_equal(c[0].token_ids, free.token_ids[: first + 1])
+    assert c[0].finish_reason == "stop" and c[0].token_ids[-1] == stop
+    assert len(c[0].logprobs) == len(c[0].token_ids)
+
+
+def test_sync_swaps_weights_and_version(tmp_path):
+    a, b = torch_qwen2(seed=11), torch_qwen2(seed=12)
+    a.save_pretrained(tmp_path / "a")
+    b.save_pretrained(tmp_path / "b")
+    ma, mb = hf.from_pretrained(tmp_path / "a"), hf.from_pretrained(tmp_path / "b")
+    ref = JaxSampler(mb, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
+    s = JaxSampler(ma, eos_ids=[], **BUCKETS)
+    before = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
+    compiled = _generate._cache_size()
+    s.sync(nnx.state(mb, nnx.Param), version=5)
+    mb.model.embed_tokens[...] = mb.model.embed_tokens[...] * 0  # the sampler holds its own copy
+    s.generate([PROMPTS[0]], temperature=0.7, top_p=0.9, max_tokens=16, seed=0)
+    after = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
+    assert _generate._cache_size() == compiled  # new weights and sampling settings: no recompile
+    np.testing.assert_array_equal(after.token_ids, ref.token_ids)
+    assert not np.array_equal(before.token_ids, after.token_ids)
+    assert after.version == 5 and s.version == 5
+
+
+def test_bad_prompts_are_rejected(sampler):
+    with pytest.raises(ValueError, match="at least one token"):
+        sampler.generate([[]])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        sampler.generate([[1, 10_000]])
+
+
+def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
+    tok = train_bpe_tokenizer(["print('loaded data')\n", "training loss: 0.5\n"] * 20, 300, tmp_path / "tok")
+    cfg = Qwen2Config(**{**TINY, "vocab_size": len(tok)})
+    s = JaxSampler(numpy_random_model(Qwen2ForCausalLM, cfg, seed=1), tokenizer=tok, **BUCKETS)
+    assert set(s.stop_ids) == set(tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"]))
+    assert s.pad_id == tok.pad_token_id
+    messages = [{"role": "user", "content": "hi"}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+    for c in s.generate([prompt], n=2, temperature=1.0, max_tokens=24, seed=0):
+        assert c.text == tok.decode(c.token_ids.tolist(), skip_special_tokens=True)
+        stop_at = np.flatnonzero(np.isin(c.token_ids, s.stop_ids))
+        assert (c.finish_reason == "stop") == (len(stop_at) > 0)
+        if len(stop_at):
+            assert stop_at[0] == len(c.token_ids) - 1

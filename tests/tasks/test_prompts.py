@@ -1,0 +1,109 @@
+"""Prompts of appendix C rendered with a real (tiny) ChatML tokenizer, the token budget, the parser."""
+
+from __future__ import annotations
+
+import pytest
+
+from mle_jax.instrument.progress import PROGRESS_PRINTS
+from mle_jax.tasks.prompts import (
+    DATA_MOUNT,
+    SYSTEM_PROMPT,
+    PromptTooLong,
+    improve_messages,
+    instrument_messages,
+    parse_response,
+    render_prompt,
+    scratch_messages,
+)
+from tests.tasks.chat_tokenizer import tiny_chat_tokenizer
+
+PACKAGES = ["pandas", "numpy", "scikit-learn", "xgboost", "torch"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_chat_tokenizer()
+
+
+def test_scratch_prompt_carries_the_instructions(prepared):
+    pizza = prepared["random-acts-of-pizza"]
+    msgs = scratch_messages(pizza, PACKAGES)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert msgs[0]["content"] == SYSTEM_PROMPT
+    user = msgs[1]["content"]
+    mount = DATA_MOUNT.format(task_id="random-acts-of-pizza")
+    assert mount == "/workdir/random-acts-of-pizza/prepared/public/"
+    for needle in ("3-5 sentences", "single markdown code block", f"`{mount}`", "./submission.csv",
+                   "`xgboost`", "internet", "request_id,requester_received_pizza", "Data snippet",
+                   f"{mount}train.json", pizza.spec.statement):
+        assert needle in user, needle
+    assert "t3_" in user  # first rows of the sample submission
+
+
+def test_messages_pickle_as_a_plain_chat(prepared):
+    import copy
+    import pickle
+
+    msgs = scratch_messages(prepared["leaf-classification"], PACKAGES)
+    assert pickle.loads(pickle.dumps(msgs)) == list(msgs) == copy.deepcopy(msgs)
+
+
+def test_render_keeps_instructions_and_shrinks_the_snippet(prepared, tok):
+    spooky = prepared["spooky-author-identification"]
+    msgs = scratch_messages(spooky, PACKAGES, snippet_chars=4000)
+    full = render_prompt(msgs, tok, max_tokens=100_000)
+    assert full[-3:] == tok.encode("<|im_start|>assistant\n", add_special_tokens=False)[-3:]
+    text = tok.decode(full)
+    assert "Data snippet" in text and "id,text" in text
+    budget = len(full) - 300
+    short = render_prompt(msgs, tok, max_tokens=budget)
+    assert len(short) <= budget
+    short_text = tok.decode(short)
+    assert msgs[1]["content"].split("\n\nData snippet")[0] in short_text  # instructions intact
+    assert len(short) > budget - 40  # the snippet was cut just enough (binary search)
+    bare = render_prompt(msgs.rebuilt({"snippet": 0}), tok, max_tokens=100_000)  # instructions only
+    assert render_prompt(msgs, tok, max_tokens=len(bare)) == bare
+    with pytest.raises(PromptTooLong):
+        render_prompt(msgs, tok, max_tokens=50)
+
+
+def test_improve_prompt_shrinks_output_first(prepared, tok):
+    pizza = prepared["random-acts-of-pizza"]
+    output = "imported packages\nloaded data\n" + "epoch log line\n" * 400 + "Traceback: KeyError 'x'\n"
+    code = "import pandas as pd\nprint('hi')\n" * 10
+    msgs = improve_messages(pizza, PACKAGES, "I will use a random forest.", code, output, output_chars=20_000)
+    user = msgs[1]["content"]
+    assert "previous solution" in user and "I will use a random forest." in user and code.strip() in user
+    full = render_prompt(msgs, tok, max_tokens=100_000)
+    ids = render_prompt(msgs, tok, max_tokens=len(full) - 500)
+    text = tok.decode(ids)
+    assert len(ids) <= len(full) - 500
+    assert code.strip() in text  # the code is kept while the output shrinks
+    assert "imported packages" in text and "KeyError" in text and "elided" in text  # head and tail kept
+
+
+def test_instrument_prompt_lists_the_seven_prints():
+    msgs = instrument_messages("x = 1\n")
+    content = msgs[0]["content"]
+    for p in PROGRESS_PRINTS:
+        assert f'print("{p}")' in content
+    assert "Do not modify the original python code" in content and "x = 1" in content
+
+
+@pytest.mark.parametrize(
+    "text, plan, code",
+    [
+        ("I will train a model.\n```python\nimport os\nprint(1)\n```\nDone.", "I will train a model.",
+         "import os\nprint(1)"),
+        ("Plan.\n```\nx = 1\n```", "Plan.", "x = 1"),
+        ("Plan.\n```bash\npip install x\n```\n```py\ny = 2\n```", "Plan.", "y = 2"),
+        ("Plan with no code at all.", "Plan with no code at all.", None),
+        ("Plan.\n```python\n\n```", "Plan.", None),
+        ("Plan.\n```python\nimport pandas as pd\ndf = 1", "Plan.", "import pandas as pd\ndf = 1"),  # cut off
+        ("", "", None),
+    ],
+)
+def test_parse_response(text, plan, code):
+    parsed = parse_response(text)
+    assert parsed.plan == plan
+    assert parsed.code == code

@@ -1,0 +1,54 @@
+"""The paper's reward table: total failure, failure after each stage, invalid, valid (both directions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mle_jax.instrument.progress import PROGRESS_PRINTS
+from mle_jax.tasks.graders import GradeResult
+from mle_jax.tasks.reward import Reward, compute_reward
+
+INVALID = GradeResult(False, None, "submission has 3 rows, expected 1162")
+
+
+def test_total_failure():
+    assert compute_reward(None, "", lower_is_better=False) == Reward(-10.0, False, None, (), 0)
+    assert compute_reward(None, "SyntaxError: invalid syntax", lower_is_better=True).total == -10.0
+
+
+@pytest.mark.parametrize("stage", range(1, len(PROGRESS_PRINTS) + 1))
+def test_failure_after_each_stage(stage):
+    reached = PROGRESS_PRINTS[:stage]
+    lines = [f"{p} 0.5" if p.endswith(":") else p for p in reached]
+    output = "\n".join(lines) + "\nTraceback (most recent call last)"
+    r = compute_reward(None, output, lower_is_better=False)
+    assert r.prints == reached and r.n_prints == stage and not r.valid and r.score is None
+    assert r.total == pytest.approx(-10.0 + 0.1 * stage)
+
+
+def test_repeats_count_once_and_only_at_line_start():
+    output = "loaded data\n" * 50 + "epoch 1 training loss: 0.3\n" + "training loss: 0.2\r" * 3
+    output += "note: trained model\n"
+    r = compute_reward(None, output, lower_is_better=False)
+    assert r.prints == ("loaded data", "training loss:")
+    assert r.total == pytest.approx(-9.8)
+
+
+def test_invalid_submission_gets_partial_credit_only():
+    r = compute_reward(INVALID, "\n".join(PROGRESS_PRINTS), lower_is_better=False)
+    assert r == Reward(pytest.approx(-9.3), False, None, PROGRESS_PRINTS, 7)
+
+
+def test_valid_submission_higher_is_better():
+    r = compute_reward(GradeResult(True, 0.663, ""), "imported packages\n", lower_is_better=False)
+    assert (r.total, r.valid, r.score, r.n_prints) == (0.663, True, 0.663, 1)
+
+
+def test_valid_submission_lower_is_better_flips_the_sign():
+    r = compute_reward(GradeResult(True, 0.124, ""), "\n".join(PROGRESS_PRINTS), lower_is_better=True)
+    assert (r.total, r.valid, r.score) == (-0.124, True, 0.124)
+
+
+def test_values_are_configurable():
+    r = compute_reward(INVALID, "imported packages\nloaded data\n", False, failure=-1.0, per_print=0.25)
+    assert r.total == pytest.approx(-0.5)
