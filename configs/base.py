@@ -151,12 +151,21 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint.every = 1
     c.checkpoint.keep = 3
 
-    c.warmstart = ml_collections.ConfigDict()
+    c.warmstart = ml_collections.ConfigDict()  # SFT on a verified program corpus (mle_jax/warmstart)
     c.warmstart.enabled = False
-    c.warmstart.corpus_size = 256
+    c.warmstart.corpus_size = 256  # distinct programs from the task grid, each verified in the sandbox
     c.warmstart.steps = 300
     c.warmstart.lr = 1e-3
     c.warmstart.batch_size = 8
+    c.warmstart.warmup_steps = 20
+    c.warmstart.weight_decay = 0.0
+    c.warmstart.grad_clip = 1.0
+    c.warmstart.max_response_tokens = 1024  # longer corpus responses are dropped, never truncated
+    c.warmstart.log_every = 10
+    c.warmstart.checkpoint_every = 100
+    c.warmstart.verify_timeout_s = 120.0  # per corpus program
+    c.warmstart.verify_workers = 0  # 0: executor.slots
+    c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128
@@ -169,10 +178,17 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The embedded run: same code path as the paper setup, sized for 2 CPU cores and minutes."""
+    """The embedded run: same code path as the paper setup, sized for 2 CPU cores and minutes.
+
+    The tiny model learns to write programs first by SFT on the task's verified corpus (warm start);
+    settings measured with bench/warmstart_valid_fraction.py (mle_jax/warmstart/README.md).
+    """
+    from mle_jax.warmstart.corpus import registered_tasks
+
     c.model = tiny_model()
+    c.model.vocab_size = 2048  # the task BPE saturates below this
     c.sampler.backend = "jax"
-    c.sampler.max_tokens = 640
+    c.sampler.max_tokens = 320  # warm-start programs are ~135 tokens in the task tokenizer
     c.prompt.max_prompt_tokens = 768
     c.instrument.mode = "ast"
     c.executor.backend = "bwrap"
@@ -187,7 +203,12 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.ppo.micro_batch_size = 4
     c.optim.actor_lr = 1e-4
     c.optim.critic_lr = 1e-4
-    c.warmstart.enabled = True
+    c.warmstart.enabled = c.task.id in registered_tasks()  # tasks with a corpus generator
+    c.warmstart.corpus_size = 64
+    c.warmstart.steps = 200
+    c.warmstart.lr = 3e-3
+    c.warmstart.batch_size = 8
+    c.warmstart.max_response_tokens = 320
     c.eval.samples = 16
     c.mesh.fsdp = 1
     return c

@@ -1,0 +1,300 @@
+"""Supervised fine-tuning on (prompt, response) pairs: the warm-start stage before RL.
+
+Each example is the real RL scratch prompt for the task (rendered with the chat template) followed
+by a corpus response (plan + fenced program) and `<|im_end|>`. The loss is token cross entropy on the
+response tokens only.
+
+Layout of one batch row, so that every row shares one slice of response positions:
+
+    [ pad … pad | prompt (left-padded to P) | response + <|im_end|> | pad … ]   length P + R
+                                             ^ targets: tokens[:, P:P+R], predicted from h[:, P-1:P+R-1]
+
+Only the R response positions go through the LM head (the prompt never needs logits), which is most of
+the cost saved on CPU. The data stream is a grain MapDataset (shuffle by seed, repeated, batched) whose
+iterator state is checkpointed with orbax next to the params and optimizer state: a resumed SFT
+continues the same stream of batches.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+
+Messages = list[dict[str, str]]
+RenderFn = Callable[[Messages, Any, int], list[int]]
+
+_DEFAULTS = dict(steps=300, lr=1e-3, batch_size=8, warmup_steps=20, weight_decay=0.0, grad_clip=1.0,
+                 max_response_tokens=640, max_prompt_tokens=768, seed=0, log_every=10, checkpoint_every=100)
+
+
+def _get(cfg: Any, name: str) -> Any:
+    if cfg is None:
+        return _DEFAULTS[name]
+    v = cfg.get(name, None) if hasattr(cfg, "get") else getattr(cfg, name, None)
+    return _DEFAULTS[name] if v is None else v
+
+
+def default_render(messages: Messages, tokenizer: Any, max_tokens: int) -> list[int]:
+    """The RL loop's own prompt renderer (chat template + generation prompt, truncated to max_tokens)."""
+    from mle_jax.tasks.prompts import render_prompt
+
+    return list(render_prompt(messages, tokenizer, max_tokens))
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The id of `<|im_end|>` (the sampler's stop token) in a ChatML tokenizer."""
+    tid = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if tid is None or tid == tokenizer.unk_token_id:
+        raise ValueError("tokenizer has no <|im_end|> token: warm start needs a ChatML tokenizer")
+    return int(tid)
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def train_task_tokenizer(responses: Sequence[str], prompts: Sequence[Messages], vocab_size: int,
+                         out_dir: str | Path, max_token_length: int | None = 16) -> Any:
+    """The tokenizer of a run without a checkpoint: a byte-level BPE trained on the task's warm-start
+    responses (plans + programs) and its prompt chats (message texts and role names), saved to out_dir.
+
+    It differs from `mle_jax.models.tokenizer.train_bpe_tokenizer` (same special tokens, same ChatML
+    template, same byte alphabet, so any text round-trips) in one way: with `max_token_length` set, the
+    text is not pre-split into words, so merges may cross spaces and punctuation up to that many
+    characters (`import pandas as pd`, `"request_id"`). A corpus program is then ~135 tokens instead
+    of ~450, which is what lets a tiny model learn to write whole programs in a few CPU minutes.
+    `max_token_length=None` gives the word-level tokenizer of `train_bpe_tokenizer`. The size is at most
+    vocab_size (BPE stops when no pair is left to merge).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mle_jax.models.tokenizer import CHATML_TEMPLATE, SPECIAL_TOKENS, train_bpe_tokenizer
+
+    if not responses:
+        raise ValueError("train_task_tokenizer needs at least one response text")
+    texts = list(responses)
+    for messages in prompts:
+        texts += [m["content"] for m in messages]
+        texts += ["\n".join(m["role"] for m in messages) + "\nassistant\n"]
+    if max_token_length is None:
+        return train_bpe_tokenizer(texts, vocab_size, out_dir)
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} is below the 256 bytes + special tokens")
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+                                  max_token_length=max_token_length)
+    core.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  additional_special_tokens=["<|im_start|>"], chat_template=CHATML_TEMPLATE,
+                                  clean_up_tokenization_spaces=False, model_max_length=1 << 20)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out_dir))
+    return tok
+
+
+def pack_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+                  multiple: int = 32) -> dict[str, np.ndarray]:
+    """Token lists -> fixed-shape arrays (one jit shape for the whole run).
+
+    prompts[i] is left-padded to P = max prompt length; responses[i] right-padded to R (max response
+    length rounded up to `multiple`). Returns tokens [N, P+R] int32, attention_mask [N, P+R] bool,
+    loss_mask [N, R] float32 (1 on real response tokens), and prompt_len P (a 0-d array).
+    """
+    if len(prompts) != len(responses) or not prompts:
+        raise ValueError(f"need as many prompts as responses (>0), got {len(prompts)} and {len(responses)}")
+    p = max(len(x) for x in prompts)
+    r = -(-max(len(x) for x in responses) // multiple) * multiple
+    n = len(prompts)
+    tokens = np.full((n, p + r), pad_id, np.int32)
+    attn = np.zeros((n, p + r), bool)
+    loss_mask = np.zeros((n, r), np.float32)
+    for i, (pr, rs) in enumerate(zip(prompts, responses, strict=True)):
+        if not rs:
+            raise ValueError(f"example {i} has an empty response")
+        tokens[i, p - len(pr):p] = pr
+        tokens[i, p:p + len(rs)] = rs
+        attn[i, p - len(pr):p + len(rs)] = True
+        loss_mask[i, :len(rs)] = 1.0
+    return {"tokens": tokens, "attention_mask": attn, "loss_mask": loss_mask, "prompt_len": np.asarray(p)}
+
+
+def tokenize_examples(examples: Sequence[tuple[Messages, str]], tokenizer: Any, max_prompt_tokens: int,
+                      max_response_tokens: int, render_fn: RenderFn | None = None
+                      ) -> tuple[list[list[int]], list[list[int]], int]:
+    """(prompt messages, response text) pairs -> prompt ids, response ids (+ <|im_end|>), #dropped.
+
+    Responses longer than max_response_tokens are dropped (a truncated program teaches broken code).
+    """
+    render = render_fn or default_render
+    eot = end_of_turn_id(tokenizer)
+    prompt_cache: dict[str, list[int]] = {}
+    prompts, responses, dropped = [], [], 0
+    for messages, response in examples:
+        key = json.dumps(messages, sort_keys=True)
+        if key not in prompt_cache:
+            prompt_cache[key] = render(messages, tokenizer, max_prompt_tokens)
+        ids = list(tokenizer.encode(response, add_special_tokens=False)) + [eot]
+        if len(ids) > max_response_tokens:
+            dropped += 1
+            continue
+        prompts.append(prompt_cache[key])
+        responses.append(ids)
+    if not responses:
+        raise ValueError(f"every response is longer than max_response_tokens={max_response_tokens}")
+    return prompts, responses, dropped
+
+
+def batch_stream(n: int, batch_size: int, seed: int) -> grain.MapDataset:
+    """Indices 0..n-1, shuffled by `seed` (a new permutation each epoch), repeated forever, batched."""
+    return grain.MapDataset.range(n).shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
+
+
+# ------------------------------------------------------------------------------------------------ math
+
+
+def response_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> jax.Array:
+    """Mean token cross entropy over the response.
+
+    logits [B, R, V] float32 (position j predicts targets[:, j]), targets [B, R] int32,
+    loss_mask [B, R] (1 = response token) -> scalar.
+    """
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    return (nll * loss_mask).sum() / jnp.maximum(loss_mask.sum(), 1.0)
+
+
+def make_optimizer(lr: float, steps: int, warmup_steps: int, weight_decay: float, grad_clip: float
+                   ) -> optax.GradientTransformation:
+    """AdamW with linear warmup then cosine decay to 10% of lr, global-norm clipping."""
+    warmup = max(1, min(warmup_steps, steps - 1))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1), end_value=lr * 0.1)
+    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(schedule, weight_decay=weight_decay))
+
+
+def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, prompt_len: int) -> Callable:
+    """(params, opt_state, batch) -> (params, opt_state, loss): one jitted, pure update."""
+
+    def loss_fn(params, batch):
+        model = nnx.merge(graphdef, params, rest)
+        r = batch["loss_mask"].shape[1]
+        h, _ = model.hidden_states(batch["tokens"], None, batch["attention_mask"])
+        logits = model.logits_from_hidden(h[:, prompt_len - 1:prompt_len - 1 + r])
+        targets = batch["tokens"][:, prompt_len:prompt_len + r]
+        return response_loss(logits, targets, batch["loss_mask"])
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages, str]], cfg: Any,
+            workdir: str | Path, render_fn: RenderFn | None = None, progress: bool = True,
+            stop_at: int | None = None) -> dict[str, Any]:
+    """Fine-tunes `model` in place on the response tokens of `examples`; resumable.
+
+    cfg: the `warmstart` config section (steps, lr, batch_size, warmup_steps, weight_decay, grad_clip,
+    max_response_tokens, max_prompt_tokens, seed, log_every, checkpoint_every); missing fields default.
+    stop_at: checkpoint and return after this step (a planned pre-emption; the schedule still spans
+    cfg.steps, so a later call resumes exactly where this one stopped).
+    workdir gets `sft_ckpt/` (orbax: params, optimizer state, step, grain iterator state) and
+    `sft_metrics.jsonl` (one line per logged step). A workdir holding a checkpoint resumes from it.
+    Returns {"steps", "first_loss", "final_loss", "wall_s", "examples", "dropped", "prompt_len",
+    "response_len", "resumed_from"}.
+    """
+    steps, bs, seed = int(_get(cfg, "steps")), int(_get(cfg, "batch_size")), int(_get(cfg, "seed"))
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    prompts, responses, dropped = tokenize_examples(examples, tokenizer, int(_get(cfg, "max_prompt_tokens")),
+                                                    int(_get(cfg, "max_response_tokens")), render_fn)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer)
+    data = pack_examples(prompts, responses, pad_id)
+    n, prompt_len = len(responses), int(data["prompt_len"])
+    if n < bs:
+        raise ValueError(f"{n} usable examples < batch_size {bs}")
+
+    tx = make_optimizer(float(_get(cfg, "lr")), steps, int(_get(cfg, "warmup_steps")),
+                        float(_get(cfg, "weight_decay")), float(_get(cfg, "grad_clip")))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    opt_state = tx.init(params)
+    stream = iter(batch_stream(n, bs, seed))
+
+    mgr = ocp.CheckpointManager((workdir / "sft_ckpt").absolute(),
+                                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+    start, resumed_from = 0, None
+    if mgr.latest_step() is not None:
+        resumed_from = start = int(mgr.latest_step())
+        restored = mgr.restore(start, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+            data_iter=ocp.args.JsonRestore()))
+        params, opt_state = restored["state"]["params"], restored["state"]["opt_state"]
+        stream.set_state(restored["data_iter"])
+
+    def save(step: int) -> None:
+        mgr.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+            data_iter=ocp.args.JsonSave(stream.get_state())), force=True)
+
+    train_step = make_train_step(graphdef, rest, tx, prompt_len)
+    metrics_path = workdir / "sft_metrics.jsonl"
+    log_every, ckpt_every = int(_get(cfg, "log_every")), int(_get(cfg, "checkpoint_every"))
+    first_loss = final_loss = None
+    last = steps if stop_at is None else max(start, min(steps, stop_at))
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("warm-start SFT"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), transient=False)
+        bar.start()
+        bar_task = bar.add_task("sft", total=steps, completed=start, loss="-")
+    try:
+        with metrics_path.open("a") as log:
+            for step in range(start + 1, last + 1):
+                idx = next(stream)
+                batch = {k: jnp.asarray(data[k][idx]) for k in ("tokens", "attention_mask", "loss_mask")}
+                params, opt_state, loss = train_step(params, opt_state, batch)
+                if step == start + 1 or step % log_every == 0 or step == steps:
+                    final_loss = float(loss)
+                    first_loss = final_loss if first_loss is None else first_loss
+                    rec = {"step": step, "loss": final_loss, "wall_s": round(time.perf_counter() - t0, 3),
+                           "response_tokens": int(batch["loss_mask"].sum())}
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    if bar is not None:
+                        bar.update(bar_task, loss=f"{final_loss:.3f}")
+                if bar is not None:
+                    bar.advance(bar_task)
+                if step % ckpt_every == 0 or step == last:
+                    save(step)
+        mgr.wait_until_finished()
+    finally:
+        if bar is not None:
+            bar.stop()
+        mgr.close()
+    nnx.update(model, params)
+    return {"steps": last, "first_loss": first_loss, "final_loss": final_loss,
+            "wall_s": time.perf_counter() - t0, "examples": n, "dropped": dropped, "prompt_len": prompt_len,
+            "response_len": int(data["loss_mask"].shape[1]), "resumed_from": resumed_from}

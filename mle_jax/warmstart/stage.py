@@ -1,0 +1,138 @@
+"""The warm-start stage of a run: corpus -> verified corpus -> tokenizer -> model -> SFT -> saved policy.
+
+Called by the launcher before RL when `cfg.warmstart.enabled`. Everything it writes lives under
+`workdir` (default `<cfg.workdir>/warmstart`):
+
+    verified.jsonl   one line per corpus program run: sha256 of the code, valid, score, duration_s
+                     (a resumed stage does not run a program twice)
+    tokenizer/       the task BPE tokenizer (only for runs without a checkpoint, cfg.model.path == "")
+    sft_ckpt/        orbax checkpoints of the SFT (params, optimizer state, grain iterator state)
+    sft_metrics.jsonl  the loss curve
+    policy/          the fine-tuned policy in HF safetensors form + tokenizer, and DONE when complete:
+                     a later call returns it without redoing anything
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flax import nnx
+
+from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, generate_corpus, sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.sft import run_sft, train_task_tokenizer
+
+
+@dataclass
+class WarmStart:
+    model: nnx.Module  # the fine-tuned policy (Qwen2ForCausalLM)
+    tokenizer: Any
+    verified: list[VerifiedItem]
+    metrics: dict[str, Any]
+    policy_dir: Path  # HF folder (config.json, model.safetensors, tokenizer files)
+
+
+def _sha(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def verify_cached(items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_path: Path, workers: int,
+                  progress: bool = True) -> list[VerifiedItem]:
+    """verify_corpus with a JSONL cache keyed by the code's sha256 (valid and invalid runs both cached)."""
+    seen: dict[str, dict] = {}
+    if cache_path.is_file():
+        for line in cache_path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                seen[rec["sha256"]] = rec
+    todo = [it for it in items if _sha(it.code) not in seen]
+    if todo:
+        with cache_path.open("a") as f:
+
+            def record(it: CorpusItem, v: VerifiedItem | None) -> None:  # as each run ends: kill-safe
+                rec = {"sha256": _sha(it.code), "valid": v is not None, "score": v.score if v else None,
+                       "duration_s": v.duration_s if v else None,
+                       "meta": {**it.meta, "hparams": str(it.meta["hparams"])}}
+                seen[rec["sha256"]] = rec
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+
+            verify_corpus(todo, task, run_fn, workers, progress, on_result=record)
+    out = []
+    for it in items:
+        rec = seen[_sha(it.code)]
+        if rec["valid"]:
+            out.append(VerifiedItem(it, float(rec["score"]), float(rec["duration_s"])))
+    return out
+
+
+def build_policy(cfg_model: Any, vocab_size: int) -> nnx.Module:
+    """A randomly initialised Qwen2ForCausalLM of the config's shape with `vocab_size` rows."""
+    from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config.from_model_config(cfg_model)
+    if config.vocab_size < vocab_size:
+        raise ValueError(f"cfg.model.vocab_size={config.vocab_size} < tokenizer size {vocab_size}; raise it")
+    return Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
+
+
+def warm_start(cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workdir: str | Path | None = None,
+               progress: bool = True) -> WarmStart:
+    """Runs (or resumes, or loads the finished result of) the warm-start stage for `task`.
+
+    cfg: the full run config (uses cfg.seed, cfg.model, cfg.prompt, cfg.executor, cfg.warmstart).
+    sandbox: `make_sandbox(...)` (programs are verified in it); packages: the sandbox's packages
+    (they gate model families in the corpus and appear in the prompt, as in RL).
+    """
+    from mle_jax.executor.result import Limits
+    from mle_jax.models.hf import from_pretrained, save_pretrained
+    from mle_jax.models.tokenizer import load_tokenizer
+    from mle_jax.tasks.prompts import scratch_messages
+
+    ws = cfg.warmstart
+    workdir = Path(workdir or Path(cfg.workdir) / "warmstart")
+    workdir.mkdir(parents=True, exist_ok=True)
+    policy_dir = workdir / "policy"
+    items = generate_corpus(task.spec, int(ws.corpus_size), int(cfg.seed), packages)
+    limits = Limits(timeout_s=float(ws.get("verify_timeout_s", 120.0)), memory_mb=int(cfg.executor.memory_mb),
+                    cpus=int(cfg.executor.cpus))
+    workers = int(ws.get("verify_workers", 0)) or int(cfg.executor.slots) or 1
+    verified = verify_cached(items, task, sandbox_run_fn(sandbox, task, limits), workdir / "verified.jsonl",
+                             workers, progress)
+    if len(verified) < len(items):
+        bad = len(items) - len(verified)
+        raise RuntimeError(f"{bad} of {len(items)} warm-start programs for {task.id} did not run and grade "
+                           f"(see {workdir / 'verified.jsonl'}); the corpus generator must write valid ones")
+
+    if (policy_dir / "DONE").is_file():
+        model = from_pretrained(policy_dir)
+        return WarmStart(model, load_tokenizer(policy_dir), verified,
+                         json.loads((policy_dir / "DONE").read_text()), policy_dir)
+
+    messages = scratch_messages(task, list(packages), int(cfg.prompt.snippet_chars))
+    responses = [v.item.response() for v in verified]
+    if cfg.model.path:
+        tokenizer = load_tokenizer(cfg.model.path)
+        model = from_pretrained(cfg.model.path)
+    else:
+        tok_dir = workdir / "tokenizer"
+        tokenizer = (load_tokenizer(tok_dir) if (tok_dir / "tokenizer.json").is_file()
+                     else train_task_tokenizer(responses, [messages], int(cfg.model.vocab_size), tok_dir,
+                                               ws.get("tokenizer_max_token_length", 16)))
+        model = build_policy(cfg.model, len(tokenizer))
+    sft_cfg = dict(ws.to_dict()) if hasattr(ws, "to_dict") else dict(ws)
+    sft_cfg.setdefault("seed", int(cfg.seed))
+    sft_cfg["max_prompt_tokens"] = int(cfg.prompt.max_prompt_tokens)
+    sft_cfg.setdefault("max_response_tokens", int(cfg.sampler.max_tokens))
+    examples = [(messages, r) for r in responses]
+    metrics = run_sft(model, tokenizer, examples, sft_cfg, workdir, progress=progress)
+    metrics["corpus"] = len(verified)
+    metrics["corpus_score_mean"] = sum(v.score for v in verified) / len(verified)
+    save_pretrained(model, policy_dir)
+    tokenizer.save_pretrained(str(policy_dir))
+    (policy_dir / "DONE").write_text(json.dumps(metrics))
+    return WarmStart(model, tokenizer, verified, metrics, policy_dir)

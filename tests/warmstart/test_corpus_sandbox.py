@@ -1,0 +1,73 @@
+"""Corpus programs run in the real bwrap sandbox on the real pizza data and grade valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mle_jax.executor.result import Limits
+from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.tasks.prepare import prepare
+from mle_jax.warmstart.corpus import PIZZA, SPOOKY, full_grid, generate_corpus, sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.stage import verify_cached
+
+LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
+
+
+@pytest.fixture(scope="module")
+def pizza(raw_data_dir: Path, tmp_path_factory):
+    return prepare(PIZZA, raw_data_dir / PIZZA, tmp_path_factory.mktemp("pizza") / "prepared")
+
+
+@pytest.mark.integration
+def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
+    packages = sandbox_packages()
+    # one program of each of three families, including one with text features and one that needs xgboost
+    # when the sandbox has it: the grid follows the sandbox's packages
+    items = generate_corpus(pizza.spec, 40, seed=0, packages=packages)
+    picked = {}
+    for it in items:
+        fam = it.meta["model"]
+        if fam in ("logreg", "naive_bayes", "xgboost" if "xgboost" in packages else "hist_gradient_boosting"):
+            picked.setdefault(fam, it)
+    assert len(picked) == 3
+    sandbox = make_sandbox("bwrap")
+    run_fn = sandbox_run_fn(sandbox, pizza, LIMITS)
+    verified = verify_corpus(list(picked.values()), pizza, run_fn, workers=2, progress=False)
+    assert len(verified) == 3, "a corpus program failed to run or grade in the sandbox"
+    for v in verified:
+        assert 0.55 < v.score < 0.85, (v.item.meta, v.score)  # pizza AUCs of simple models
+        assert v.duration_s > 0
+
+    # a program that writes no submission is invalid, and the cache records runs so none repeats
+    broken = type(items[0])("plan.", items[0].code.replace('to_csv("submission.csv"', 'to_csv("other.csv"'),
+                            dict(items[0].meta, model="broken"))
+    calls = []
+
+    def counting(code):
+        calls.append(code)
+        return run_fn(code)
+
+    cache = tmp_path / "verified.jsonl"
+    first = verify_cached([broken, items[0]], pizza, counting, cache, workers=2, progress=False)
+    assert [v.item for v in first] == [items[0]] and len(calls) == 2
+    again = verify_cached([broken, items[0]], pizza, counting, cache, workers=2, progress=False)
+    assert [v.score for v in again] == [v.score for v in first] and len(calls) == 2
+
+
+@pytest.mark.integration
+def test_a_spooky_program_runs_and_grades_in_bwrap(raw_data_dir: Path, tmp_path):
+    task = prepare(SPOOKY, raw_data_dir / SPOOKY, tmp_path / "spooky" / "prepared")
+    item = next(it for it in generate_corpus(task.spec, 300, seed=0)
+                if it.meta["model"] == "naive_bayes" and it.meta["features"] == "word")
+    run_fn = sandbox_run_fn(make_sandbox("bwrap"), task, LIMITS)
+    verified = verify_corpus([item], task, run_fn, progress=False)
+    assert len(verified) == 1
+    assert 0.2 < verified[0].score < 1.0  # multi-class log loss of naive Bayes on words (uniform: 1.10)
+
+
+def test_grid_gates_on_the_sandbox_packages():
+    with_boost = {it.meta["model"] for it in full_grid(PIZZA, ["xgboost", "lightgbm"])}
+    assert {"xgboost", "lightgbm"} <= with_boost

@@ -1,0 +1,150 @@
+"""Warm-start SFT: batch layout, response-only loss, loss goes down, resume continues the same stream."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import base
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.tasks.prompts import render_prompt
+from mle_jax.warmstart.corpus import PIZZA, generate_corpus
+from mle_jax.warmstart.sft import (
+    batch_stream,
+    pack_examples,
+    response_loss,
+    run_sft,
+    tokenize_examples,
+    train_task_tokenizer,
+)
+
+MESSAGES = [{"role": "system", "content": "You are given a machine learning task."},
+            {"role": "user", "content": "Predict requester_received_pizza. Write a plan, then python."}]
+
+
+def test_pack_examples_layout():
+    d = pack_examples([[5, 6], [7]], [[1, 2, 3], [4]], pad_id=0, multiple=4)
+    p = int(d["prompt_len"])
+    assert p == 2 and d["tokens"].shape == (2, 6) and d["loss_mask"].shape == (2, 4)
+    np.testing.assert_array_equal(d["tokens"], [[5, 6, 1, 2, 3, 0], [0, 7, 4, 0, 0, 0]])
+    np.testing.assert_array_equal(d["attention_mask"], [[1, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(d["loss_mask"], [[1, 1, 1, 0], [1, 0, 0, 0]])
+    # the targets slice is exactly the responses
+    np.testing.assert_array_equal(d["tokens"][0, p:p + 3], [1, 2, 3])
+    with pytest.raises(ValueError, match="empty response"):
+        pack_examples([[1]], [[]], pad_id=0)
+
+
+def test_response_loss_matches_numpy_and_ignores_masked_positions():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    targets = rng.integers(0, 5, size=(2, 3)).astype(np.int32)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    want = (nll * mask).sum() / mask.sum()
+    got = float(response_loss(jnp.asarray(logits), jnp.asarray(targets), jnp.asarray(mask)))
+    assert got == pytest.approx(want, rel=1e-5)
+    logits2 = logits.copy()
+    logits2[0, 2] += 100.0  # a masked position: no effect
+    masked = response_loss(jnp.asarray(logits2), jnp.asarray(targets), jnp.asarray(mask))
+    assert float(masked) == pytest.approx(got)
+
+
+def test_batch_stream_is_seeded_and_reshuffles_each_epoch():
+    a = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=1)), strict=False)]
+    b = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=1)), strict=False)]
+    c = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=2)), strict=False)]
+    assert a == b and a != c
+    assert sorted(a[0] + a[1]) == list(range(6))  # an epoch is a permutation
+    assert a[:2] != a[2:4]  # the next epoch is another permutation
+
+
+@pytest.fixture(scope="module")
+def sft_setup(tmp_path_factory):
+    items = generate_corpus(PIZZA, 8, seed=0)
+    responses = [it.response() for it in items]
+    tok = train_task_tokenizer(responses, [MESSAGES], 1024, tmp_path_factory.mktemp("tok"))
+    m = base.tiny_model()
+    m.vocab_size, m.hidden_size, m.intermediate_size, m.num_hidden_layers = len(tok), 64, 128, 1
+    m.num_attention_heads, m.num_key_value_heads, m.head_dim = 2, 1, 32
+    config = Qwen2Config.from_model_config(m)
+    # short responses (the plans) keep these tests fast; the full programs are checked in the tokenizer test
+    examples = [(MESSAGES, it.plan) for it in items]
+    return tok, config, examples, responses
+
+
+def _cfg(**kw):
+    c = dict(steps=24, lr=1e-2, batch_size=4, warmup_steps=3, max_response_tokens=640, max_prompt_tokens=256,
+             seed=0, log_every=1, checkpoint_every=100)
+    c.update(kw)
+    return c
+
+
+@pytest.mark.model
+def test_task_tokenizer_speaks_chatml_and_round_trips(sft_setup):
+    tok, _, _, full = sft_setup
+    ids = render_prompt(MESSAGES, tok, 256)
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")
+    assert tok.decode(tok.encode(full[0], add_special_tokens=False)) == full[0]
+    prompts, responses, dropped = tokenize_examples([(MESSAGES, r) for r in full], tok, 256, 640)
+    assert dropped == 0 and all(r[-1] == tok.convert_tokens_to_ids("<|im_end|>") for r in responses)
+    assert max(len(r) for r in responses) < 520  # the programs stay short in the task tokenizer
+
+
+@pytest.fixture(scope="module")
+def straight_run(sft_setup, tmp_path_factory):
+    """One uninterrupted SFT run, shared by the loss test and the resume test (its reference)."""
+    tok, config, examples, _ = sft_setup
+    model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
+    before = jax.tree.map(np.array, nnx.state(model, nnx.Param))
+    workdir = tmp_path_factory.mktemp("straight")
+    metrics = run_sft(model, tok, examples, _cfg(), workdir, progress=False)
+    return model, before, workdir, metrics
+
+
+def _losses(workdir):
+    return [json.loads(x)["loss"] for x in (workdir / "sft_metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.model
+def test_sft_reduces_response_loss(straight_run):
+    model, before, workdir, metrics = straight_run
+    curve = _losses(workdir)
+    assert len(curve) == 24 and metrics["steps"] == 24
+    assert curve[0] > 5.0  # about log(vocab) at init
+    assert np.mean(curve[-4:]) < 0.6 * curve[0], curve
+    after = nnx.state(model, nnx.Param)  # the model passed in is the one trained
+    pairs = zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+    assert any(not np.allclose(a, b) for a, b in pairs)
+
+
+@pytest.mark.model
+def test_sft_resume_continues_the_same_stream(sft_setup, straight_run, tmp_path):
+    tok, config, examples, _ = sft_setup
+    straight, _, straight_dir, _ = straight_run
+    cfg = _cfg(checkpoint_every=12)
+    first = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
+    m1 = run_sft(first, tok, examples, cfg, tmp_path, progress=False, stop_at=12)
+    assert m1["steps"] == 12 and m1["resumed_from"] is None
+    # the checkpoint holds the stream position (12 batches drawn), restored below
+    assert _iter_state(tmp_path / "sft_ckpt", 12) == {"next_index": 12}
+    resumed = Qwen2ForCausalLM(config, rngs=nnx.Rngs(1))  # other weights: all state comes from the checkpoint
+    m2 = run_sft(resumed, tok, examples, cfg, tmp_path, progress=False)
+    assert m2["resumed_from"] == 12 and m2["steps"] == 24
+    np.testing.assert_allclose(_losses(tmp_path), _losses(straight_dir), rtol=1e-4)
+    leaves = [jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (straight, resumed)]
+    for a, b in zip(*leaves, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def _iter_state(ckpt_dir, step):
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(ckpt_dir) as mgr:
+        return mgr.restore(step, args=ocp.args.Composite(data_iter=ocp.args.JsonRestore()))["data_iter"]

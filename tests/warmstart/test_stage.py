@@ -1,0 +1,48 @@
+"""The warm-start stage end to end on real pizza data: verify in bwrap, tokenizer, SFT, saved policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import pizza as pizza_config
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.tasks.prepare import prepare
+from mle_jax.warmstart.corpus import PIZZA
+from mle_jax.warmstart.stage import warm_start
+
+
+@pytest.mark.integration
+def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path):
+    task = prepare(PIZZA, raw_data_dir / PIZZA, tmp_path / "pizza" / "prepared")
+    cfg = pizza_config.get_config("cpu")
+    cfg.warmstart.corpus_size = 3
+    cfg.warmstart.steps = 4
+    cfg.warmstart.batch_size = 2
+    cfg.warmstart.warmup_steps = 1
+    cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
+    cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
+    sandbox = make_sandbox("bwrap")
+    packages = ["numpy", "pandas", "scipy", "scikit-learn"]
+    ws = warm_start(cfg, task, sandbox, packages, tmp_path / "ws", progress=False)
+    assert len(ws.verified) == 3 and all(0.5 < v.score < 0.85 for v in ws.verified)
+    assert ws.metrics["steps"] == 4 and ws.metrics["final_loss"] < ws.metrics["first_loss"]
+    assert (ws.policy_dir / "DONE").is_file() and (ws.policy_dir / "config.json").is_file()
+    assert len(ws.tokenizer) <= cfg.model.vocab_size
+    lines = (tmp_path / "ws" / "verified.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(x)["valid"] for x in lines)
+
+    # a second call finds the finished stage: same weights back, no program re-run, no SFT
+    class NoRuns:
+        def run(self, *a, **k):
+            raise AssertionError("a verified program was run again")
+
+    again = warm_start(cfg, task, NoRuns(), packages, tmp_path / "ws", progress=False)
+    tokens = jnp.asarray([ws.tokenizer.encode("import numpy as np")], jnp.int32)
+    np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)),
+                               rtol=1e-5, atol=1e-5)
+    assert again.tokenizer.encode("train.json") == ws.tokenizer.encode("train.json")
