@@ -73,7 +73,8 @@ def evaluate(
     limits = limits_from_config(cfg.executor)
     lower = task.lower_is_better
     with Progress() as progress:
-        prompts = rollout.make_prompts(task, tokenizer, packages, n, 0.0, None, rng, cfg.prompt.max_prompt_tokens)
+        prompts = rollout.make_prompts(task, tokenizer, packages, n, 0.0, None, rng, cfg.prompt.max_prompt_tokens,
+                                       cfg.prompt.snippet_chars)
         scratch = rollout.sample_responses(sampler, prompts, sampling, 0)
         rollout.submit(scratch, instrument_fn, fleet, task, limits, cfg.reward)
         _run_all(scratch, cfg, task, progress, "eval: from scratch")

@@ -20,7 +20,7 @@ from mle_jax import checkpoint, evaluate, report, sharding
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.instrument import instrument_batch
-from mle_jax.models import hf, qwen2
+from mle_jax.models import hf
 from mle_jax.models import tokenizer as tok_lib
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.learner import Learner
@@ -45,31 +45,52 @@ def prepare_task(cfg: Any) -> Task:
     return prepare_lib.prepare(cfg.task.id, raw, Path(cfg.task.data_root) / cfg.task.id / "prepared")
 
 
-def build_policy(cfg: Any, task: Task, workdir: Path) -> tuple[Any, Any, list]:
-    """(policy model, tokenizer, warm-start corpus). A checkpoint path loads real weights; else a tiny
-    random model with a BPE tokenizer trained on the task's warm-start corpus."""
-    if cfg.model.path:
-        tokenizer = tok_lib.load_tokenizer(cfg.model.path)
-        model = hf.from_pretrained(cfg.model.path, dtype=model_dtype(cfg))
-        return model, tokenizer, []
-    from mle_jax.warmstart import corpus as corpus_lib
+def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tuple[Any, Any, dict]:
+    """(policy model, tokenizer, warm-start metrics).
 
-    items = corpus_lib.generate_corpus(task.spec, cfg.warmstart.corpus_size, cfg.seed)
+    With `warmstart.enabled`, the policy is the warm-start stage's fine-tuned model (a finished stage
+    is loaded, not redone). Else a checkpoint at `model.path`, or a tiny random model with a task BPE
+    tokenizer trained on the task's program corpus.
+    """
+    if cfg.warmstart.enabled:
+        from mle_jax.executor.sandbox import make_sandbox
+        from mle_jax.warmstart.stage import warm_start
+
+        sandbox = make_sandbox(cfg.executor.backend, **sandbox_options(cfg.executor))
+        ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
+        metrics = {"corpus_verified": len(ws.verified), **{k: v for k, v in ws.metrics.items()
+                                                           if isinstance(v, int | float | str)}}
+        return ws.model, ws.tokenizer, metrics
+    if cfg.model.path:
+        return hf.from_pretrained(cfg.model.path, dtype=model_dtype(cfg)), tok_lib.load_tokenizer(cfg.model.path), {}
+    from mle_jax.tasks.prompts import scratch_messages
+    from mle_jax.warmstart import corpus as corpus_lib
+    from mle_jax.warmstart.sft import train_task_tokenizer
+    from mle_jax.warmstart.stage import build_policy as random_policy
+
     tok_dir = workdir / "tokenizer"
     if (tok_dir / "tokenizer.json").exists():
         tokenizer = tok_lib.load_tokenizer(tok_dir)
     else:
-        from mle_jax.warmstart import sft
+        items = corpus_lib.generate_corpus(task.spec, cfg.warmstart.corpus_size, cfg.seed, packages)
+        tokenizer = train_task_tokenizer([it.response() for it in items],
+                                         [scratch_messages(task, packages, cfg.prompt.snippet_chars)],
+                                         cfg.model.vocab_size, tok_dir, cfg.warmstart.tokenizer_max_token_length)
+    return random_policy(cfg.model, len(tokenizer)), tokenizer, {}
 
-        tokenizer = sft.train_task_tokenizer(task, items, cfg, tok_dir)
-    cfg.model.vocab_size = max(cfg.model.vocab_size, len(tokenizer))
-    model = qwen2.Qwen2ForCausalLM(qwen2.Qwen2Config.from_model_config(cfg.model), rngs=nnx.Rngs(cfg.seed))
-    return model, tokenizer, items
+
+def sandbox_options(executor_cfg: Any) -> dict:
+    opts = {}
+    if executor_cfg.get("sandbox_python", ""):
+        opts["python"] = executor_cfg.sandbox_python
+    if executor_cfg.backend == "docker":
+        opts["image"] = executor_cfg.image
+    return opts
 
 
 def load_trained_policy(cfg: Any, task: Task, workdir: Path) -> tuple[Any, Any]:
     """The latest policy of a run: its last RL checkpoint, else its HF export."""
-    model, tokenizer, _ = build_policy(cfg, task, workdir)
+    model, tokenizer, _ = build_policy(cfg, task, sandbox_packages(), workdir)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints", keep=cfg.checkpoint.keep)
     step = ckpt.latest_step()
     if step is not None:
@@ -121,16 +142,11 @@ def run(cfg: Any) -> dict:
     console.print(f"task prepared: public={task.public_dir}")
 
     packages = sandbox_packages()
-    model, tokenizer, corpus = build_policy(cfg, task, workdir)
-    fleet = make_fleet(cfg.executor)
+    model, tokenizer, ws_metrics = build_policy(cfg, task, packages, workdir)
     summary: dict[str, Any] = {"task": task.id, "workdir": str(workdir)}
+    summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
+    fleet = make_fleet(cfg.executor)
     try:
-        if cfg.warmstart.enabled:
-            from mle_jax.warmstart import sft
-
-            ws = sft.warm_start(model, tokenizer, task, corpus, fleet, cfg, workdir / "warmstart")
-            summary.update({f"warmstart/{k}": v for k, v in ws.items()})
-
         mesh = sharding.make_mesh(cfg.mesh)
         value = Qwen2ValueModel.from_policy(model, rngs=nnx.Rngs(cfg.seed + 1))
         learner = Learner(cfg, model, value, mesh)

@@ -133,7 +133,7 @@ class AsyncRLLoop:
         t0 = time.monotonic()
         prompts = rollout.make_prompts(
             self.task, self.tokenizer, self.packages, need, self.cfg.prompt.improve_fraction, self.buffer,
-            self.rng, self.cfg.prompt.max_prompt_tokens,
+            self.rng, self.cfg.prompt.max_prompt_tokens, self.cfg.prompt.snippet_chars,
         )
         samples = rollout.sample_responses(self.sampler, prompts, self.sampling, self.counters.next_uid)
         self.counters.next_uid += len(samples)

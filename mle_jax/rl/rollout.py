@@ -77,6 +77,7 @@ def make_prompts(
     buffer: ImproveBuffer | None,
     rng: np.random.Generator,
     max_prompt_tokens: int,
+    snippet_chars: int = 1200,
 ) -> list[PromptItem]:
     """n prompts; each asks to improve a buffered solution with probability improve_fraction."""
     items = []
@@ -88,7 +89,7 @@ def make_prompts(
         if parent is None:
             if scratch_ids is None:  # the scratch prompt is the same every time: render once
                 scratch_ids = prompt_lib.render_prompt(
-                    prompt_lib.scratch_messages(task, packages), tokenizer, max_prompt_tokens
+                    prompt_lib.scratch_messages(task, packages, snippet_chars), tokenizer, max_prompt_tokens
                 )
             items.append(PromptItem("scratch", list(scratch_ids)))
         else:
