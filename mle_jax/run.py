@@ -175,7 +175,7 @@ def run(cfg: Any) -> dict:
             "rl/steps": c.step, "rl/wall_s": round(rl_s, 1), "rl/samples": c.sampled,
             "rl/dropped_stale": c.dropped_stale, "rl/infra_failures": c.infra_failures,
             "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
-            "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.slots, 1e-9)), 3),
+            "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
         })
         if rows:
             summary["valid_fraction/first_step"] = rows[0].get("valid_fraction")

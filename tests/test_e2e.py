@@ -58,7 +58,7 @@ def test_two_rl_steps_end_to_end(finished_run):
     for r in rows:
         assert -10.0 <= r["reward/mean"] <= 1.0
         assert 0.0 <= r["valid_fraction"] <= 1.0
-        assert r["learner/policy_loss"] == r["learner/policy_loss"]  # finite, not NaN
+        assert r["learner/actor/pg_loss"] == r["learner/actor/pg_loss"]  # finite, not NaN
         assert 0.0 <= r["learner_idle_fraction"] <= 1.0 and 0.0 <= r["executor_utilization"] <= 1.0
     assert summary["rl/steps"] == 2 and summary["rl/samples"] >= 8
     assert summary["warmstart/corpus_verified"] >= 1  # the SFT corpus ran and graded in the sandbox

@@ -219,7 +219,7 @@ class AsyncRLLoop:
         m = stats.metrics()
         m.update({f"learner/{k}": v for k, v in learner_metrics.items()})
         c = self.counters
-        slots = max(1, getattr(self.fleet, "slots", 1))
+        slots = max(1, getattr(self.fleet, "n_slots", 1))
         m.update({
             "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
             "dropped_stale": c.dropped_stale,
