@@ -23,22 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors_streamed
-
-# Logical axis -> mesh axis (None = replicated). mle_jax/sharding.py may pass its own table.
-DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("q_heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("mlp", "tensor"),
-    ("norm", None),
-)
-
+from mle_jax.sharding import LOGICAL_RULES, variable_sharding
 
 # --------------------------------------------------------------------------------------------
 # Layout transforms: hf -> ours (given our shape), ours -> hf, and the HF shape for a given our shape
@@ -124,50 +113,6 @@ def _hf_name_template(rule_path: tuple[str, ...]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Sharding from logical axes
-# --------------------------------------------------------------------------------------------
-
-
-def logical_to_pspec(axes: Sequence[str | None] | None, rules: Sequence[tuple[str, Any]]) -> PartitionSpec:
-    """Logical axis names -> PartitionSpec; a mesh axis is used at most once per tensor."""
-    table = dict(rules)
-    used: set = set()
-    out = []
-    for a in axes or ():
-        mesh_axis = table.get(a) if a is not None else None
-        flat = mesh_axis if isinstance(mesh_axis, tuple) else (mesh_axis,)
-        if mesh_axis is None or any(m in used for m in flat):
-            out.append(None)
-        else:
-            used.update(flat)
-            out.append(mesh_axis)
-    return PartitionSpec(*out)
-
-
-def _fit_spec(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
-    """Drops mesh axes that do not divide the dimension (e.g. 2 KV heads over 4-way tensor parallelism)."""
-    out = []
-    for dim, ax in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)), strict=True):
-        if ax is None:
-            out.append(None)
-            continue
-        size = int(np.prod([mesh.shape[a] for a in (ax if isinstance(ax, tuple) else (ax,))]))
-        out.append(ax if dim % size == 0 else None)
-    return PartitionSpec(*out)
-
-
-def param_shardings(model: nnx.Module, mesh: Mesh, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES):
-    """nnx.State of NamedShardings for every Param of `model`, from its logical axes."""
-    state = nnx.state(model, nnx.Param)
-
-    def to_sharding(v):
-        spec = logical_to_pspec(v.get_metadata().get("out_sharding"), rules)
-        return NamedSharding(mesh, _fit_spec(spec, tuple(v.get_value().shape), mesh))
-
-    return jax.tree.map(to_sharding, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
-
-
-# --------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------
 
@@ -213,7 +158,8 @@ def from_pretrained(
     """Loads an HF Qwen2 checkpoint folder into our model.
 
     dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). With `mesh`, every tensor
-    is placed directly onto NamedSharding(mesh, logical_to_pspec(axes, rules or DEFAULT_RULES)).
+    is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through
+    `rules`, default sharding.LOGICAL_RULES).
     Raises FileNotFoundError / SafetensorsError / ValueError naming the file and tensor on bad input.
     """
     path = Path(path)
@@ -223,7 +169,7 @@ def from_pretrained(
     if remat is not None:
         cfg = dataclasses.replace(cfg, remat=remat)
     param_dtype = param_dtype or dtype
-    rules = tuple(rules or DEFAULT_RULES)
+    rules = tuple(rules or LOGICAL_RULES)
     abstract = nnx.eval_shape(
         lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype)
     )
@@ -259,8 +205,7 @@ def from_pretrained(
             )
         host = np.asarray(transform.to_ours(reader.get(name), shape)).astype(param_dtype)
         if mesh is not None:
-            spec = _fit_spec(logical_to_pspec(var.get_metadata().get("out_sharding"), rules), shape, mesh)
-            value = jax.device_put(host, NamedSharding(mesh, spec))
+            value = jax.device_put(host, variable_sharding(var, mesh, rules))
         else:
             value = jnp.asarray(host)
         flat[our_path] = var.replace(value)

@@ -2,7 +2,7 @@
 
 Matches transformers' `Qwen2ForCausalLM` numerically (tests/models/test_qwen2.py). Every weight is an
 `nnx.Param` whose `out_sharding` metadata holds logical axis names from `LOGICAL_AXES`; a mesh and a
-rules table turn them into `PartitionSpec`s (see `mle_jax.models.hf.param_shardings`).
+rules table turn them into `PartitionSpec`s (see `mle_jax.sharding.param_shardings`).
 
 Padding: `attention_mask` [B, T] (1 = real token) works with right padding (training) and left
 padding (the sampler prefills left-padded prompts so that every row writes the same cache slot).
@@ -137,7 +137,7 @@ class Qwen2Config:
 
 def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], axes: tuple[str, ...], dtype) -> nnx.Param:
     """A Param with logical axis names in its `out_sharding` metadata. Not eagerly sharded: the names are
-    logical, a mesh and rules turn them into shardings at load / jit time (hf.param_shardings)."""
+    logical, a mesh and rules turn them into shardings at load / jit time (sharding.param_shardings)."""
     assert len(shape) == len(axes), (shape, axes)
     return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=axes, eager_sharding=False)
 
