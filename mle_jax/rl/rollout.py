@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.instrument.progress import new_tag, strip_agent_progress, tag_progress, untag
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.sampling.protocol import Completion, Sampler
 from mle_jax.tasks import prompts as prompt_lib
@@ -42,6 +43,7 @@ class Sample:
     code: str | None  # None: the response had no code block (total failure, never executed)
     instrumented_code: str | None = None
     instrument_path: str = "off"
+    tag: str | None = None  # per-run marker of the instrumenter's prints (only those earn credit)
     future: Future | None = None
     submitted_at: float = field(default_factory=time.monotonic)
     result: ExecResult | None = None
@@ -60,12 +62,17 @@ class Sample:
         return 0.0 if self.result is None else float(self.result.duration_s)
 
     @property
-    def output(self) -> str:
+    def raw_output(self) -> str:
         if self.result is None:
             return ""
         return (self.result.stdout_tail or "") + (
             "\n" + self.result.stderr_tail if self.result.stderr_tail else ""
         )
+
+    @property
+    def output(self) -> str:
+        """The terminal output as the paper shows it (progress prints untagged)."""
+        return untag(self.raw_output, self.tag) if self.tag else self.raw_output
 
 
 def make_prompts(
@@ -127,10 +134,14 @@ def submit(
     for s in samples:
         if s.code is None:
             s.reward = compute_reward(None, "", task.lower_is_better, reward_cfg.failure, reward_cfg.per_print)
-    for s, inst in zip(runnable, instrument_fn([s.code for s in runnable]) if runnable else [], strict=True):
-        s.instrumented_code, s.instrument_path = inst.code, inst.path
+    # the agent's own progress prints earn nothing: removed before instrumenting, and the
+    # instrumenter's prints carry a per-run tag the agent cannot know (instrument/progress.py)
+    cleaned = [strip_agent_progress(s.code) for s in runnable]
+    for s, inst in zip(runnable, instrument_fn(cleaned) if runnable else [], strict=True):
+        s.tag = new_tag()
+        s.instrumented_code, s.instrument_path = tag_progress(inst.code, s.tag), inst.path
         s.submitted_at = time.monotonic()
-        s.future = fleet.submit(inst.code, task, limits)
+        s.future = fleet.submit(s.instrumented_code, task, limits)
 
 
 def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> Sample:
@@ -142,7 +153,7 @@ def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> S
     if result.submission_path is not None and Path(result.submission_path).is_file():
         graded = grade(task, Path(result.submission_path))
     sample.reward = compute_reward(
-        graded, sample.output, task.lower_is_better, reward_cfg.failure, reward_cfg.per_print
+        graded, sample.raw_output, task.lower_is_better, reward_cfg.failure, reward_cfg.per_print, tag=sample.tag
     )
     results_dir = result.extra.get("results_dir")
     if results_dir:  # the run's captured output and submission copy: graded, so no longer needed

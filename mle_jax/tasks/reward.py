@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mle_jax.instrument.progress import count_progress
+from mle_jax.instrument.progress import count_progress, count_tagged_progress
 from mle_jax.tasks.graders import GradeResult
 
 
@@ -23,12 +23,15 @@ def compute_reward(
     lower_is_better: bool,
     failure: float = -10.0,
     per_print: float = 0.1,
+    tag: str | None = None,
 ) -> Reward:
     """valid -> score (negated when lower is better); else failure + per_print x distinct progress prints.
 
     grade=None means nothing was graded (no code, crash before a submission existed): a failure.
+    tag: count only progress lines carrying this per-run tag (instrument.progress.tag_progress), so prints
+    the agent wrote itself earn nothing.
     """
-    prints = count_progress(output_text or "")
+    prints = count_tagged_progress(output_text or "", tag) if tag else count_progress(output_text or "")
     if grade is not None and grade.valid and grade.score is not None:
         score = float(grade.score)
         return Reward(-score if lower_is_better else score, True, score, prints, len(prints))
