@@ -150,10 +150,16 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
                 [
                     [name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
                     for name, e in evaluation.items()
-                    if isinstance(e, Mapping)
+                    if isinstance(e, Mapping) and "samples" in e
                 ],
             )
         )
+        paper = evaluation.get("paper")
+        if paper:
+            parts.append(
+                f"\nPaper, Table 1 (best of 128 after convergence): Qwen2.5-3B prompted {paper['qwen2.5-3b']}, "
+                f"after RL {paper['qwen2.5-3b-rl']}."
+            )
     if rows:
         parts += ["", "## Per step", ""]
         keys = ["step", "reward/mean", "score/mean", "score/max", "valid_fraction", "duration_s/mean", "dropped_stale"]

@@ -29,9 +29,11 @@ def test_report_has_table_and_plots(tmp_path):
                        "valid_fraction": 0.25 * step, "score/mean": 0.5, "score/max": 0.55 + 0.01 * step,
                        "duration_s/mean": 2.0})
     path = report.write_report(tmp_path, {"task": "random-acts-of-pizza", "wall_s": 12.5},
-                               {"scratch": {"samples": 4, "valid_fraction": 0.5, "mean": 0.6, "max": 0.62}})
+                               {"scratch": {"samples": 4, "valid_fraction": 0.5, "mean": 0.6, "max": 0.62},
+                                "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663}})
     text = path.read_text()
     assert "| wall_s | 12.5 |" in text and "| scratch | 4 | 0.5 | 0.6 | 0.62 |" in text
+    assert "| paper |" not in text and "after RL 0.663" in text
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == ["duration.png", "reward_components.png", "score.png", "valid_fraction.png"]
     assert all((tmp_path / "plots" / p).stat().st_size > 1000 for p in pngs)
