@@ -79,7 +79,7 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 PLOTS: dict[str, tuple[str, ...]] = {
     "score": ("score/mean", "score/max"),
-    "valid_fraction": ("valid_fraction",),
+    "valid_fraction": ("valid_fraction", "valid_fraction/scratch", "valid_fraction/improve"),
     "duration": ("duration_s/mean",),
     "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
 }
@@ -91,6 +91,7 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -108,6 +109,7 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
             plt.close(fig)
             continue
         ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(name.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -77,6 +77,9 @@ class StepStats:
             "instrument_lm_fraction": np.mean([s.instrument_path == "lm" for s in self.samples]),
             "response_tokens/mean": np.mean([len(s.completion.token_ids) for s in self.samples]),
         }
+        for kind in ("scratch", "improve"):  # self-improvement works only if improve prompts stay valid
+            of_kind = [s.reward.valid for s in self.samples if s.prompt.kind == kind]
+            m[f"valid_fraction/{kind}"] = np.mean(of_kind) if of_kind else None
         return {k: (None if v is None else float(v)) for k, v in m.items()}
 
 
