@@ -35,7 +35,13 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer folder not found: {path}")
-    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if (path / "tokenizer.json").is_file():
+        # tokenizer.json is the whole pipeline. AutoTokenizer would pick a class from config.json's
+        # model_type (qwen2 -> Qwen2Tokenizer), which rebuilds its own pre-tokenizer and silently
+        # re-tokenizes a task BPE saved beside the model (policy folders, HF exports).
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if not tok.chat_template:
         tok.chat_template = CHATML_TEMPLATE
     return tok

@@ -61,3 +61,25 @@ def test_bad_inputs(tmp_path):
         load_tokenizer(tmp_path / "missing")
     with pytest.raises(ValueError, match="vocab_size=100"):
         train_bpe_tokenizer(CORPUS, vocab_size=100, out_dir=tmp_path / "t")
+
+
+def test_reload_beside_a_qwen2_model_config_keeps_the_tokenization(tmp_path):
+    """A policy folder holds the model's config.json (model_type qwen2) beside the tokenizer; loading
+    must not swap in Qwen2Tokenizer's own pre-tokenizer (it re-tokenized a cross-word task BPE)."""
+    from flax import nnx
+
+    from mle_jax.models import hf
+    from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+    from mle_jax.warmstart.sft import train_task_tokenizer
+
+    code = "import pandas as pd\nfrom sklearn import linear_model\nmodel = linear_model.LogisticRegression(C=1.0)\n"
+    tok = train_task_tokenizer([code] * 20, [], 400, tmp_path / "tok", 16)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=400, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=8),
+                             rngs=nnx.Rngs(0))
+    hf.save_pretrained(model, tmp_path / "policy")
+    tok.save_pretrained(str(tmp_path / "policy"))
+    again = load_tokenizer(tmp_path / "policy")
+    assert again.encode(code) == tok.encode(code) and len(tok.encode(code)) < 20  # cross-word merges kept
+    msgs = [{"role": "user", "content": code}]
+    assert again.apply_chat_template(msgs, tokenize=False) == tok.apply_chat_template(msgs, tokenize=False)
