@@ -166,6 +166,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.verify_timeout_s = 120.0  # per corpus program
     c.warmstart.verify_workers = 0  # 0: executor.slots
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
+    # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
+    c.warmstart.improve_fraction = 0.5
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128
