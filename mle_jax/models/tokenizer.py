@@ -35,7 +35,14 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer folder not found: {path}")
-    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if (path / "tokenizer.json").is_file():
+        # The serialized pipeline, exactly as saved. AutoTokenizer would pick the class of the model type in
+        # a config.json beside it (a saved policy: qwen2 -> Qwen2Tokenizer), which replaces the saved
+        # pre-tokenizer with Qwen's regex split: a task tokenizer whose merges cross words would then
+        # encode differently after a reload than when it was trained.
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if not tok.chat_template:
         tok.chat_template = CHATML_TEMPLATE
     return tok
