@@ -1,6 +1,6 @@
 """Warm start on the embedded config: how many sampled programs run and grade, before vs after SFT.
 
-    .venv/bin/python bench/warmstart_valid_fraction.py [--config configs/pizza.py:cpu] [--samples 32]
+    PYTHONPATH=. .venv/bin/python bench/warmstart_valid_fraction.py [--config configs/pizza.py:cpu] [--samples 32]
         [--workdir DIR] [--steps N] [--sandbox-python PATH] [--packages a,b,c]
 
 Prepares the task, runs the warm-start stage (corpus -> verify in the sandbox -> task tokenizer -> SFT),
