@@ -1,18 +1,23 @@
 """Warm start on the embedded config: how many sampled programs run and grade, before vs after SFT.
 
-    .venv/bin/python bench/warmstart_valid_fraction.py [--config configs/pizza.py:cpu] [--samples 32]
+    PYTHONPATH=. .venv/bin/python bench/warmstart_valid_fraction.py [--config configs/pizza.py:cpu] [--samples 32]
         [--workdir DIR] [--steps N] [--sandbox-python PATH] [--packages a,b,c]
 
 Prepares the task, runs the warm-start stage (corpus -> verify in the sandbox -> task tokenizer -> SFT),
-then samples `--samples` responses from the RL scratch prompt at the config's temperature with the JAX
-sampler and runs each through the same sandbox and grader as RL. The peer in the same run is the same
-model before SFT (random init). Prints wall times of each stage and the valid fractions.
+then samples `--samples` responses from each of the two RL prompts at the config's temperature with the
+JAX sampler and runs each through the same sandbox and grader as RL (instrumented as RL does):
+  scratch: the RL scratch prompt;
+  improve: RL improve prompts about verified corpus programs (plan, code and the captured terminal
+           output of their instrumented run), one source program per sample, drawn by --seed.
+The peer in the same run is the same model before SFT (random init). Prints wall times of each stage,
+prompt lengths and the valid fractions per prompt kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import random
 import statistics
 import tempfile
 import time
@@ -22,10 +27,12 @@ from pathlib import Path
 from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.instrument import instrument_batch
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages
+from mle_jax.warmstart.improve import improve_prompt
 from mle_jax.warmstart.stage import build_policy, warm_start
 
 
@@ -37,22 +44,35 @@ def load_config(spec: str):
     return mod.get_config(arg) if arg else mod.get_config()
 
 
-def evaluate(model, tokenizer, task, sandbox, limits, cfg, packages, n: int, seed: int, workers: int) -> dict:
-    """Samples n responses from the scratch prompt; counts those with code, that exit ok, that grade valid."""
-    messages = scratch_messages(task, packages, int(cfg.prompt.snippet_chars))
-    prompt = render_prompt(messages, tokenizer, int(cfg.prompt.max_prompt_tokens))
+def build_prompts(kind: str, tokenizer, task, cfg, packages, verified, n: int, seed: int) -> list[list[int]]:
+    """n prompt token lists of one kind: the scratch prompt n times, or improve prompts about n verified
+    programs (each once while they last, drawn by seed), rendered with the RL budget."""
+    budget = int(cfg.prompt.max_prompt_tokens)
+    if kind == "scratch":
+        return [render_prompt(scratch_messages(task, packages, int(cfg.prompt.snippet_chars)), tokenizer, budget)] * n
+    rng = random.Random(seed)
+    sources = []
+    while len(sources) < n:
+        sources += rng.sample(list(verified), min(len(verified), n - len(sources)))
+    return [render_prompt(improve_prompt(task, packages, v), tokenizer, budget) for v in sources]
+
+
+def evaluate(model, tokenizer, prompts: list[list[int]], task, sandbox, limits, cfg, seed: int, workers: int
+             ) -> dict:
+    """Samples one response per prompt; counts those with code, that exit ok, that grade valid."""
     sampler = JaxSampler(model, tokenizer)
     t0 = time.perf_counter()
-    comps = sampler.generate([prompt], n=n, temperature=float(cfg.sampler.temperature),
+    comps = sampler.generate(prompts, n=1, temperature=float(cfg.sampler.temperature),
                              top_p=float(cfg.sampler.top_p), max_tokens=int(cfg.sampler.max_tokens),
                              seed=seed)
     sample_s = time.perf_counter() - t0
+    mode = "off" if cfg.instrument.mode == "off" else "ast"
 
     def one(text: str):
         code = parse_response(text).code
         if code is None:
             return "no code", None
-        res = sandbox.run(code, task, limits)
+        res = sandbox.run(instrument_batch([code], mode)[0].code, task, limits)
         if str(res.status) != "ok":
             return f"{res.status}: {(res.stderr_tail.strip().splitlines() or [''])[-1][:100]}", None
         g = grade(task, res.submission_path)
@@ -65,7 +85,8 @@ def evaluate(model, tokenizer, task, sandbox, limits, cfg, packages, n: int, see
     kinds: dict[str, int] = {}
     for o, _ in outcomes:
         kinds[o] = kinds.get(o, 0) + 1
-    return {"valid_fraction": len(scores) / n, "mean_score": statistics.mean(scores) if scores else None,
+    n = len(prompts)
+    return {"valid_fraction": len(scores) / n, "n": n, "mean_score": statistics.mean(scores) if scores else None,
             "max_score": max(scores) if scores else None, "sample_s": sample_s,
             "run_s": time.perf_counter() - t0,
             "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
@@ -103,22 +124,35 @@ def main() -> None:
     t0 = time.perf_counter()
     ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
     stage_s = time.perf_counter() - t0
-    after = evaluate(ws.model, ws.tokenizer, task, sandbox, limits, cfg, packages, args.samples, args.seed,
-                     workers)
-    before = evaluate(build_policy(cfg.model, len(ws.tokenizer)), ws.tokenizer, task, sandbox, limits, cfg,
-                      packages, args.samples, args.seed, workers)
+    prompts = {kind: build_prompts(kind, ws.tokenizer, task, cfg, packages, ws.verified, args.samples, args.seed)
+               for kind in ("scratch", "improve")}
+    untrained = build_policy(cfg.model, len(ws.tokenizer))
+    results = {}
+    for kind, ids in prompts.items():
+        results[kind] = {
+            "after SFT": evaluate(ws.model, ws.tokenizer, ids, task, sandbox, limits, cfg, args.seed, workers),
+            "before SFT": evaluate(untrained, ws.tokenizer, ids, task, sandbox, limits, cfg, args.seed, workers),
+        }
     m = ws.metrics
     print(f"config {args.config}: model layers={cfg.model.num_hidden_layers} hidden={cfg.model.hidden_size} "
           f"vocab={cfg.model.vocab_size} (tokenizer {len(ws.tokenizer)})")
     print(f"prepare {prep_s:.1f}s | warm-start stage {stage_s:.1f}s (SFT {m['wall_s']:.1f}s, "
           f"{m['steps']} steps, loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}; corpus {m['corpus']} "
           f"programs, mean AUC {m['corpus_score_mean']:.3f}; prompt {m['prompt_len']} + response "
-          f"{m['response_len']} tokens)")
-    for name, r in (("before SFT", before), ("after SFT", after)):
-        print(f"{name:>10}: valid {r['valid_fraction']:.0%} of {args.samples} (mean score {r['mean_score']}, "
-              f"max {r['max_score']}); sampling {r['sample_s']:.1f}s, running {r['run_s']:.1f}s, "
-              f"{r['mean_response_tokens']:.0f} tokens/response; {r['outcomes']}")
-    print(f"valid fraction after/before: {after['valid_fraction']:.2f} / {before['valid_fraction']:.2f}")
+          f"{m['response_len']} tokens; {m.get('improve_examples', 0)} of {m['examples']} examples on the "
+          f"improve prompt)")
+    budget = int(cfg.prompt.max_prompt_tokens)
+    for kind, ids in prompts.items():
+        lens = [len(p) for p in ids]
+        print(f"{kind} prompt: {min(lens)}-{max(lens)} tokens (budget {budget})")
+    for kind, by_model in results.items():
+        for name, r in by_model.items():
+            print(f"{kind:>8} {name:>10}: valid {r['valid_fraction']:.0%} of {r['n']} (mean score "
+                  f"{r['mean_score']}, max {r['max_score']}); sampling {r['sample_s']:.1f}s, running "
+                  f"{r['run_s']:.1f}s, {r['mean_response_tokens']:.0f} tokens/response; {r['outcomes']}")
+    for kind, by_model in results.items():
+        print(f"{kind} valid fraction after/before: {by_model['after SFT']['valid_fraction']:.2f} / "
+              f"{by_model['before SFT']['valid_fraction']:.2f}")
 
 
 if __name__ == "__main__":

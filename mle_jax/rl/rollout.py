@@ -25,6 +25,18 @@ from mle_jax.tasks.reward import Reward, compute_reward
 from mle_jax.tasks.task import Task
 
 
+def terminal_output(result: ExecResult) -> str:
+    """What a run printed, as the improve prompt shows it: stdout, then stderr (errors come last)."""
+    return (result.stdout_tail or "") + ("\n" + result.stderr_tail if result.stderr_tail else "")
+
+
+def previous_output(result: ExecResult, output_chars: int, tag: str | None = None) -> str:
+    """The part of a run's terminal output an improve prompt receives: its last `output_chars` characters,
+    with the instrumenter's per-run tag removed."""
+    text = terminal_output(result)
+    return (untag(text, tag) if tag else text)[-output_chars:]
+
+
 @dataclass
 class PromptItem:
     kind: str  # "scratch" | "improve"
@@ -63,11 +75,7 @@ class Sample:
 
     @property
     def raw_output(self) -> str:
-        if self.result is None:
-            return ""
-        return (self.result.stdout_tail or "") + (
-            "\n" + self.result.stderr_tail if self.result.stderr_tail else ""
-        )
+        return "" if self.result is None else terminal_output(self.result)
 
     @property
     def output(self) -> str:
@@ -166,7 +174,7 @@ def to_previous(sample: Sample, output_chars: int) -> PreviousSolution:
     return PreviousSolution(
         plan=sample.plan,
         code=sample.code or "",
-        output=sample.output[-output_chars:],
+        output="" if sample.result is None else previous_output(sample.result, output_chars, sample.tag),
         reward=float(r.total) if r else 0.0,
         valid=bool(r.valid) if r else False,
         score=None if r is None or r.score is None else float(r.score),

@@ -56,11 +56,16 @@ class CorpusItem:
 
 @dataclass(frozen=True)
 class VerifiedItem:
-    """A corpus item that ran in the sandbox and produced a valid submission with `score`."""
+    """A corpus item that ran in the sandbox and produced a valid submission with `score`.
+
+    output: the terminal output of that run as an RL improve prompt shows it (the program instrumented
+    with progress prints, stdout then stderr, its last `prompt.output_tail_chars` characters).
+    """
 
     item: CorpusItem
     score: float
     duration_s: float
+    output: str = ""
 
 
 class GradeLike(Protocol):
@@ -69,8 +74,8 @@ class GradeLike(Protocol):
     reason: str
 
 
-# (code) -> (grade, duration_s): runs one program on the task and grades its submission.
-RunFn = Callable[[str], tuple[GradeLike, float]]
+# (code) -> (grade, duration_s, terminal output): runs one program on the task and grades its submission.
+RunFn = Callable[[str], tuple[GradeLike, float, str]]
 
 _GENERATORS: dict[str, Callable[[frozenset[str]], list[CorpusItem]]] = {}
 
@@ -155,10 +160,10 @@ def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers
     task_id = task if isinstance(task, str) else getattr(task, "id", str(task))
 
     def one(it: CorpusItem) -> VerifiedItem | None:
-        grade, duration = run_fn(it.code)
+        grade, duration, output = run_fn(it.code)
         if not grade.valid or grade.score is None:
             return None
-        return VerifiedItem(it, float(grade.score), float(duration))
+        return VerifiedItem(it, float(grade.score), float(duration), output)
 
     results: list[VerifiedItem | None] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, contextlib.ExitStack() as stack:
@@ -180,13 +185,23 @@ def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers
 
 
 def sandbox_run_fn(sandbox: Any, task: Any, limits: Any,
-                   grade_fn: Callable[[Any, Any], GradeLike] | None = None) -> RunFn:
+                   grade_fn: Callable[[Any, Any], GradeLike] | None = None, instrument_mode: str = "ast",
+                   output_chars: int = 1500) -> RunFn:
     """A RunFn over a real sandbox (`make_sandbox(...)`) and the task's grader.
 
-    A run that does not exit ok or writes no submission grades invalid with the sandbox's stderr tail.
+    The program runs as RL runs it: instrumented with the progress prints (`instrument_mode`: "ast" or
+    "off"; the LM instrumenter needs a model, which the warm start is still building), so the returned
+    output is what an improve prompt about this program shows (`rollout.previous_output`, the last
+    `output_chars` characters). A run that does not exit ok or writes no submission grades invalid with
+    the sandbox's stderr tail.
     """
+    from mle_jax.instrument import instrument_batch
+    from mle_jax.rl.rollout import previous_output
+
     if grade_fn is None:
         from mle_jax.tasks.graders import grade as grade_fn
+    if instrument_mode not in ("ast", "off"):
+        raise ValueError(f"instrument_mode must be 'ast' or 'off' for corpus verification, got {instrument_mode!r}")
 
     @dataclass
     class _Failed:
@@ -194,11 +209,12 @@ def sandbox_run_fn(sandbox: Any, task: Any, limits: Any,
         score: float | None
         reason: str
 
-    def run(code: str) -> tuple[GradeLike, float]:
-        res = sandbox.run(code, task, limits)
+    def run(code: str) -> tuple[GradeLike, float, str]:
+        res = sandbox.run(instrument_batch([code], instrument_mode)[0].code, task, limits)
+        output = previous_output(res, output_chars)
         if str(res.status) != "ok" or res.submission_path is None:
-            return _Failed(False, None, f"{res.status}: {res.stderr_tail[-500:]}"), res.duration_s
-        return grade_fn(task, res.submission_path), res.duration_s
+            return _Failed(False, None, f"{res.status}: {res.stderr_tail[-500:]}"), res.duration_s, output
+        return grade_fn(task, res.submission_path), res.duration_s, output
 
     return run
 

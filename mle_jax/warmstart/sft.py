@@ -1,7 +1,8 @@
 """Supervised fine-tuning on (prompt, response) pairs: the warm-start stage before RL.
 
-Each example is the real RL scratch prompt for the task (rendered with the chat template) followed
-by a corpus response (plan + fenced program) and `<|im_end|>`. The loss is token cross entropy on the
+Each example is a real RL prompt for the task, rendered with the chat template and the RL budget (the
+scratch prompt, or an improve prompt about a verified program, see `warmstart.improve`), followed by a
+corpus response (plan + fenced program) and `<|im_end|>`. The loss is token cross entropy on the
 response tokens only.
 
 Layout of one batch row, so that every row shares one slice of response positions:

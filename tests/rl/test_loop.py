@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 from flax import nnx
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.rl.learner import Learner
 
 from configs import base
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.fleet import make_fleet
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.report import MetricsWriter
+from mle_jax.rl.learner import Learner
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount

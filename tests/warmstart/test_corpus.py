@@ -84,12 +84,14 @@ def test_verify_corpus_keeps_only_valid_programs_in_order():
             self.valid, self.score, self.reason = valid, score, ""
 
     scores = {it.code: (i % 3 != 1, 0.5 + i / 100) for i, it in enumerate(items)}
-    out = verify_corpus(items, PIZZA, lambda code: (G(*scores[code]), 1.0), workers=2, progress=False)
+    out = verify_corpus(items, PIZZA, lambda code: (G(*scores[code]), 1.0, f"out {scores[code][1]}"), workers=2,
+                        progress=False)
     assert [v.item for v in out] == [it for i, it in enumerate(items) if i % 3 != 1]
     assert [v.score for v in out] == [0.5 + i / 100 for i in range(6) if i % 3 != 1]
+    assert [v.output for v in out] == [f"out {0.5 + i / 100}" for i in range(6) if i % 3 != 1]
     broken = CorpusItem("plan.", "def f(:\n", {"model": "x", "features": "y", "hparams": {}})
     with pytest.raises(SyntaxError, match="does not parse"):
-        verify_corpus([broken], PIZZA, lambda code: (G(True, 1.0), 1.0), progress=False)
+        verify_corpus([broken], PIZZA, lambda code: (G(True, 1.0), 1.0, ""), progress=False)
 
 
 def test_spooky_grid_is_well_formed_and_diverse():

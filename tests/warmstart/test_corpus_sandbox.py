@@ -40,6 +40,10 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
     for v in verified:
         assert 0.55 < v.score < 0.85, (v.item.meta, v.score)  # pizza AUCs of simple models
         assert v.duration_s > 0
+        # the program ran instrumented, as in RL: its output is what an improve prompt about it shows
+        lines = v.output.splitlines()
+        assert lines[:4] == ["imported packages", "loaded data", "defined model", "trained model"], v.output
+        assert lines[-1] == "predicted test labels" and "validation auc: 0." in v.output
 
     # a program that writes no submission is invalid, and the cache records runs so none repeats
     broken = type(items[0])("plan.", items[0].code.replace('to_csv("submission.csv"', 'to_csv("other.csv"'),
@@ -55,6 +59,7 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
     assert [v.item for v in first] == [items[0]] and len(calls) == 2
     again = verify_cached([broken, items[0]], pizza, counting, cache, workers=2, progress=False)
     assert [v.score for v in again] == [v.score for v in first] and len(calls) == 2
+    assert [v.output for v in again] == [v.output for v in first] and "validation auc" in first[0].output
 
 
 @pytest.mark.integration

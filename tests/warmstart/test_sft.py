@@ -97,6 +97,23 @@ def test_task_tokenizer_speaks_chatml_and_round_trips(sft_setup):
     assert max(len(r) for r in responses) < 520  # the programs stay short in the task tokenizer
 
 
+@pytest.mark.model
+def test_task_tokenizer_reloads_from_a_policy_folder_unchanged(sft_setup, tmp_path):
+    """A saved policy has a qwen2 config.json beside the tokenizer; loading must not swap in Qwen's
+    word-splitting pre-tokenizer (merges here cross words: the SFT and RL must see the same ids)."""
+    from mle_jax.models.hf import save_pretrained
+    from mle_jax.models.tokenizer import load_tokenizer
+
+    tok, config, _, full = sft_setup
+    save_pretrained(Qwen2ForCausalLM(config, rngs=nnx.Rngs(0)), tmp_path)
+    tok.save_pretrained(str(tmp_path))
+    again = load_tokenizer(tmp_path)
+    for text in (full[0], "train.json", 'pd.read_json("/workdir/x/train.json")'):
+        assert again.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
+    assert render_prompt(MESSAGES, again, 256) == render_prompt(MESSAGES, tok, 256)
+    assert again.eos_token == "<|im_end|>" and again.pad_token == "<|endoftext|>"
+
+
 @pytest.fixture(scope="module")
 def straight_run(sft_setup, tmp_path_factory):
     """One uninterrupted SFT run, shared by the loss test and the resume test (its reference)."""

@@ -20,7 +20,7 @@ from mle_jax.warmstart.stage import warm_start
 def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path):
     task = prepare(PIZZA, raw_data_dir / PIZZA, tmp_path / "pizza" / "prepared")
     cfg = pizza_config.get_config("cpu")
-    cfg.warmstart.corpus_size = 3
+    cfg.warmstart.corpus_size = 3  # + 3 examples on the improve prompt (improve_fraction 0.5)
     cfg.warmstart.steps = 4
     cfg.warmstart.batch_size = 2
     cfg.warmstart.warmup_steps = 1
@@ -33,8 +33,12 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     assert ws.metrics["steps"] == 4 and ws.metrics["final_loss"] < ws.metrics["first_loss"]
     assert (ws.policy_dir / "DONE").is_file() and (ws.policy_dir / "config.json").is_file()
     assert len(ws.tokenizer) <= cfg.model.vocab_size
+    assert ws.metrics["examples"] == 6 and ws.metrics["improve_examples"] == 3
+    assert ws.metrics["prompt_len"] <= cfg.prompt.max_prompt_tokens
     lines = (tmp_path / "ws" / "verified.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["valid"] for x in lines)
+    assert all("trained model" in json.loads(x)["output"] for x in lines)  # captured for improve prompts
+    assert sorted(v.output for v in ws.verified) == sorted(json.loads(x)["output"] for x in lines)
 
     # a second call finds the finished stage: same weights back, no program re-run, no SFT
     class NoRuns:
