@@ -110,3 +110,4 @@ def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp
     assert any(m["improve_fraction"] > 0 for m in history)
     text = sampler.tokenizer.decode(improve[0].prompt.prompt_ids)
     assert "requester_received_pizza" in text and "loaded data" in text  # the code and its progress output
+    assert "@@mle" not in text  # the per-run tag of the instrumenter's prints never reaches the policy
