@@ -33,8 +33,8 @@ test: install apt sandbox-env vllm-env
 test-unit: install
 	$(VPY) -m pytest -q -m "not integration and not e2e" tests
 
-bench: install apt sandbox-env
-	@for b in bench/*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
+bench: install apt sandbox-env vllm-env
+	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; $(VPY) $$b || exit 1; done
 
 lint: install
 	$(VENV)/bin/ruff check .
