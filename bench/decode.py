@@ -18,24 +18,11 @@ import time
 import numpy as np
 import torch
 import transformers
+from model_step import CONFIG  # the same model (bench/ is on sys.path when run as a script)
 from rich.console import Console
 
 from mle_jax.models import hf
 from mle_jax.sampling.jax_sampler import JaxSampler
-
-CONFIG = dict(  # the same model as bench/model_step.py
-    vocab_size=8192,
-    hidden_size=512,
-    intermediate_size=1376,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    head_dim=64,
-    max_position_embeddings=4096,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=False,
-)
 
 
 def main() -> None:

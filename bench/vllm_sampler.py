@@ -20,6 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
+from model_step import CONFIG  # bench/ is on sys.path when run as a script
 from rich.console import Console
 
 from mle_jax.models import hf
@@ -28,18 +29,7 @@ from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.vllm import VLLMSampler, VLLMServer
 
-SHAPE = dict(  # bench/decode.py's model
-    hidden_size=512,
-    intermediate_size=1376,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    head_dim=64,
-    max_position_embeddings=4096,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+SHAPE = {**{k: v for k, v in CONFIG.items() if k != "vocab_size"}, "tie_word_embeddings": True}  # decode.py's model
 
 
 def corpus(max_chars: int = 1_500_000) -> list[str]:
