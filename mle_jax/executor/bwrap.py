@@ -40,18 +40,16 @@ from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.executor.runtime import REPO_ROOT, VENV_MOUNT, check_venv, venv_of
 from mle_jax.executor.sandbox import (
     UidPool,
-    classify,
     data_mount,
     sandbox_env,
     signal_exit_code,
-    signal_name,
     work_mount,
 )
 from mle_jax.executor.workspace import (
     CODE_NAME,
     DiskWatchdog,
-    collect_submission,
     create_workspace,
+    finish_run,
     remove_tree,
 )
 from mle_jax.tasks.task import Task
@@ -60,7 +58,6 @@ log = logging.getLogger(__name__)
 
 PROFILE_PATH = REPO_ROOT / "sandboxes" / "bwrap.json"
 _HOST_TOOLS = {"unshare": "util-linux", "prlimit": "util-linux", "setpriv": "util-linux"}
-_MAX_SUBMISSION_BYTES = 256 << 20
 # Mount points root binds the run's dirs on (in the run's private mount ns); its parents must be
 # traversable by the sandbox's unprivileged uid, which /tmp is.
 STAGE_ROOT = Path("/tmp/mle_jax_stage")
@@ -353,36 +350,15 @@ class BwrapSandbox:
         if timed_out or killed_reason:
             exit_code = -signal.SIGKILL  # we killed it (bwrap may or may not have reported the child)
         oom = cgroup is not None and cgroup.oom_kills() > 0
-        stdout, stderr = out.text(), err.text()
-        status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
-        (ws.out_dir / "stdout.txt").write_text(stdout)
-        (ws.out_dir / "stderr.txt").write_text(stderr)
-        cap = min(limits.max_file_mb << 20, _MAX_SUBMISSION_BYTES)
-        submission, why = collect_submission(ws.work_dir, ws.out_dir, cap)
         t_program = float(events["started_t"])
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            duration_s=t_end - t_program,
-            stdout_tail=stdout,
-            stderr_tail=stderr,
-            submission_path=submission,
-            extra={
-                "backend": self.backend,
-                "run_id": ws.run_id,
-                "results_dir": str(ws.out_dir),
-                "signal": signal_name(exit_code),
-                "killed_reason": killed_reason,
-                "disk_exceeded": watchdog.exceeded,
-                "submission_reason": why,
-                "stdout_bytes": out.total_bytes,
-                "stderr_bytes": err.total_bytes,
-                "sandbox_start_s": t_program - t_start,
-                "wall_s": t_end - t_start,
-                "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
-                "uid": uid if self.root else os.getuid(),
-            },
-        )
+        details = {
+            "sandbox_start_s": t_program - t_start,
+            "wall_s": t_end - t_start,
+            "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
+            "uid": uid if self.root else os.getuid(),
+        }
+        return finish_run(ws, self.backend, exit_code, t_end - t_program, timed_out, oom, killed_reason, out, err,
+                          watchdog, limits, details)
 
 
 def _remove_mount_points(stage: Path) -> None:

@@ -27,18 +27,16 @@ from mle_jax.executor.image import ensure_image
 from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.executor.runtime import VENV_MOUNT, check_venv, venv_of
 from mle_jax.executor.sandbox import (
-    classify,
     data_mount,
     sandbox_env,
     signal_exit_code,
-    signal_name,
     work_mount,
 )
 from mle_jax.executor.workspace import (
     CODE_NAME,
     DiskWatchdog,
-    collect_submission,
     create_workspace,
+    finish_run,
     remove_tree,
 )
 from mle_jax.tasks.task import Task
@@ -46,7 +44,6 @@ from mle_jax.tasks.task import Task
 log = logging.getLogger(__name__)
 
 SANDBOX_UID = 65534
-_MAX_SUBMISSION_BYTES = 256 << 20
 _NPROC_ULIMIT = 8192
 LABEL = "org.mle_jax.sandbox"
 
@@ -220,30 +217,9 @@ class DockerSandbox:
         if not 0 <= duration <= t_end - t_start + 1:
             duration = t_end - t_start
         oom = bool(state.get("OOMKilled")) or (exit_code == -9 and not killed_reason)
-        stdout, stderr = out.text(), err.text()
-        status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
-        (ws.out_dir / "stdout.txt").write_text(stdout)
-        (ws.out_dir / "stderr.txt").write_text(stderr)
-        cap = min(limits.max_file_mb << 20, _MAX_SUBMISSION_BYTES)
-        submission, why = collect_submission(ws.work_dir, ws.out_dir, cap)
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            duration_s=duration,
-            stdout_tail=stdout,
-            stderr_tail=stderr,
-            submission_path=submission,
-            extra={
-                "backend": self.backend,
-                "run_id": ws.run_id,
-                "results_dir": str(ws.out_dir),
-                "container": container.id[:12],
-                "signal": signal_name(exit_code),
-                "killed_reason": killed_reason,
-                "disk_exceeded": watchdog.exceeded,
-                "submission_reason": why,
-                "stdout_bytes": out.total_bytes,
-                "stderr_bytes": err.total_bytes,
-                "wall_s": t_end - t_start,
-            },
-        )
+        details = {
+            "container": container.id[:12],
+            "wall_s": t_end - t_start,
+        }
+        return finish_run(ws, self.backend, exit_code, duration, timed_out, oom, killed_reason, out, err,
+                          watchdog, limits, details)
