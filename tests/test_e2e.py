@@ -98,3 +98,14 @@ def test_resume_after_kill_continues_the_same_run(finished_run):
     assert "resumed from step 3" in out or "resumed from step 4" in out
     rows = read_metrics(workdir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # no step lost or written twice
+
+
+def test_evaluate_cli_reloads_the_trained_policy(finished_run):
+    """`python -m mle_jax.evaluate` rebuilds the policy from the run's checkpoints and tokenizer."""
+    workdir, _ = finished_run
+    done = subprocess.run([sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| scratch | 4 |" in done.stdout and "after RL 0.663" in done.stdout
+    ev = json.loads((workdir / "evaluation.json").read_text())
+    assert ev["scratch"]["samples"] == 4 and ev["improved"]["samples"] == 4 and ev["task"] == "random-acts-of-pizza"
