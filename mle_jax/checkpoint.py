@@ -104,14 +104,21 @@ class Checkpointer:
         """Block until pending asynchronous saves are committed."""
         self._manager.wait_until_finished()
 
+    def _whole(self, step: int) -> bool:
+        """A step counts only with its item index and orbax's metadata: a process killed while orbax
+        deletes an old step (keep-k) leaves a step folder with some of its items and neither of these."""
+        d = self.directory / str(step)
+        return (d / _KINDS_ITEM).exists() and (d / "_CHECKPOINT_METADATA").exists()
+
     def latest_step(self) -> int | None:
         """The newest fully written step, or None when there is none."""
-        self._manager.reload()
-        return self._manager.latest_step()
+        steps = self.all_steps()
+        return max(steps) if steps else None
 
     def all_steps(self) -> list[int]:
+        """Whole steps, oldest first."""
         self._manager.reload()
-        return list(self._manager.all_steps())
+        return sorted(s for s in self._manager.all_steps() if self._whole(s))
 
     def restore(self, step: int | None = None, targets: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Load every item of `step` (default: the latest).
