@@ -212,9 +212,12 @@ def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Ar
     Aligned with tokens: out[:, t] comes from logits[:, t-1]; out[:, 0] is 0 (no prediction for the
     first token). Temperature divides the logits as the sampler did.
     """
-    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32) / temperature, axis=-1)
-    picked = jnp.take_along_axis(logp, tokens[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
-    return jnp.pad(picked, ((0, 0), (1, 0)))
+    # Next tokens by roll rather than slicing logits[:, :-1]: slicing the [B, T, V] logits costs a copy
+    # forward and a pad backward; the rolled-in last column is dropped after the pick, on [B, T] only.
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+    nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)
+    picked = jnp.take_along_axis(logp, nxt[..., None], axis=-1)[..., 0]
+    return jnp.pad(picked[:, :-1], ((0, 0), (1, 0)))
 
 
 def shift_right(x: Array) -> Array:
