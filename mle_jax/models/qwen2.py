@@ -293,9 +293,7 @@ class Attention(nnx.Module):
         dt = self.dtype
         b, t, d = x.shape
         hq, hkv, dh = self.q_bias.shape[0], self.k_bias.shape[0], self.head_dim
-        w = jnp.concatenate(
-            [p[...].astype(dt).reshape(d, -1) for p in (self.q_proj, self.k_proj, self.v_proj)], axis=1
-        )
+        w = jnp.concatenate([p[...].astype(dt).reshape(d, -1) for p in (self.q_proj, self.k_proj, self.v_proj)], axis=1)
         bias = jnp.concatenate([p[...].astype(dt).reshape(-1) for p in (self.q_bias, self.k_bias, self.v_bias)])
         qkv = x.reshape(b * t, d) @ w + bias
         q = qkv[..., : hq * dh].reshape(b, t, hq, dh)
@@ -375,9 +373,7 @@ class Qwen2Model(nnx.Module):
     def __init__(self, cfg: Qwen2Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
         self.config = cfg
         self.dtype = dtype
-        self.embed_tokens = _param(
-            rngs, _normal(), (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), param_dtype
-        )
+        self.embed_tokens = _param(rngs, _normal(), (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), param_dtype)
         kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.layers = nnx.List([DecoderLayer(cfg, **kw) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
@@ -473,7 +469,9 @@ class Qwen2ForCausalLM(nnx.Module):
             w = self.model.embed_tokens[...].astype(self.dtype)
             logits = jnp.einsum("nd,vd->nv", h2, w, preferred_element_type=jnp.float32)
         else:
-            logits = jnp.einsum("nd,dv->nv", h2, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
+            logits = jnp.einsum(
+                "nd,dv->nv", h2, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32
+            )
         return logits.astype(jnp.float32).reshape(*h.shape[:-1], -1)
 
     def __call__(
