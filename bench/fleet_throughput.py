@@ -51,18 +51,20 @@ def main() -> None:
             sb.run(PROGRAM, task, LIMITS)
             single.append(time.perf_counter() - t)
         ideal = args.slots / statistics.median(single)
-        print(f"one run alone: {statistics.median(single) * 1e3:.1f} ms -> ideal {ideal:.2f} programs/s "
-              f"with {args.slots} slots")
+        print(
+            f"one run alone: {statistics.median(single) * 1e3:.1f} ms -> ideal {ideal:.2f} programs/s "
+            f"with {args.slots} slots"
+        )
         with local_fleet("bwrap", slots=args.slots, work_root=root / "lw", out_root=root / "lr") as fleet:
             local = _through(fleet, task, args.programs)
         print(f"local pool: {local:.2f} programs/s = {local / ideal:.0%} of ideal")
         if not args.no_ray:
-            with RayFleet("bwrap", slots=args.slots, actor_cpus=1, out_root=root / "ray",
-                          work_root=root / "rw") as fleet:
+            with RayFleet(
+                "bwrap", slots=args.slots, actor_cpus=1, out_root=root / "ray", work_root=root / "rw"
+            ) as fleet:
                 _through(fleet, task, 2 * args.slots)  # actors up and warm
                 ray = _through(fleet, task, args.programs)
-            print(f"ray fleet:  {ray:.2f} programs/s = {ray / ideal:.0%} of ideal, "
-                  f"x{ray / local:.2f} vs local")
+            print(f"ray fleet:  {ray:.2f} programs/s = {ray / ideal:.0%} of ideal, x{ray / local:.2f} vs local")
 
 
 if __name__ == "__main__":

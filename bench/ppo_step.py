@@ -125,9 +125,7 @@ def main(argv) -> None:
           f"{tokens / ppo_s:10.0f} tokens/s")  # fmt: skip
     print(f"supervised CE step (policy fwd+bwd):                      {sft_s * 1e3:8.1f} ms  "
           f"{tokens / sft_s:10.0f} tokens/s")  # fmt: skip
-    print(
-        f"ratio PPO / supervised throughput: {sft_s / ppo_s:.3f} (PPO costs {ppo_s / sft_s:.2f}x per token)"
-    )
+    print(f"ratio PPO / supervised throughput: {sft_s / ppo_s:.3f} (PPO costs {ppo_s / sft_s:.2f}x per token)")
 
 
 if __name__ == "__main__":

@@ -30,8 +30,15 @@ def _task(root: Path) -> Task:
     public = root / "public"
     public.mkdir()
     (public / "sample_submission.csv").write_text("id,y\n")
-    spec = TaskSpec(id="bench", metric="auc", lower_is_better=False, statement="", id_column="id",
-                    target_columns=("y",), data_files=())
+    spec = TaskSpec(
+        id="bench",
+        metric="auc",
+        lower_is_better=False,
+        statement="",
+        id_column="id",
+        target_columns=("y",),
+        data_files=(),
+    )
     return Task(spec=spec, public_dir=public, private_dir=root / "private")
 
 
@@ -60,8 +67,10 @@ def _sandboxed(sandbox, task: Task, runs: int) -> tuple[list[float], list[float]
 def _row(name: str, walls: list[float], bare: float, deltas: list[float] | None = None) -> None:
     med = statistics.median(walls)
     dt = f"  Δt median {statistics.median(deltas) * 1e3:7.1f} ms" if deltas else ""
-    print(f"{name:8s} wall median {med * 1e3:7.1f} ms  mean {statistics.mean(walls) * 1e3:7.1f} ms  "
-          f"x{med / bare:5.2f} vs bare{dt}")
+    print(
+        f"{name:8s} wall median {med * 1e3:7.1f} ms  mean {statistics.mean(walls) * 1e3:7.1f} ms  "
+        f"x{med / bare:5.2f} vs bare{dt}"
+    )
 
 
 def main() -> None:

@@ -57,14 +57,18 @@ def build_prompts(kind: str, tokenizer, task, cfg, packages, verified, n: int, s
     return [render_prompt(improve_prompt(task, packages, v), tokenizer, budget) for v in sources]
 
 
-def evaluate(model, tokenizer, prompts: list[list[int]], task, sandbox, limits, cfg, seed: int, workers: int
-             ) -> dict:
+def evaluate(model, tokenizer, prompts: list[list[int]], task, sandbox, limits, cfg, seed: int, workers: int) -> dict:
     """Samples one response per prompt; counts those with code, that exit ok, that grade valid."""
     sampler = JaxSampler(model, tokenizer)
     t0 = time.perf_counter()
-    comps = sampler.generate(prompts, n=1, temperature=float(cfg.sampler.temperature),
-                             top_p=float(cfg.sampler.top_p), max_tokens=int(cfg.sampler.max_tokens),
-                             seed=seed)
+    comps = sampler.generate(
+        prompts,
+        n=1,
+        temperature=float(cfg.sampler.temperature),
+        top_p=float(cfg.sampler.top_p),
+        max_tokens=int(cfg.sampler.max_tokens),
+        seed=seed,
+    )
     sample_s = time.perf_counter() - t0
     mode = "off" if cfg.instrument.mode == "off" else "ast"
 
@@ -86,11 +90,16 @@ def evaluate(model, tokenizer, prompts: list[list[int]], task, sandbox, limits, 
     for o, _ in outcomes:
         kinds[o] = kinds.get(o, 0) + 1
     n = len(prompts)
-    return {"valid_fraction": len(scores) / n, "n": n, "mean_score": statistics.mean(scores) if scores else None,
-            "max_score": max(scores) if scores else None, "sample_s": sample_s,
-            "run_s": time.perf_counter() - t0,
-            "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
-            "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
+    return {
+        "valid_fraction": len(scores) / n,
+        "n": n,
+        "mean_score": statistics.mean(scores) if scores else None,
+        "max_score": max(scores) if scores else None,
+        "sample_s": sample_s,
+        "run_s": time.perf_counter() - t0,
+        "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
+        "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+    }
 
 
 def main() -> None:
@@ -108,24 +117,31 @@ def main() -> None:
         cfg.warmstart.steps = args.steps
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="mle-jax-warmstart-bench-"))
     t0 = time.perf_counter()
-    task = prepare(cfg.task.id, Path(cfg.task.raw_dir) / cfg.task.id,
-                   Path(cfg.task.data_root) / cfg.task.id / "prepared")
+    task = prepare(
+        cfg.task.id, Path(cfg.task.raw_dir) / cfg.task.id, Path(cfg.task.data_root) / cfg.task.id / "prepared"
+    )
     prep_s = time.perf_counter() - t0
     if args.sandbox_python:
         cfg.executor.sandbox_python = args.sandbox_python
     opts = {"python": cfg.executor.sandbox_python} if cfg.executor.sandbox_python else {}
     sandbox = make_sandbox(cfg.executor.backend, **opts)
-    packages = args.packages.split(",") if args.packages else sandbox_packages(
-        Path(cfg.executor.sandbox_python).parent.parent if cfg.executor.sandbox_python else None)
-    limits = Limits(timeout_s=float(cfg.executor.timeout_s), memory_mb=int(cfg.executor.memory_mb),
-                    cpus=int(cfg.executor.cpus))
+    packages = (
+        args.packages.split(",")
+        if args.packages
+        else sandbox_packages(Path(cfg.executor.sandbox_python).parent.parent if cfg.executor.sandbox_python else None)
+    )
+    limits = Limits(
+        timeout_s=float(cfg.executor.timeout_s), memory_mb=int(cfg.executor.memory_mb), cpus=int(cfg.executor.cpus)
+    )
     workers = int(cfg.executor.slots) or 2
 
     t0 = time.perf_counter()
     ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
     stage_s = time.perf_counter() - t0
-    prompts = {kind: build_prompts(kind, ws.tokenizer, task, cfg, packages, ws.verified, args.samples, args.seed)
-               for kind in ("scratch", "improve")}
+    prompts = {
+        kind: build_prompts(kind, ws.tokenizer, task, cfg, packages, ws.verified, args.samples, args.seed)
+        for kind in ("scratch", "improve")
+    }
     untrained = build_policy(cfg.model, len(ws.tokenizer))
     results = {}
     for kind, ids in prompts.items():
@@ -134,25 +150,33 @@ def main() -> None:
             "before SFT": evaluate(untrained, ws.tokenizer, ids, task, sandbox, limits, cfg, args.seed, workers),
         }
     m = ws.metrics
-    print(f"config {args.config}: model layers={cfg.model.num_hidden_layers} hidden={cfg.model.hidden_size} "
-          f"vocab={cfg.model.vocab_size} (tokenizer {len(ws.tokenizer)})")
-    print(f"prepare {prep_s:.1f}s | warm-start stage {stage_s:.1f}s (SFT {m['wall_s']:.1f}s, "
-          f"{m['steps']} steps, loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}; corpus {m['corpus']} "
-          f"programs, mean AUC {m['corpus_score_mean']:.3f}; prompt {m['prompt_len']} + response "
-          f"{m['response_len']} tokens; {m.get('improve_examples', 0)} of {m['examples']} examples on the "
-          f"improve prompt)")
+    print(
+        f"config {args.config}: model layers={cfg.model.num_hidden_layers} hidden={cfg.model.hidden_size} "
+        f"vocab={cfg.model.vocab_size} (tokenizer {len(ws.tokenizer)})"
+    )
+    print(
+        f"prepare {prep_s:.1f}s | warm-start stage {stage_s:.1f}s (SFT {m['wall_s']:.1f}s, "
+        f"{m['steps']} steps, loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}; corpus {m['corpus']} "
+        f"programs, mean AUC {m['corpus_score_mean']:.3f}; prompt {m['prompt_len']} + response "
+        f"{m['response_len']} tokens; {m.get('improve_examples', 0)} of {m['examples']} examples on the "
+        f"improve prompt)"
+    )
     budget = int(cfg.prompt.max_prompt_tokens)
     for kind, ids in prompts.items():
         lens = [len(p) for p in ids]
         print(f"{kind} prompt: {min(lens)}-{max(lens)} tokens (budget {budget})")
     for kind, by_model in results.items():
         for name, r in by_model.items():
-            print(f"{kind:>8} {name:>10}: valid {r['valid_fraction']:.0%} of {r['n']} (mean score "
-                  f"{r['mean_score']}, max {r['max_score']}); sampling {r['sample_s']:.1f}s, running "
-                  f"{r['run_s']:.1f}s, {r['mean_response_tokens']:.0f} tokens/response; {r['outcomes']}")
+            print(
+                f"{kind:>8} {name:>10}: valid {r['valid_fraction']:.0%} of {r['n']} (mean score "
+                f"{r['mean_score']}, max {r['max_score']}); sampling {r['sample_s']:.1f}s, running "
+                f"{r['run_s']:.1f}s, {r['mean_response_tokens']:.0f} tokens/response; {r['outcomes']}"
+            )
     for kind, by_model in results.items():
-        print(f"{kind} valid fraction after/before: {by_model['after SFT']['valid_fraction']:.2f} / "
-              f"{by_model['before SFT']['valid_fraction']:.2f}")
+        print(
+            f"{kind} valid fraction after/before: {by_model['after SFT']['valid_fraction']:.2f} / "
+            f"{by_model['before SFT']['valid_fraction']:.2f}"
+        )
 
 
 if __name__ == "__main__":

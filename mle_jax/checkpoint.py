@@ -132,17 +132,13 @@ class Checkpointer:
             if step is None:
                 raise FileNotFoundError(f"no checkpoint in {self.directory}")
         if step not in self.all_steps():
-            raise FileNotFoundError(
-                f"no checkpoint step {step} in {self.directory} (have {self.all_steps()})"
-            )
+            raise FileNotFoundError(f"no checkpoint step {step} in {self.directory} (have {self.all_steps()})")
         kinds = self._manager.restore(step, args=ocp.args.Composite(**{_KINDS_ITEM: ocp.args.JsonRestore()}))
         kinds = kinds[_KINDS_ITEM]
         targets = dict(targets or {})
         unknown = set(targets) - set(kinds)
         if unknown:
-            raise KeyError(
-                f"targets {sorted(unknown)} not in checkpoint step {step} (items: {sorted(kinds)})"
-            )
+            raise KeyError(f"targets {sorted(unknown)} not in checkpoint step {step} (items: {sorted(kinds)})")
         args = {}
         for name, kind in kinds.items():
             if kind == "json":

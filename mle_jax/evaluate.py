@@ -63,18 +63,30 @@ def _score(s: rollout.Sample) -> float | None:
 
 
 def evaluate(
-    cfg: Any, task: Any, tokenizer: Any, packages: list[str], sampler: Any, instrument_fn: Any, fleet: Any,
-    n: int, improve: bool = True,
+    cfg: Any,
+    task: Any,
+    tokenizer: Any,
+    packages: list[str],
+    sampler: Any,
+    instrument_fn: Any,
+    fleet: Any,
+    n: int,
+    improve: bool = True,
 ) -> dict:
     """Scratch samples, then (if improve) one improvement of each; per pair the better is kept."""
     rng = np.random.default_rng(cfg.seed + 10_000)
-    sampling = dict(temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p, top_k=cfg.sampler.top_k,
-                    max_tokens=cfg.sampler.max_tokens)
+    sampling = dict(
+        temperature=cfg.sampler.temperature,
+        top_p=cfg.sampler.top_p,
+        top_k=cfg.sampler.top_k,
+        max_tokens=cfg.sampler.max_tokens,
+    )
     limits = limits_from_config(cfg.executor)
     lower = task.lower_is_better
     with Progress() as progress:
-        prompts = rollout.make_prompts(task, tokenizer, packages, n, 0.0, None, rng, cfg.prompt.max_prompt_tokens,
-                                       cfg.prompt.snippet_chars)
+        prompts = rollout.make_prompts(
+            task, tokenizer, packages, n, 0.0, None, rng, cfg.prompt.max_prompt_tokens, cfg.prompt.snippet_chars
+        )
         scratch = rollout.sample_responses(sampler, prompts, sampling, 0)
         rollout.submit(scratch, instrument_fn, fleet, task, limits, cfg.reward)
         _run_all(scratch, cfg, task, progress, "eval: from scratch")
@@ -143,8 +155,17 @@ def main(argv: list[str]) -> None:
         from functools import partial
 
         instrument_fn = partial(instrument_batch, mode="ast" if cfg.instrument.mode == "lm" else cfg.instrument.mode)
-        result = evaluate(cfg, task, tokenizer, sandbox_packages(), sampler, instrument_fn, fleet,
-                          n=_SAMPLES.value or cfg.eval.samples, improve=cfg.eval.improve)
+        result = evaluate(
+            cfg,
+            task,
+            tokenizer,
+            sandbox_packages(),
+            sampler,
+            instrument_fn,
+            fleet,
+            n=_SAMPLES.value or cfg.eval.samples,
+            improve=cfg.eval.improve,
+        )
     finally:
         fleet.close()
     (workdir / "evaluation.json").write_text(json.dumps(result, indent=2))

@@ -58,8 +58,10 @@ def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tu
 
         sandbox = make_sandbox(cfg.executor.backend, **sandbox_options(cfg.executor))
         ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
-        metrics = {"corpus_verified": len(ws.verified), **{k: v for k, v in ws.metrics.items()
-                                                           if isinstance(v, int | float | str)}}
+        metrics = {
+            "corpus_verified": len(ws.verified),
+            **{k: v for k, v in ws.metrics.items() if isinstance(v, int | float | str)},
+        }
         return ws.model, ws.tokenizer, metrics
     if cfg.model.path:
         return hf.from_pretrained(cfg.model.path, dtype=model_dtype(cfg)), tok_lib.load_tokenizer(cfg.model.path), {}
@@ -73,9 +75,13 @@ def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tu
         tokenizer = tok_lib.load_tokenizer(tok_dir)
     else:
         items = corpus_lib.generate_corpus(task.spec, cfg.warmstart.corpus_size, cfg.seed, packages)
-        tokenizer = train_task_tokenizer([it.response() for it in items],
-                                         [scratch_messages(task, packages, cfg.prompt.snippet_chars)],
-                                         cfg.model.vocab_size, tok_dir, cfg.warmstart.tokenizer_max_token_length)
+        tokenizer = train_task_tokenizer(
+            [it.response() for it in items],
+            [scratch_messages(task, packages, cfg.prompt.snippet_chars)],
+            cfg.model.vocab_size,
+            tok_dir,
+            cfg.warmstart.tokenizer_max_token_length,
+        )
     return random_policy(cfg.model, len(tokenizer)), tokenizer, {}
 
 
@@ -155,8 +161,12 @@ def run(cfg: Any) -> dict:
         if cfg.instrument.mode == "lm":  # a frozen copy of the initial model inserts the progress prints
             frozen = make_sampler(cfg, nnx.clone(model), tokenizer, workdir, frozen=True)
         instrument_fn = partial(
-            instrument_batch, mode=cfg.instrument.mode, sampler=frozen, tokenizer=tokenizer,
-            max_tokens=cfg.instrument.max_tokens, max_prompt_tokens=cfg.instrument.max_prompt_tokens,
+            instrument_batch,
+            mode=cfg.instrument.mode,
+            sampler=frozen,
+            tokenizer=tokenizer,
+            max_tokens=cfg.instrument.max_tokens,
+            max_prompt_tokens=cfg.instrument.max_prompt_tokens,
             temperature=cfg.instrument.temperature,
         )
         writer = report.MetricsWriter(workdir, tensorboard=cfg.report.tensorboard)
@@ -171,12 +181,17 @@ def run(cfg: Any) -> dict:
 
         rows = report.read_metrics(workdir / "metrics.jsonl")
         c = loop.counters
-        summary.update({
-            "rl/steps": c.step, "rl/wall_s": round(rl_s, 1), "rl/samples": c.sampled,
-            "rl/dropped_stale": c.dropped_stale, "rl/infra_failures": c.infra_failures,
-            "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
-            "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
-        })
+        summary.update(
+            {
+                "rl/steps": c.step,
+                "rl/wall_s": round(rl_s, 1),
+                "rl/samples": c.sampled,
+                "rl/dropped_stale": c.dropped_stale,
+                "rl/infra_failures": c.infra_failures,
+                "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
+                "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
+            }
+        )
         if rows:
             summary["valid_fraction/first_step"] = rows[0].get("valid_fraction")
             summary["valid_fraction/last_step"] = rows[-1].get("valid_fraction")
@@ -186,7 +201,14 @@ def run(cfg: Any) -> dict:
         evaluation = None
         if cfg.eval.samples > 0:
             evaluation = evaluate.evaluate(
-                cfg, task, tokenizer, packages, sampler, instrument_fn, fleet, n=cfg.eval.samples,
+                cfg,
+                task,
+                tokenizer,
+                packages,
+                sampler,
+                instrument_fn,
+                fleet,
+                n=cfg.eval.samples,
                 improve=cfg.eval.improve,
             )
             (workdir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))

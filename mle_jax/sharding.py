@@ -84,9 +84,7 @@ def mesh_shape(mesh_cfg: Any, n_devices: int) -> tuple[int, int, int]:
             raise ValueError(f"{n_devices} devices cannot be split into data/fsdp/tensor = {sizes}")
         sizes[free[0]] = n_devices // fixed
     if int(np.prod(sizes)) != n_devices:
-        raise ValueError(
-            f"mesh data/fsdp/tensor = {sizes} needs {int(np.prod(sizes))} devices, have {n_devices}"
-        )
+        raise ValueError(f"mesh data/fsdp/tensor = {sizes} needs {int(np.prod(sizes))} devices, have {n_devices}")
     return sizes[0], sizes[1], sizes[2]
 
 

@@ -41,9 +41,7 @@ def test_round_trip_keep_and_targets(tmp_path):
         target = state(0.0)
         got = ck.restore(2, {"learner": target})
         assert got["loop"] == {"version": 2, "buffer": ["a", "b"]}
-        chex_equal = jax.tree.map(
-            lambda a, b: np.array_equal(np.asarray(a), np.asarray(b)), got["learner"], state(2.0)
-        )
+        chex_equal = jax.tree.map(lambda a, b: np.array_equal(np.asarray(a), np.asarray(b)), got["learner"], state(2.0))
         assert all(jax.tree.leaves(chex_equal))
         # structure of the target is kept (optax namedtuples, not dicts)
         assert jax.tree.structure(got["learner"]) == jax.tree.structure(target)

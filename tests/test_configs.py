@@ -5,8 +5,9 @@ import pytest
 
 from configs import base, pizza
 
-CONFIG_FILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py")
-                      if p.stem not in ("__init__", "base"))
+CONFIG_FILES = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
+)
 
 
 def test_pizza_configs_build():

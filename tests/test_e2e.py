@@ -76,13 +76,22 @@ def test_resume_after_kill_continues_the_same_run(finished_run):
     """A run continued to 4 steps is SIGKILLed once step 3 is checkpointed; the same command resumes."""
     workdir, _ = finished_run
     cfg = small_config(workdir)
-    cmd = [sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:cpu",
-           f"--config.workdir={workdir}", f"--config.task.data_root={cfg.task.data_root}",
-           f"--config.task.raw_dir={cfg.task.raw_dir}", "--config.loop.steps=4", "--config.eval.samples=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mle_jax.launch",
+        "--config=configs/pizza.py:cpu",
+        f"--config.workdir={workdir}",
+        f"--config.task.data_root={cfg.task.data_root}",
+        f"--config.task.raw_dir={cfg.task.raw_dir}",
+        "--config.loop.steps=4",
+        "--config.eval.samples=0",
+    ]
     cmd += [f"--config.{k}={v}" for k, v in SMALL.items() if k not in ("loop.steps", "eval.samples")]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     ckpt3 = workdir / "checkpoints" / "3"
     deadline = time.monotonic() + 600
     while not ckpt3.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -103,8 +112,13 @@ def test_resume_after_kill_continues_the_same_run(finished_run):
 def test_evaluate_cli_reloads_the_trained_policy(finished_run):
     """`python -m mle_jax.evaluate` rebuilds the policy from the run's checkpoints and tokenizer."""
     workdir, _ = finished_run
-    done = subprocess.run([sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=4"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| scratch | 4 |" in done.stdout and "after RL 0.663" in done.stdout
     ev = json.loads((workdir / "evaluation.json").read_text())

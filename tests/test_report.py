@@ -25,12 +25,26 @@ def test_read_metrics_ignores_a_torn_last_line(tmp_path):
 def test_report_has_table_and_plots(tmp_path):
     w = report.MetricsWriter(tmp_path, tensorboard=False)
     for step in range(1, 4):
-        w.write(step, {"reward/mean": -9.0 + step, "reward/score_part": 0.1 * step, "reward/progress_part": -9.0,
-                       "valid_fraction": 0.25 * step, "score/mean": 0.5, "score/max": 0.55 + 0.01 * step,
-                       "duration_s/mean": 2.0})
-    path = report.write_report(tmp_path, {"task": "random-acts-of-pizza", "wall_s": 12.5},
-                               {"scratch": {"samples": 4, "valid_fraction": 0.5, "mean": 0.6, "max": 0.62},
-                                "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663}})
+        w.write(
+            step,
+            {
+                "reward/mean": -9.0 + step,
+                "reward/score_part": 0.1 * step,
+                "reward/progress_part": -9.0,
+                "valid_fraction": 0.25 * step,
+                "score/mean": 0.5,
+                "score/max": 0.55 + 0.01 * step,
+                "duration_s/mean": 2.0,
+            },
+        )
+    path = report.write_report(
+        tmp_path,
+        {"task": "random-acts-of-pizza", "wall_s": 12.5},
+        {
+            "scratch": {"samples": 4, "valid_fraction": 0.5, "mean": 0.6, "max": 0.62},
+            "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663},
+        },
+    )
     text = path.read_text()
     assert "| wall_s | 12.5 |" in text and "| scratch | 4 | 0.5 | 0.6 | 0.62 |" in text
     assert "| paper |" not in text and "after RL 0.663" in text

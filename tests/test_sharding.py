@@ -72,9 +72,7 @@ def test_put_batch_and_to_host():
     mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
     arrays = shd.put_batch({"tokens": np.arange(8 * jax.device_count()).reshape(-1, 2)}, mesh)
     assert arrays["tokens"].sharding.spec == PartitionSpec(shd.BATCH_AXES, None)
-    np.testing.assert_array_equal(
-        shd.to_host(arrays["tokens"]), np.arange(8 * jax.device_count()).reshape(-1, 2)
-    )
+    np.testing.assert_array_equal(shd.to_host(arrays["tokens"]), np.arange(8 * jax.device_count()).reshape(-1, 2))
 
 
 def test_no_distributed_without_settings(monkeypatch):

@@ -79,8 +79,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         g = grade(task, result.submission_path)
         r = compute_reward(g, result.stdout_tail, task.lower_is_better)
-        out.update(submission_valid=g.valid, score=g.score, reward=r.total, grade_reason=g.reason,
-                   progress_prints=list(r.prints))
+        out.update(
+            submission_valid=g.valid,
+            score=g.score,
+            reward=r.total,
+            grade_reason=g.reason,
+            progress_prints=list(r.prints),
+        )
     out.update(
         instrumented=instrumented_path,
         stdout_tail=result.stdout_tail[-STDOUT_TAIL_CHARS:],
@@ -112,7 +117,8 @@ def _cmd_packages(_args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mle_jax.executor", description=__doc__,
+        prog="python -m mle_jax.executor",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -131,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     img = sub.add_parser("build-image", help="build (or find cached) the docker backend's image")
     img.add_argument("--docker-url")
     img.add_argument("--tag", default="mle-jax-sandbox:latest")
-    img.add_argument("--base", help="base image (default: a debootstrapped bookworm; with Docker Hub: "
-                                    "debian:bookworm-slim)")
+    img.add_argument(
+        "--base", help="base image (default: a debootstrapped bookworm; with Docker Hub: debian:bookworm-slim)"
+    )
     img.add_argument("--rebuild", action="store_true")
     img.set_defaults(func=_cmd_build_image)
     pk = sub.add_parser("packages", help="the paper's packages that import in the sandbox runtime")

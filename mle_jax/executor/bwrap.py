@@ -188,8 +188,15 @@ class BwrapSandbox:
         return ["prlimit", *args, "--"]
 
     def command(
-        self, task: Task, limits: Limits, uid: int, cgroup: RunCgroup | None, sources: dict[str, Path],
-        stage: Path | None, status_fd: int, started_fd: int,
+        self,
+        task: Task,
+        limits: Limits,
+        uid: int,
+        cgroup: RunCgroup | None,
+        sources: dict[str, Path],
+        stage: Path | None,
+        status_fd: int,
+        started_fd: int,
     ) -> list[str]:
         """The whole launch chain. sources: host dirs "venv", "public", "work"; stage: where root binds them
         (in a private mount namespace) so that the unprivileged bwrap can reach them whatever the
@@ -204,8 +211,7 @@ class BwrapSandbox:
             for name in ("venv", "public", "work"):
                 binds += [str(sources[name]), str(stage / name)]
             script = (
-                'mount --bind "$1" "$2" && mount --bind "$3" "$4" && mount --bind "$5" "$6" && shift 6 && '
-                'exec "$@"'
+                'mount --bind "$1" "$2" && mount --bind "$3" "$4" && mount --bind "$5" "$6" && shift 6 && exec "$@"'
             )
             cmd += ["/bin/sh", "-c", script, "sh", *binds]
             sources = {name: stage / name for name in sources}
@@ -217,28 +223,58 @@ class BwrapSandbox:
         shm_mb = max(64, limits.memory_mb // 4)
         cmd += [
             self.bwrap,
-            "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
             *([] if self.root else ["--unshare-net"]),
-            "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
             "--clearenv",
         ]
         for k, v in sandbox_env(task.id, limits, VENV_MOUNT).items():
             cmd += ["--setenv", k, v]
         cmd += [
             *self.profile_args,
-            "--dev", "/dev", "--size", str(shm_mb << 20), "--tmpfs", "/dev/shm",
-            "--proc", "/proc",
-            "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
-            "--ro-bind", str(sources["venv"]), VENV_MOUNT,
-            "--ro-bind", str(sources["public"]), data_mount(task.id).rstrip("/"),
-            "--bind", str(sources["work"]), work,
-            "--remount-ro", "/",
-            "--chdir", work,
-            "--json-status-fd", str(status_fd),
+            "--dev",
+            "/dev",
+            "--size",
+            str(shm_mb << 20),
+            "--tmpfs",
+            "/dev/shm",
+            "--proc",
+            "/proc",
+            "--size",
+            str(tmp_mb << 20),
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind",
+            str(sources["venv"]),
+            VENV_MOUNT,
+            "--ro-bind",
+            str(sources["public"]),
+            data_mount(task.id).rstrip("/"),
+            "--bind",
+            str(sources["work"]),
+            work,
+            "--remount-ro",
+            "/",
+            "--chdir",
+            work,
+            "--json-status-fd",
+            str(status_fd),
             # Inside, after all setup: say "started" (this also times Δt), close our fds, become the program.
-            "--", "/bin/bash", "-c",
+            "--",
+            "/bin/bash",
+            "-c",
             f'printf . >&{started_fd}; exec {started_fd}>&- {status_fd}>&-; exec "$@"',
-            "bash", f"{VENV_MOUNT}/bin/python", CODE_NAME,
+            "bash",
+            f"{VENV_MOUNT}/bin/python",
+            CODE_NAME,
         ]
         return cmd
 
@@ -284,8 +320,12 @@ class BwrapSandbox:
         t_start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(status_w, started_w), start_new_session=True,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(status_w, started_w),
+                start_new_session=True,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             )
         except BaseException:
@@ -357,8 +397,20 @@ class BwrapSandbox:
             "cgroup": sorted(cgroup.controls) if cgroup is not None else [],
             "uid": uid if self.root else os.getuid(),
         }
-        return finish_run(ws, self.backend, exit_code, t_end - t_program, timed_out, oom, killed_reason, out, err,
-                          watchdog, limits, details)
+        return finish_run(
+            ws,
+            self.backend,
+            exit_code,
+            t_end - t_program,
+            timed_out,
+            oom,
+            killed_reason,
+            out,
+            err,
+            watchdog,
+            limits,
+            details,
+        )
 
 
 def _remove_mount_points(stage: Path) -> None:

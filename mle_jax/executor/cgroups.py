@@ -151,7 +151,7 @@ class RunCgroup:
             except OSError:
                 continue
             for d in entries:
-                owner = d.name[len(prefix):].split("_", 1)[0]
+                owner = d.name[len(prefix) :].split("_", 1)[0]
                 if owner.isdigit() and not pid_alive(int(owner)):
                     RunCgroup(0, {"stale": d}).destroy()
 

@@ -221,5 +221,6 @@ class DockerSandbox:
             "container": container.id[:12],
             "wall_s": t_end - t_start,
         }
-        return finish_run(ws, self.backend, exit_code, duration, timed_out, oom, killed_reason, out, err,
-                          watchdog, limits, details)
+        return finish_run(
+            ws, self.backend, exit_code, duration, timed_out, oom, killed_reason, out, err, watchdog, limits, details
+        )

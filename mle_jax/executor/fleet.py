@@ -52,8 +52,12 @@ def _describe(error: BaseException) -> str:
 
 def infra_result(error: BaseException, attempts: int) -> ExecResult:
     return ExecResult(
-        status=Status.INFRA, exit_code=None, duration_s=0.0, stdout_tail="",
-        stderr_tail=f"executor failed {attempts} times; last error: {_describe(error)}", submission_path=None,
+        status=Status.INFRA,
+        exit_code=None,
+        duration_s=0.0,
+        stdout_tail="",
+        stderr_tail=f"executor failed {attempts} times; last error: {_describe(error)}",
+        submission_path=None,
         extra={"attempts": attempts, "infra_error": _describe(error)},
     )
 
@@ -61,9 +65,7 @@ def infra_result(error: BaseException, attempts: int) -> ExecResult:
 class Fleet:
     """N slots (threads) taking (code, task, limits) from a bounded queue. submit() blocks when it is full."""
 
-    def __init__(
-        self, make_slot: Callable[[int], Slot], slots: int, queue_size: int = 1024, name: str = "fleet"
-    ):
+    def __init__(self, make_slot: Callable[[int], Slot], slots: int, queue_size: int = 1024, name: str = "fleet"):
         if slots < 1:
             raise ValueError(f"a fleet needs at least one slot, got {slots}")
         self.n_slots = slots
@@ -243,8 +245,14 @@ class RayFleet(Fleet):
     """
 
     def __init__(
-        self, backend: str = "bwrap", slots: int = 0, queue_size: int = 1024, address: str = "",
-        actor_cpus: float = 1.0, out_root: str | Path | None = None, **sandbox_opts: Any,
+        self,
+        backend: str = "bwrap",
+        slots: int = 0,
+        queue_size: int = 1024,
+        address: str = "",
+        actor_cpus: float = 1.0,
+        out_root: str | Path | None = None,
+        **sandbox_opts: Any,
     ):
         ray = _import_ray()
         slots = slots or os.cpu_count() or 1
@@ -259,15 +267,18 @@ class RayFleet(Fleet):
             else:
                 self._ray_tmp = tempfile.mkdtemp(prefix="mle_jax_ray_")
                 ray.init(
-                    num_cpus=max(slots * actor_cpus, 1), include_dashboard=False, _temp_dir=self._ray_tmp,
-                    runtime_env={"env_vars": env}, _node_ip_address="127.0.0.1", log_to_driver=False,
+                    num_cpus=max(slots * actor_cpus, 1),
+                    include_dashboard=False,
+                    _temp_dir=self._ray_tmp,
+                    runtime_env={"env_vars": env},
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=False,
                 )
             self._owns_ray = True
         self.ray = ray
         actor_cls = ray.remote(SandboxActorImpl)
         out = Path(out_root) if out_root else Path(tempfile.mkdtemp(prefix="mle_jax_ray_results_"))
-        options = {"num_cpus": actor_cpus, "max_restarts": 0, "max_concurrency": 1,
-                   "runtime_env": {"env_vars": env}}
+        options = {"num_cpus": actor_cpus, "max_restarts": 0, "max_concurrency": 1, "runtime_env": {"env_vars": env}}
         make_slot = lambda i: RaySlot(ray, actor_cls, backend, sandbox_opts, out, options)
         super().__init__(make_slot, slots, queue_size, name="ray")
 
@@ -302,14 +313,24 @@ def make_fleet(cfg) -> Fleet:
     if cfg.fleet == "local":
         return local_fleet(cfg.backend, slots, cfg.queue_size, **opts)
     if cfg.fleet == "ray":
-        return RayFleet(cfg.backend, slots, cfg.queue_size, address=cfg.ray_address,
-                        actor_cpus=cfg.get("ray_actor_cpus", 0) or cfg.cpus, **opts)
+        return RayFleet(
+            cfg.backend,
+            slots,
+            cfg.queue_size,
+            address=cfg.ray_address,
+            actor_cpus=cfg.get("ray_actor_cpus", 0) or cfg.cpus,
+            **opts,
+        )
     raise ValueError(f"unknown executor fleet {cfg.fleet!r}; choose 'local' or 'ray'")
 
 
 def limits_from_config(cfg) -> Limits:
     """Limits of config section `executor`."""
     return Limits(
-        timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, cpus=cfg.cpus, max_procs=cfg.max_procs,
-        max_file_mb=cfg.max_file_mb, max_output_bytes=cfg.max_output_bytes,
+        timeout_s=cfg.timeout_s,
+        memory_mb=cfg.memory_mb,
+        cpus=cfg.cpus,
+        max_procs=cfg.max_procs,
+        max_file_mb=cfg.max_file_mb,
+        max_output_bytes=cfg.max_output_bytes,
     )

@@ -54,9 +54,10 @@ def build_base(client, tag: str = BASE_TAG, mirror: str = DEBIAN_MIRROR) -> None
         rootfs, tar_path = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         log.info("debootstrap bookworm into %s (about 1-2 minutes)", rootfs)
         subprocess.run(
-            [debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "bookworm",
-             str(rootfs), mirror],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "bookworm", str(rootfs), mirror],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
         with tarfile.open(tar_path, "w") as tar:
@@ -85,7 +86,13 @@ def ensure_image(client, tag: str, base: str | None = None, rebuild: bool = Fals
                 build_base(client, base)
         log.info("building %s from %s (base %s)", tag, SANDBOXES_DIR / "Dockerfile", base)
         image, _ = client.images.build(
-            path=str(SANDBOXES_DIR), dockerfile="Dockerfile", tag=tag, buildargs={"BASE": base},
-            labels={HASH_LABEL: want}, network_mode="none", rm=True, forcerm=True,
+            path=str(SANDBOXES_DIR),
+            dockerfile="Dockerfile",
+            tag=tag,
+            buildargs={"BASE": base},
+            labels={HASH_LABEL: want},
+            network_mode="none",
+            rm=True,
+            forcerm=True,
         )
         return image.id

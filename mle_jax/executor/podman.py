@@ -37,7 +37,10 @@ class PodmanService:
         log = open(self.dir / "service.log", "wb")
         self.proc = subprocess.Popen(
             [podman, "--runtime", "runc", "system", "service", "--time=0", f"unix://{sock}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         end = time.monotonic() + self.start_timeout_s

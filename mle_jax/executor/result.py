@@ -8,12 +8,12 @@ from pathlib import Path
 
 
 class Status(enum.StrEnum):
-    OK = "ok"            # exited 0
-    ERROR = "error"      # exited non-zero
+    OK = "ok"  # exited 0
+    ERROR = "error"  # exited non-zero
     TIMEOUT = "timeout"  # wall clock limit; whole process tree killed
-    OOM = "oom"          # memory limit hit
-    KILLED = "killed"    # killed by a signal / other limit (file size, processes, output)
-    INFRA = "infra"      # executor failed (after one retry): not the agent's fault, never trained on
+    OOM = "oom"  # memory limit hit
+    KILLED = "killed"  # killed by a signal / other limit (file size, processes, output)
+    INFRA = "infra"  # executor failed (after one retry): not the agent's fault, never trained on
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,11 @@ def sandbox_packages(venv: str | Path | None = None) -> list[str]:
             return list(cached["packages"])
     out = subprocess.run(
         [str(py), "-c", _PROBE, json.dumps(PAPER_PACKAGES)],
-        capture_output=True, text=True, timeout=300, check=True, env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
     )
     packages = json.loads(out.stdout.strip().splitlines()[-1])
     try:

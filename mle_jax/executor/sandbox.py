@@ -66,9 +66,7 @@ def signal_exit_code(code: int | None) -> int | None:
     return code
 
 
-def classify(
-    exit_code: int | None, timed_out: bool, oom: bool, killed_reason: str, stderr_tail: str
-) -> Status:
+def classify(exit_code: int | None, timed_out: bool, oom: bool, killed_reason: str, stderr_tail: str) -> Status:
     """Status of a finished run. exit_code < 0 means killed by signal -exit_code."""
     if timed_out:
         return Status.TIMEOUT
@@ -130,6 +128,16 @@ def make_sandbox(backend: str = "bwrap", **opts) -> Sandbox:
 
 
 __all__ = [
-    "BACKENDS", "ExecResult", "Limits", "Sandbox", "Status", "UidPool", "classify", "data_mount",
-    "make_sandbox", "sandbox_env", "signal_exit_code", "work_mount",
+    "BACKENDS",
+    "ExecResult",
+    "Limits",
+    "Sandbox",
+    "Status",
+    "UidPool",
+    "classify",
+    "data_mount",
+    "make_sandbox",
+    "sandbox_env",
+    "signal_exit_code",
+    "work_mount",
 ]

@@ -149,8 +149,18 @@ MAX_SUBMISSION_BYTES = 256 << 20
 
 
 def finish_run(
-    ws: Workspace, backend: str, exit_code: int | None, duration_s: float, timed_out: bool, oom: bool,
-    killed_reason: str, out: Any, err: Any, watchdog: DiskWatchdog, limits: Any, extra: dict,
+    ws: Workspace,
+    backend: str,
+    exit_code: int | None,
+    duration_s: float,
+    timed_out: bool,
+    oom: bool,
+    killed_reason: str,
+    out: Any,
+    err: Any,
+    watchdog: DiskWatchdog,
+    limits: Any,
+    extra: dict,
 ) -> Any:
     """The ExecResult of a run that ended, whichever backend ran it: status from how it ended, the
     captured output saved beside the copied-out submission, and the details every backend reports."""
@@ -163,11 +173,22 @@ def finish_run(
     (ws.out_dir / "stderr.txt").write_text(stderr)
     submission, why = collect_submission(ws.work_dir, ws.out_dir, min(limits.max_file_mb << 20, MAX_SUBMISSION_BYTES))
     return ExecResult(
-        status=status, exit_code=exit_code, duration_s=duration_s, stdout_tail=stdout, stderr_tail=stderr,
+        status=status,
+        exit_code=exit_code,
+        duration_s=duration_s,
+        stdout_tail=stdout,
+        stderr_tail=stderr,
         submission_path=submission,
         extra={
-            "backend": backend, "run_id": ws.run_id, "results_dir": str(ws.out_dir),
-            "signal": signal_name(exit_code), "killed_reason": killed_reason, "disk_exceeded": watchdog.exceeded,
-            "submission_reason": why, "stdout_bytes": out.total_bytes, "stderr_bytes": err.total_bytes, **extra,
+            "backend": backend,
+            "run_id": ws.run_id,
+            "results_dir": str(ws.out_dir),
+            "signal": signal_name(exit_code),
+            "killed_reason": killed_reason,
+            "disk_exceeded": watchdog.exceeded,
+            "submission_reason": why,
+            "stdout_bytes": out.total_bytes,
+            "stderr_bytes": err.total_bytes,
+            **extra,
         },
     )

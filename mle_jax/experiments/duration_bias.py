@@ -96,9 +96,7 @@ class History:
 class SimulatedFleet:
     """The asynchronous batching of the RL loop on a simulated clock: first finished, first batched."""
 
-    def __init__(
-        self, kinds: Sequence[Kind], reward_noise: float, duration_noise: float, rng: np.random.Generator
-    ):
+    def __init__(self, kinds: Sequence[Kind], reward_noise: float, duration_noise: float, rng: np.random.Generator):
         self.kinds = list(kinds)
         self.reward_noise = reward_noise
         self.duration_noise = duration_noise
@@ -170,9 +168,7 @@ def make_update(cfg: SimConfig, duration_mode: str, ref_logits: jax.Array):
     @jax.jit
     def update(params, opt_states, tokens, mask, behaviour_lp, rewards, durations):
         maskf = mask.astype(jnp.float32)
-        ref_lp = ppo.token_logprobs(
-            jnp.broadcast_to(ref_logits, (*tokens.shape, ref_logits.shape[0])), tokens
-        )
+        ref_lp = ppo.token_logprobs(jnp.broadcast_to(ref_logits, (*tokens.shape, ref_logits.shape[0])), tokens)
         tok_r, _ = ppo.token_rewards(rewards, maskf, behaviour_lp, ref_lp * maskf, cfg.kl_coef)
         values = jnp.full(tokens.shape, params["value"]) * maskf
         adv, ret = ppo.gae(tok_r, values, maskf, 1.0, 1.0)
@@ -267,9 +263,7 @@ def plot(histories: dict[str, History], kinds: Sequence[Kind], out: str) -> None
             color="k" if mode == "off" else "C3",
             label=f"policy mean Δt · weights {mode}",
         )
-    axes[0].set(
-        xlabel="PPO step", ylabel="probability of kind", title="policy over solution kinds", ylim=(0, 1)
-    )
+    axes[0].set(xlabel="PPO step", ylabel="probability of kind", title="policy over solution kinds", ylim=(0, 1))
     axes[1].set(xlabel="PPO step", ylabel="seconds", title="execution time Δt", yscale="log")
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
@@ -323,8 +317,7 @@ def config_from_flags() -> SimConfig:
         if len(getattr(FLAGS, name)) != n:
             raise app.UsageError(f"--{name} needs {n} values (one per kind), got {getattr(FLAGS, name)}")
     kinds = tuple(
-        Kind(k, float(r), float(d))
-        for k, r, d in zip(FLAGS.kind_names, FLAGS.rewards, FLAGS.durations, strict=True)
+        Kind(k, float(r), float(d)) for k, r, d in zip(FLAGS.kind_names, FLAGS.rewards, FLAGS.durations, strict=True)
     )
     return SimConfig(
         kinds=kinds,

@@ -72,6 +72,14 @@ def instrument(
 
 
 __all__ = [
-    "MODES", "PATHS", "PROGRESS_PRINTS", "Instrumented", "Verdict", "ast_instrument", "count_progress",
-    "instrument", "instrument_batch", "verify",
+    "MODES",
+    "PATHS",
+    "PROGRESS_PRINTS",
+    "Instrumented",
+    "Verdict",
+    "ast_instrument",
+    "count_progress",
+    "instrument",
+    "instrument_batch",
+    "verify",
 ]

@@ -29,9 +29,26 @@ IMPORTED, LOADED, DEFINED, TRAIN_LOSS, TRAINED, TEST_LOSS, PREDICTED = PROGRESS_
 _ORDER = (IMPORTED, LOADED, DEFINED, TRAINED, TRAIN_LOSS, TEST_LOSS, PREDICTED)  # the order stages complete
 
 _READ_CALLS = {
-    "read_csv", "read_json", "read_parquet", "read_table", "read_excel", "read_feather", "read_pickle",
-    "read_hdf", "read_fwf", "read_sql", "loadtxt", "genfromtxt", "fromfile", "imread", "load_img",
-    "read_file", "load_dataset", "load_files", "read_image", "decode_image",
+    "read_csv",
+    "read_json",
+    "read_parquet",
+    "read_table",
+    "read_excel",
+    "read_feather",
+    "read_pickle",
+    "read_hdf",
+    "read_fwf",
+    "read_sql",
+    "loadtxt",
+    "genfromtxt",
+    "fromfile",
+    "imread",
+    "load_img",
+    "read_file",
+    "load_dataset",
+    "load_files",
+    "read_image",
+    "decode_image",
 }
 _LOAD_MODULES = {"np", "numpy", "json", "pickle", "joblib", "pd", "pandas"}
 _MODEL_NAME = re.compile(
@@ -39,12 +56,30 @@ _MODEL_NAME = re.compile(
     r"SearchCV|CV|Forest|Ridge|Lasso|ElasticNet|Neighbors|Perceptron|Boost|Trees|Tree|MLP|LSTM|GRU|"
     r"Transformer|Ensemble)$"
 )
-_MODEL_FUNCS = {"make_pipeline", "Pipeline", "Sequential", "GaussianNB", "MultinomialNB", "BernoulliNB",
-                "ComplementNB", "SVC", "SVR", "LinearSVC", "LinearSVR", "NuSVC", "KMeans"}
-_NOT_MODEL = re.compile(r"(Vectorizer|Scaler|Encoder|Imputer|Selector|Split|Fold|Tokenizer|Dataset|"
-                        r"DataLoader|Loss|Optimizer|Adam|AdamW|SGD|Normalizer|Binarizer)$")
-_MODEL_VAR = re.compile(r"(model|clf|classifier|regressor|reg|estimator|est|pipe|pipeline|grid|search|gbm|"
-                        r"xgb|lgb|lgbm|cat|rf|lr|svm|svc|knn|nb|net|booster|ensemble|stack|vote)", re.I)
+_MODEL_FUNCS = {
+    "make_pipeline",
+    "Pipeline",
+    "Sequential",
+    "GaussianNB",
+    "MultinomialNB",
+    "BernoulliNB",
+    "ComplementNB",
+    "SVC",
+    "SVR",
+    "LinearSVC",
+    "LinearSVR",
+    "NuSVC",
+    "KMeans",
+}
+_NOT_MODEL = re.compile(
+    r"(Vectorizer|Scaler|Encoder|Imputer|Selector|Split|Fold|Tokenizer|Dataset|"
+    r"DataLoader|Loss|Optimizer|Adam|AdamW|SGD|Normalizer|Binarizer)$"
+)
+_MODEL_VAR = re.compile(
+    r"(model|clf|classifier|regressor|reg|estimator|est|pipe|pipeline|grid|search|gbm|"
+    r"xgb|lgb|lgbm|cat|rf|lr|svm|svc|knn|nb|net|booster|ensemble|stack|vote)",
+    re.I,
+)
 _FIT_CALLS = {"fit", "fit_generator"}
 _PREDICT_CALLS = {"predict", "predict_proba", "predict_log_proba", "decision_function"}
 _METRIC_NAME = re.compile(
@@ -281,15 +316,17 @@ class _Instrumenter:
         for p in _ORDER:
             if p == IMPORTED or p not in events:
                 continue
-            out.append(self._loss_print(stmt, p) if p in (TRAIN_LOSS, TEST_LOSS) and stmt is not None
-                       else f'print("{p}")')
+            out.append(
+                self._loss_print(stmt, p) if p in (TRAIN_LOSS, TEST_LOSS) and stmt is not None else f'print("{p}")'
+            )
         return out
 
     def _loop_events(self, loop: ast.stmt) -> set[str]:
         calls = [n for n in _walk_no_scopes(loop) if isinstance(n, ast.Call)]
         training = any(_name(c.func) == "backward" for c in calls) or any(
-            _name(c.func) == "step" and re.search(r"optim|opt\b|opt_", _root(c.func.value) if isinstance(
-                c.func, ast.Attribute) else "") for c in calls
+            _name(c.func) == "step"
+            and re.search(r"optim|opt\b|opt_", _root(c.func.value) if isinstance(c.func, ast.Attribute) else "")
+            for c in calls
         )
         events = self._expr_events([loop], in_training_loop=training)
         if training:
@@ -341,8 +378,7 @@ class _Instrumenter:
             if is_import(s):
                 last = s
             elif not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
-                self._expr_events(_header_nodes(s) if not isinstance(s, _LOOPS) else [s], False)
-                or id(s) in self.after
+                self._expr_events(_header_nodes(s) if not isinstance(s, _LOOPS) else [s], False) or id(s) in self.after
             ):
                 break
         if last is not None:
@@ -437,7 +473,7 @@ def _render_unparse(inst: _Instrumenter) -> str:
     for where, offset in ((inst.after, 1), (inst.before, 0)):
         for stmt, body, prints in where.values():
             idx = next(i for i, s in enumerate(body) if s is stmt)
-            body[idx + offset: idx + offset] = [ast.parse(p).body[0] for p in prints]
+            body[idx + offset : idx + offset] = [ast.parse(p).body[0] for p in prints]
     return ast.unparse(ast.fix_missing_locations(inst.tree))
 
 

@@ -36,9 +36,7 @@ def lm_instrument_batch(
         except PromptTooLong as e:
             attempts[i] = LMAttempt(None, f"instrumentation prompt too long: {e}")
     if prompts:
-        completions = sampler.generate(
-            prompts, n=1, temperature=temperature, top_p=1.0, max_tokens=max_tokens
-        )
+        completions = sampler.generate(prompts, n=1, temperature=temperature, top_p=1.0, max_tokens=max_tokens)
         for i, completion in zip(index, completions, strict=True):
             attempts[i] = _judge(codes[i], completion.text, completion.finish_reason)
     return [a if a is not None else LMAttempt(None, "not attempted") for a in attempts]

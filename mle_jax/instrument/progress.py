@@ -90,8 +90,9 @@ def tag_progress(code: str, tag: str) -> str:
 
 def count_tagged_progress(output_text: str, tag: str) -> tuple[str, ...]:
     """Distinct progress prints on lines that start with `tag` (the instrumenter's), in PROGRESS_PRINTS order."""
-    pattern = re.compile(r"^" + re.escape(tag) + r" ?(" + "|".join(re.escape(p) for p in PROGRESS_PRINTS) + ")",
-                         re.MULTILINE)
+    pattern = re.compile(
+        r"^" + re.escape(tag) + r" ?(" + "|".join(re.escape(p) for p in PROGRESS_PRINTS) + ")", re.MULTILINE
+    )
     seen = set(pattern.findall(output_text.replace("\r", "\n")))
     return tuple(p for p in PROGRESS_PRINTS if p in seen)
 

@@ -15,12 +15,62 @@ from mle_jax.instrument.progress import LOSS_PRINTS, PROGRESS_PRINTS
 # Calls allowed inside the extra arguments of a loss print: they cannot change the program's state.
 # Anything else (a call to fit, a walrus, a lambda...) makes the print "not a pure print".
 _MUTATING_CALLS = {
-    "fit", "fit_transform", "partial_fit", "train", "step", "backward", "zero_grad", "append", "extend",
-    "pop", "popitem", "insert", "remove", "clear", "update", "setdefault", "write", "writelines",
-    "to_csv", "to_json", "to_parquet", "save", "savetxt", "dump", "exec", "eval", "system", "open",
-    "unlink", "rmtree", "mkdir", "makedirs", "seed", "manual_seed", "set_params", "sort",
-    "reverse", "add_", "mul_", "copy_", "fill_", "zero_", "next", "send", "input", "exit", "quit",
-    "__import__", "setattr", "delattr", "globals", "locals", "vars", "compile", "run", "call",
+    "fit",
+    "fit_transform",
+    "partial_fit",
+    "train",
+    "step",
+    "backward",
+    "zero_grad",
+    "append",
+    "extend",
+    "pop",
+    "popitem",
+    "insert",
+    "remove",
+    "clear",
+    "update",
+    "setdefault",
+    "write",
+    "writelines",
+    "to_csv",
+    "to_json",
+    "to_parquet",
+    "save",
+    "savetxt",
+    "dump",
+    "exec",
+    "eval",
+    "system",
+    "open",
+    "unlink",
+    "rmtree",
+    "mkdir",
+    "makedirs",
+    "seed",
+    "manual_seed",
+    "set_params",
+    "sort",
+    "reverse",
+    "add_",
+    "mul_",
+    "copy_",
+    "fill_",
+    "zero_",
+    "next",
+    "send",
+    "input",
+    "exit",
+    "quit",
+    "__import__",
+    "setattr",
+    "delattr",
+    "globals",
+    "locals",
+    "vars",
+    "compile",
+    "run",
+    "call",
 }
 _FORBIDDEN_NODES = (ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)
 
@@ -68,8 +118,9 @@ def progress_print_text(stmt: ast.stmt) -> str | None:
     call = stmt.value
     if not (isinstance(call.func, ast.Name) and call.func.id == "print") or not call.args:
         return None
-    plain_keywords = all(kw.arg in ("flush", "sep", "end") and isinstance(kw.value, ast.Constant)
-                         for kw in call.keywords)
+    plain_keywords = all(
+        kw.arg in ("flush", "sep", "end") and isinstance(kw.value, ast.Constant) for kw in call.keywords
+    )
     if not plain_keywords:
         return None
     if any(isinstance(a, ast.Starred) for a in call.args):

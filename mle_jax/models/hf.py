@@ -96,9 +96,7 @@ def hf_to_ours(name: str) -> tuple[tuple[str | int, ...], Transform] | None:
 def ours_to_hf(path: tuple[str | int, ...]) -> tuple[str, Transform]:
     """Our Param path -> (HF tensor name, transform)."""
     for _, rule_path, transform in HF_RULES:
-        if len(rule_path) == len(path) and all(
-            r == "{0}" or r == p for r, p in zip(rule_path, path, strict=True)
-        ):
+        if len(rule_path) == len(path) and all(r == "{0}" or r == p for r, p in zip(rule_path, path, strict=True)):
             name = _hf_name_template(rule_path)
             layer = next((p for r, p in zip(rule_path, path, strict=True) if r == "{0}"), None)
             return name.format(layer), transform
@@ -170,9 +168,7 @@ def from_pretrained(
         cfg = dataclasses.replace(cfg, remat=remat)
     param_dtype = param_dtype or dtype
     rules = tuple(rules or LOGICAL_RULES)
-    abstract = nnx.eval_shape(
-        lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype)
-    )
+    abstract = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))
     graphdef, state = nnx.split(abstract)
     flat = dict(nnx.to_flat_state(state))
     loaded: set[tuple] = set()
@@ -193,16 +189,12 @@ def from_pretrained(
         if our_path not in flat:
             if our_path == ("lm_head",) and cfg.tie_word_embeddings:
                 continue  # some tied checkpoints also store the (identical) lm_head
-            raise ValueError(
-                f"{fpath}: tensor {name!r} has no place in the model (config {path / 'config.json'})"
-            )
+            raise ValueError(f"{fpath}: tensor {name!r} has no place in the model (config {path / 'config.json'})")
         var = flat[our_path]
         shape = tuple(var.get_value().shape)
         want = transform.hf_shape(shape)
         if reader.shape(name) != want:
-            raise ValueError(
-                f"{fpath}: tensor {name!r} has shape {reader.shape(name)}, but config.json implies {want}"
-            )
+            raise ValueError(f"{fpath}: tensor {name!r} has shape {reader.shape(name)}, but config.json implies {want}")
         host = np.asarray(transform.to_ours(reader.get(name), shape)).astype(param_dtype)
         if mesh is not None:
             value = jax.device_put(host, variable_sharding(var, mesh, rules))
@@ -273,9 +265,7 @@ def save_pretrained(
         return path
     path.mkdir(parents=True, exist_ok=True)
     n = len(shards)
-    fnames = (
-        ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-    )
+    fnames = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
     for fname, shard in zip(fnames, shards, strict=True):
         write_safetensors_streamed(path / fname, [(s[0], s[1], s[2]) for s in shard], produce)
     if n > 1:

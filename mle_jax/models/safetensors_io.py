@@ -48,9 +48,7 @@ class SafetensorsReader:
         with open(self.path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise SafetensorsError(
-                    f"{self.path}: corrupt safetensors file (only {size} bytes, no header)"
-                )
+                raise SafetensorsError(f"{self.path}: corrupt safetensors file (only {size} bytes, no header)")
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
                 raise SafetensorsError(
@@ -72,9 +70,7 @@ class SafetensorsReader:
                 shape = tuple(int(s) for s in e["shape"])
                 begin, end = (int(o) for o in e["data_offsets"])
             except (KeyError, TypeError, ValueError) as err:
-                raise SafetensorsError(
-                    f"{self.path}: tensor {name!r}: malformed header entry {e!r} ({err})"
-                ) from None
+                raise SafetensorsError(f"{self.path}: tensor {name!r}: malformed header entry {e!r} ({err})") from None
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             if end - begin != nbytes or begin < 0 or end > data_len:
                 raise SafetensorsError(
@@ -108,9 +104,9 @@ class SafetensorsReader:
         if end == begin:
             return np.zeros(shape, dtype)
         start = self._data_start + begin
-        return np.frombuffer(
-            self._mmap, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=start
-        ).reshape(shape)
+        return np.frombuffer(self._mmap, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=start).reshape(
+            shape
+        )
 
     def close(self) -> None:
         # Views handed out keep the buffer alive; mmap.close would raise while they exist, so let GC do it.
@@ -160,7 +156,5 @@ def write_safetensors_streamed(
         for name, shape, dtype in specs:
             arr = np.asarray(produce(name))
             if arr.shape != tuple(shape) or arr.dtype != np.dtype(dtype):
-                raise ValueError(
-                    f"tensor {name!r}: produced {arr.shape} {arr.dtype}, declared {shape} {dtype}"
-                )
+                raise ValueError(f"tensor {name!r}: produced {arr.shape} {arr.dtype}, declared {shape} {dtype}")
             f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())

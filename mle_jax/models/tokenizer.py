@@ -47,9 +47,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     return tok
 
 
-def train_bpe_tokenizer(
-    texts: Iterable[str], vocab_size: int, out_dir: str | Path
-) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer (GPT-2/Qwen style) with ChatML special tokens, saved to `out_dir`.
 
     Special tokens get ids 0, 1, 2 (<|endoftext|>, <|im_start|>, <|im_end|>); eos is <|im_end|> and pad

@@ -35,14 +35,10 @@ class Qwen2ValueModel(nnx.Module):
         self.value_bias = nnx.Param(jnp.zeros((), param_dtype), out_sharding=(), eager_sharding=False)
 
     @classmethod
-    def from_policy(
-        cls, policy: Qwen2ForCausalLM, rngs: nnx.Rngs, head_init_std: float = 0.02
-    ) -> Qwen2ValueModel:
+    def from_policy(cls, policy: Qwen2ForCausalLM, rngs: nnx.Rngs, head_init_std: float = 0.02) -> Qwen2ValueModel:
         """A critic whose backbone is a copy of `policy`'s (same dtypes and shardings), with a fresh head."""
         pdtype = policy.model.embed_tokens[...].dtype
-        value = nnx.eval_shape(
-            lambda: cls(policy.config, nnx.Rngs(0), dtype=policy.dtype, param_dtype=pdtype)
-        )
+        value = nnx.eval_shape(lambda: cls(policy.config, nnx.Rngs(0), dtype=policy.dtype, param_dtype=pdtype))
         graphdef, state = nnx.split(value)
         backbone = jax.tree.map(jnp.copy, nnx.state(policy.model))  # no aliasing: the learner may donate
         state["model"] = backbone

@@ -58,9 +58,7 @@ class RolloutBatch:
         shape = self.tokens.shape
         for name in _TOKEN_FIELDS:
             if getattr(self, name).shape != shape:
-                raise ValueError(
-                    f"{name} must have the tokens' shape {shape}, got {getattr(self, name).shape}"
-                )
+                raise ValueError(f"{name} must have the tokens' shape {shape}, got {getattr(self, name).shape}")
         for name in _SAMPLE_FIELDS:
             if getattr(self, name).shape != (shape[0],):
                 raise ValueError(f"{name} must be [B] = ({shape[0]},), got {getattr(self, name).shape}")
@@ -68,13 +66,9 @@ class RolloutBatch:
             if not np.isin(getattr(self, name), (0, 1)).all():
                 raise ValueError(f"{name} must hold only 0 and 1")
         if np.any(self.response_mask > self.attention_mask):
-            raise ValueError(
-                "response_mask is 1 where attention_mask is 0 (response tokens must be attended)"
-            )
+            raise ValueError("response_mask is 1 where attention_mask is 0 (response tokens must be attended)")
         if np.any(self.response_mask[:, 0] > 0):
-            raise ValueError(
-                "a response cannot start at position 0: every row needs at least one prompt token"
-            )
+            raise ValueError("a response cannot start at position 0: every row needs at least one prompt token")
         # contiguity: at most one 0->1 rise per row in the response mask
         rises = np.sum(np.diff(self.response_mask, axis=1) == 1, axis=1) + self.response_mask[:, 0]
         if np.any(rises > 1):
@@ -138,9 +132,7 @@ class RolloutBatch:
             attn[i, : lp_ + lr] = 1
             resp[i, lp_ : lp_ + lr] = 1
             lps[i, lp_ : lp_ + lr] = np.asarray(lp, np.float32)
-        return cls(
-            tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions)
-        )
+        return cls(tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions))
 
     def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
         """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""

@@ -137,15 +137,11 @@ class PPOSettings:
 
     def validate(self) -> None:
         if self.kl_estimator not in ppo.KL_ESTIMATORS:
-            raise ValueError(
-                f"ppo.kl_estimator must be one of {ppo.KL_ESTIMATORS}, got {self.kl_estimator!r}"
-            )
+            raise ValueError(f"ppo.kl_estimator must be one of {ppo.KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.loss_agg not in ppo.LOSS_AGGS:
             raise ValueError(f"ppo.loss_agg must be one of {ppo.LOSS_AGGS}, got {self.loss_agg!r}")
         if self.duration_mode not in ppo.DURATION_MODES:
-            raise ValueError(
-                f"ppo.duration_weights must be one of {ppo.DURATION_MODES}, got {self.duration_mode!r}"
-            )
+            raise ValueError(f"ppo.duration_weights must be one of {ppo.DURATION_MODES}, got {self.duration_mode!r}")
         if self.epochs < 1 or self.mini_batch_size < 1 or self.micro_batch_size < 1:
             raise ValueError("ppo.epochs, mini_batch_size and micro_batch_size must be >= 1")
         if self.temperature <= 0:
@@ -226,9 +222,7 @@ def ppo_update(
     ref_lp, values = merge_micro(ref_lp) * mask, merge_micro(values) * mask
 
     # ---- rewards, advantages, duration weights over the whole batch
-    tok_rewards, kl = ppo.token_rewards(
-        batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator
-    )
+    tok_rewards, kl = ppo.token_rewards(batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator)
     advantages, returns = ppo.gae(tok_rewards, values, mask, s.gamma, s.lam)
     if s.whiten_advantages:
         advantages = ppo.masked_whiten(advantages, mask)
@@ -260,9 +254,7 @@ def ppo_update(
 
     def value_loss_fn(params, mb, denom):
         v = ppo.shift_right(value_apply(params, mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
-        vl, m = ppo.value_loss(
-            v, mb["old_values"], mb["returns"], mb["mask"], s.value_clip, s.loss_agg, denom
-        )
+        vl, m = ppo.value_loss(v, mb["old_values"], mb["returns"], mb["mask"], s.value_clip, s.loss_agg, denom)
         return vl, {"vf_loss": vl, "vf_clipfrac": m["vf_clipfrac"] * jnp.sum(mb["mask"])}
 
     def minibatch_step(st: TrainState, mb_data):
@@ -373,9 +365,7 @@ class Learner:
         p_opt_sh = self._opt_shardings(self.policy_tx, policy_nested, self._policy_shardings)
         v_opt_sh = self._opt_shardings(self.value_tx, value_nested, self._value_shardings)
         rep = shd.replicated(self.mesh)
-        self._state_shardings = TrainState(
-            rep, self._policy_shardings, self._value_shardings, p_opt_sh, v_opt_sh
-        )
+        self._state_shardings = TrainState(rep, self._policy_shardings, self._value_shardings, p_opt_sh, v_opt_sh)
         self.state = TrainState(
             step=shd.put_global(np.zeros((), np.int32), rep),
             policy=policy_nested,
@@ -395,9 +385,7 @@ class Learner:
         ref_shardings = self._policy_shardings
         if self._ref_on_host:
             self._ref_device_shardings = self._policy_shardings
-            ref_shardings = jax.tree.map(
-                lambda sh: sh.with_memory_kind("pinned_host"), self._policy_shardings
-            )
+            ref_shardings = jax.tree.map(lambda sh: sh.with_memory_kind("pinned_host"), self._policy_shardings)
         self._ref_shardings = ref_shardings
         self.reference = self._place(ref_nested, ref_shardings)
 
@@ -427,9 +415,7 @@ class Learner:
     def _opt_shardings(self, tx: optax.GradientTransformation, params: Nested, param_sh: Nested) -> Any:
         abstract = jax.eval_shape(tx.init, params)
         rep = shd.replicated(self.mesh)
-        return optax.tree_map_params(
-            tx, lambda _, sh: sh, abstract, param_sh, transform_non_params=lambda _: rep
-        )
+        return optax.tree_map_params(tx, lambda _, sh: sh, abstract, param_sh, transform_non_params=lambda _: rep)
 
     def _apply_fn(self, graph: Any, tree: ParamTree, rest: Any, kind: str):
         def apply(params: Nested, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -529,8 +515,6 @@ class Learner:
             raise KeyError(f"learner state lacks {sorted(missing)}")
         state = TrainState(d["step"], d["policy"], d["value"], d["policy_opt"], d["value_opt"])
         if jax.tree.structure(state) != jax.tree.structure(self.state):
-            raise ValueError(
-                "learner state does not match this learner's structure (different model or optimizer?)"
-            )
+            raise ValueError("learner state does not match this learner's structure (different model or optimizer?)")
         self.state = self._place(state, self._state_shardings)
         self._rng = np.asarray(jax.device_get(d["rng"]), np.uint32).copy()

@@ -109,7 +109,9 @@ class AsyncRLLoop:
         self.finished: list[rollout.Sample] = []  # completion order
         self.limits = limits_from_config(cfg.executor)
         self.sampling = dict(
-            temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p, top_k=cfg.sampler.top_k,
+            temperature=cfg.sampler.temperature,
+            top_p=cfg.sampler.top_p,
+            top_k=cfg.sampler.top_k,
             max_tokens=cfg.sampler.max_tokens,
         )
 
@@ -135,8 +137,15 @@ class AsyncRLLoop:
             return
         t0 = time.monotonic()
         prompts = rollout.make_prompts(
-            self.task, self.tokenizer, self.packages, need, self.cfg.prompt.improve_fraction, self.buffer,
-            self.rng, self.cfg.prompt.max_prompt_tokens, self.cfg.prompt.snippet_chars,
+            self.task,
+            self.tokenizer,
+            self.packages,
+            need,
+            self.cfg.prompt.improve_fraction,
+            self.buffer,
+            self.rng,
+            self.cfg.prompt.max_prompt_tokens,
+            self.cfg.prompt.snippet_chars,
         )
         samples = rollout.sample_responses(self.sampler, prompts, self.sampling, self.counters.next_uid)
         self.counters.next_uid += len(samples)
@@ -223,15 +232,19 @@ class AsyncRLLoop:
         m.update({f"learner/{k}": v for k, v in learner_metrics.items()})
         c = self.counters
         slots = max(1, getattr(self.fleet, "n_slots", 1))
-        m.update({
-            "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
-            "dropped_stale": c.dropped_stale,
-            "infra_failures": c.infra_failures,
-            "in_flight": len(self.in_flight),
-            "learner_idle_fraction": 1.0 - c.update_s / max(c.wall_s, 1e-9),
-            "executor_utilization": min(1.0, c.exec_busy_s / max(c.wall_s * slots, 1e-9)),
-            "time/wait_s": c.wait_s, "time/update_s": c.update_s, "time/sample_s": c.sample_s,
-        })
+        m.update(
+            {
+                "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
+                "dropped_stale": c.dropped_stale,
+                "infra_failures": c.infra_failures,
+                "in_flight": len(self.in_flight),
+                "learner_idle_fraction": 1.0 - c.update_s / max(c.wall_s, 1e-9),
+                "executor_utilization": min(1.0, c.exec_busy_s / max(c.wall_s * slots, 1e-9)),
+                "time/wait_s": c.wait_s,
+                "time/update_s": c.update_s,
+                "time/sample_s": c.sample_s,
+            }
+        )
         self.writer.write(c.step, m)
         if c.step % self.cfg.checkpoint.every == 0:
             self.save()
@@ -255,17 +268,24 @@ class AsyncRLLoop:
     def run(self, steps: int) -> list[dict[str, float]]:
         history = []
         with Progress(
-            TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]RL"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             TextColumn("{task.fields[status]}"),
         ) as bar:
             job = bar.add_task("rl", total=steps, completed=self.counters.step, status="")
             while self.counters.step < steps:
                 m = self.step()
                 history.append(m)
-                bar.update(job, completed=self.counters.step, status=(
-                    f"reward {m['reward/mean']:.2f}/{m['reward/max']:.2f}  valid {m['valid_fraction']:.0%}  "
-                    f"Δt {m['duration_s/mean']:.1f}s  in flight {m['in_flight']}"
-                ))
+                bar.update(
+                    job,
+                    completed=self.counters.step,
+                    status=(
+                        f"reward {m['reward/mean']:.2f}/{m['reward/max']:.2f}  valid {m['valid_fraction']:.0%}  "
+                        f"Δt {m['duration_s/mean']:.1f}s  in flight {m['in_flight']}"
+                    ),
+                )
         return history
 
     def close(self) -> None:

@@ -113,9 +113,7 @@ def make_prompts(
     return items
 
 
-def sample_responses(
-    sampler: Sampler, prompts: Sequence[PromptItem], sampling: dict, first_uid: int
-) -> list[Sample]:
+def sample_responses(sampler: Sampler, prompts: Sequence[PromptItem], sampling: dict, first_uid: int) -> list[Sample]:
     """Generates one response per prompt and parses plan + code."""
     completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **sampling)
     out = []

@@ -217,9 +217,7 @@ class JaxSampler:
             key = jax.random.key(seed)
         chunk = self.max_batch or len(rows)
         results = [
-            self._generate_rows(
-                rows[i : i + chunk], jax.random.fold_in(key, i), temperature, top_p, top_k, max_tokens
-            )
+            self._generate_rows(rows[i : i + chunk], jax.random.fold_in(key, i), temperature, top_p, top_k, max_tokens)
             for i in range(0, len(rows), chunk)
         ]
         out_tok = [r for res in results for r in res[0]]

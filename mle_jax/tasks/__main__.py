@@ -1,8 +1,8 @@
 """Tasks CLI.
 
-  python -m mle_jax.tasks list
-  python -m mle_jax.tasks prepare <task-id> --raw DIR --out DIR
-  python -m mle_jax.tasks grade <task-id> <submission.csv> --answers PATH
+python -m mle_jax.tasks list
+python -m mle_jax.tasks prepare <task-id> --raw DIR --out DIR
+python -m mle_jax.tasks grade <task-id> <submission.csv> --answers PATH
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mle_jax.tasks", description=__doc__,
+        prog="python -m mle_jax.tasks",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)

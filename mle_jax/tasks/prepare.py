@@ -136,9 +136,7 @@ def _prepare_nomad(raw: Path, public: Path, private: Path) -> None:
                 dst = public / split / str(mapping[old_id])
                 dst.mkdir(parents=True, exist_ok=True)
                 (dst / "geometry.xyz").write_bytes(tar.extractfile(member).read())
-    sample = pd.DataFrame(
-        {"id": new_test["id"], "formation_energy_ev_natom": 0.1779, "bandgap_energy_ev": 1.8892}
-    )
+    sample = pd.DataFrame({"id": new_test["id"], "formation_energy_ev_natom": 0.1779, "bandgap_energy_ev": 1.8892})
     sample.to_csv(public / spec.sample_submission, index=False)
 
 

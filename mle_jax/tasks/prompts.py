@@ -69,7 +69,7 @@ def _truncate_middle(text: str, limit: int) -> str:
         return ""
     head = limit // 3
     tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - limit} characters elided ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {len(text) - limit} characters elided ...]\n{text[len(text) - tail :]}"
 
 
 def _read_head(path: Path, limit: int) -> str:

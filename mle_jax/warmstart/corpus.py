@@ -113,8 +113,7 @@ def full_grid(task_id: str, packages: Iterable[str] | None = None) -> list[Corpu
     return _GENERATORS[task_id](pkgs)
 
 
-def generate_corpus(task_spec: Any, n: int, seed: int = 0, packages: Iterable[str] | None = None
-                    ) -> list[CorpusItem]:
+def generate_corpus(task_spec: Any, n: int, seed: int = 0, packages: Iterable[str] | None = None) -> list[CorpusItem]:
     """`n` distinct programs for the task (a TaskSpec, Task or id), chosen deterministically by `seed`.
 
     Selection is balanced over model families: each family's grid is shuffled by the seed, then the
@@ -132,8 +131,9 @@ def generate_corpus(task_spec: Any, n: int, seed: int = 0, packages: Iterable[st
     rng.shuffle(families)
     for f in families:
         rng.shuffle(by_family[f])
-    interleaved = [it for group in itertools.zip_longest(*(by_family[f] for f in families)) for it in group
-                   if it is not None]
+    interleaved = [
+        it for group in itertools.zip_longest(*(by_family[f] for f in families)) for it in group if it is not None
+    ]
     return interleaved[:n]
 
 
@@ -146,10 +146,14 @@ def check_parses(items: Sequence[CorpusItem]) -> None:
             raise SyntaxError(f"corpus program {it.key} does not parse: {e}") from e
 
 
-def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers: int = 1,
-                  progress: bool = True,
-                  on_result: Callable[[CorpusItem, VerifiedItem | None], None] | None = None
-                  ) -> list[VerifiedItem]:
+def verify_corpus(
+    items: Sequence[CorpusItem],
+    task: Any,
+    run_fn: RunFn,
+    workers: int = 1,
+    progress: bool = True,
+    on_result: Callable[[CorpusItem, VerifiedItem | None], None] | None = None,
+) -> list[VerifiedItem]:
     """Runs every item with `run_fn` and returns those that graded valid, in input order, with score.
 
     `task` is only used for messages; `run_fn` already knows the task (see `sandbox_run_fn`).
@@ -184,9 +188,14 @@ def verify_corpus(items: Sequence[CorpusItem], task: Any, run_fn: RunFn, workers
     return [r for r in results if r is not None]
 
 
-def sandbox_run_fn(sandbox: Any, task: Any, limits: Any,
-                   grade_fn: Callable[[Any, Any], GradeLike] | None = None, instrument_mode: str = "ast",
-                   output_chars: int = 1500) -> RunFn:
+def sandbox_run_fn(
+    sandbox: Any,
+    task: Any,
+    limits: Any,
+    grade_fn: Callable[[Any, Any], GradeLike] | None = None,
+    instrument_mode: str = "ast",
+    output_chars: int = 1500,
+) -> RunFn:
     """A RunFn over a real sandbox (`make_sandbox(...)`) and the task's grader.
 
     The program runs as RL runs it: instrumented with the progress prints (`instrument_mode`: "ast" or
@@ -244,8 +253,7 @@ PIZZA = "random-acts-of-pizza"
 _PIZZA_PARTS = {  # feature part -> (expression on df, plan words)
     "tfidf": ("vec.transform(text(df))", "a TF-IDF of title and text ({max_features} {ngrams})"),
     "num": ("np.log1p(df[num].abs().values)", "the log-scaled request-time user numbers"),
-    "len": ("np.log1p(np.c_[text(df).str.len(), text(df).str.count(\" \")])",
-            "the text length in characters and words"),
+    "len": ('np.log1p(np.c_[text(df).str.len(), text(df).str.count(" ")])', "the text length in characters and words"),
 }
 _PIZZA_FEATURE_SETS = ["num", "len", "num+len", "tfidf", "tfidf+num", "tfidf+num+len"]
 
@@ -284,8 +292,7 @@ def _pizza_features_code(fs: str, hp: dict[str, Any]) -> str:
     lines = []
     if "tfidf" in fs:
         vec = f"TfidfVectorizer(max_features={hp['max_features']}, ngram_range={hp['ngram_range']!r})"
-        lines += ["", f"vec = {vec}",
-                  "vec.fit(text(train))", ""]
+        lines += ["", f"vec = {vec}", "vec.fit(text(train))", ""]
     if len(parts) == 1:
         body = parts[0]
     elif "tfidf" in fs:
@@ -302,56 +309,71 @@ _DENSE = ["num", "len", "num+len"]
 # boosting take dense features only (no sparse TF-IDF); naive Bayes only makes sense with TF-IDF counts.
 _PIZZA_MODELS: dict[str, dict[str, Any]] = {
     "logreg": dict(
-        features=_PIZZA_FEATURE_SETS, grid=_grid(C=[0.1, 0.3, 1.0, 3.0], class_weight=[None, "balanced"]),
+        features=_PIZZA_FEATURE_SETS,
+        grid=_grid(C=[0.1, 0.3, 1.0, 3.0], class_weight=[None, "balanced"]),
         ctor="linear_model.LogisticRegression(C={C}, class_weight={class_weight}, max_iter=1000)",
-        plan="a logistic regression with C={C} and class_weight={class_weight}"),
+        plan="a logistic regression with C={C} and class_weight={class_weight}",
+    ),
     "naive_bayes": dict(
         features=["tfidf", "tfidf+num", "tfidf+num+len"],
         grid=_grid(kind=["MultinomialNB", "ComplementNB"], alpha=[0.1, 0.3, 1.0]),
         ctor="naive_bayes.{kind}(alpha={alpha})",
-        plan="a {kind} naive Bayes model with alpha={alpha}"),
+        plan="a {kind} naive Bayes model with alpha={alpha}",
+    ),
     "linear_svm": dict(
-        features=_PIZZA_FEATURE_SETS, grid=_grid(C=[0.03, 0.1, 0.3, 1.0]),
+        features=_PIZZA_FEATURE_SETS,
+        grid=_grid(C=[0.03, 0.1, 0.3, 1.0]),
         ctor="calibration.CalibratedClassifierCV(svm.LinearSVC(C={C}), cv=3)",
-        plan="a linear SVM with C={C}, calibrated to probabilities"),
+        plan="a linear SVM with C={C}, calibrated to probabilities",
+    ),
     "random_forest": dict(
         features=_PIZZA_FEATURE_SETS,
         grid=_grid(n_estimators=[100, 200], max_depth=[8, 16, None], min_samples_leaf=[1, 3]),
         ctor="ensemble.RandomForestClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
-             "min_samples_leaf={min_samples_leaf}, random_state=0)",
+        "min_samples_leaf={min_samples_leaf}, random_state=0)",
         plan="a random forest of {n_estimators} trees with max_depth={max_depth} and "
-             "min_samples_leaf={min_samples_leaf}"),
+        "min_samples_leaf={min_samples_leaf}",
+    ),
     "extra_trees": dict(
         features=_PIZZA_FEATURE_SETS,
         grid=_grid(n_estimators=[100, 200], max_depth=[8, 16, None], min_samples_leaf=[1, 3]),
         ctor="ensemble.ExtraTreesClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
-             "min_samples_leaf={min_samples_leaf}, random_state=0)",
-        plan="extra trees, {n_estimators} of them, with max_depth={max_depth} and "
-             "min_samples_leaf={min_samples_leaf}"),
+        "min_samples_leaf={min_samples_leaf}, random_state=0)",
+        plan="extra trees, {n_estimators} of them, with max_depth={max_depth} and min_samples_leaf={min_samples_leaf}",
+    ),
     "gradient_boosting": dict(
-        features=_DENSE, grid=_grid(n_estimators=[100, 200], learning_rate=[0.05, 0.1], max_depth=[2, 3]),
+        features=_DENSE,
+        grid=_grid(n_estimators=[100, 200], learning_rate=[0.05, 0.1], max_depth=[2, 3]),
         ctor="ensemble.GradientBoostingClassifier(n_estimators={n_estimators}, "
-             "learning_rate={learning_rate}, max_depth={max_depth})",
-        plan="gradient boosting with {n_estimators} trees of depth {max_depth} "
-             "and learning rate {learning_rate}"),
+        "learning_rate={learning_rate}, max_depth={max_depth})",
+        plan="gradient boosting with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}",
+    ),
     "hist_gradient_boosting": dict(
-        features=_DENSE, grid=_grid(max_iter=[100, 200], learning_rate=[0.05, 0.1], max_leaf_nodes=[15, 31]),
+        features=_DENSE,
+        grid=_grid(max_iter=[100, 200], learning_rate=[0.05, 0.1], max_leaf_nodes=[15, 31]),
         ctor="ensemble.HistGradientBoostingClassifier(max_iter={max_iter}, learning_rate={learning_rate}, "
-             "max_leaf_nodes={max_leaf_nodes})",
+        "max_leaf_nodes={max_leaf_nodes})",
         plan="histogram gradient boosting with {max_iter} iterations, learning rate {learning_rate} and "
-             "{max_leaf_nodes} leaves"),
+        "{max_leaf_nodes} leaves",
+    ),
     "xgboost": dict(
-        features=_PIZZA_FEATURE_SETS, package="xgboost", imports="import xgboost",
+        features=_PIZZA_FEATURE_SETS,
+        package="xgboost",
+        imports="import xgboost",
         grid=_grid(n_estimators=[100, 200], max_depth=[3, 5], learning_rate=[0.05, 0.1]),
         ctor="xgboost.XGBClassifier(n_estimators={n_estimators}, max_depth={max_depth}, "
-             "learning_rate={learning_rate}, n_jobs=1)",
-        plan="XGBoost with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}"),
+        "learning_rate={learning_rate}, n_jobs=1)",
+        plan="XGBoost with {n_estimators} trees of depth {max_depth} and learning rate {learning_rate}",
+    ),
     "lightgbm": dict(
-        features=_PIZZA_FEATURE_SETS, package="lightgbm", imports="import lightgbm",
+        features=_PIZZA_FEATURE_SETS,
+        package="lightgbm",
+        imports="import lightgbm",
         grid=_grid(n_estimators=[100, 200], num_leaves=[15, 31], learning_rate=[0.05, 0.1]),
         ctor="lightgbm.LGBMClassifier(n_estimators={n_estimators}, num_leaves={num_leaves}, "
-             "learning_rate={learning_rate}, n_jobs=1, verbose=-1)",
-        plan="LightGBM with {n_estimators} trees, {num_leaves} leaves and learning rate {learning_rate}"),
+        "learning_rate={learning_rate}, n_jobs=1, verbose=-1)",
+        plan="LightGBM with {n_estimators} trees, {num_leaves} leaves and learning rate {learning_rate}",
+    ),
 }
 
 # TF-IDF settings, crossed with every model on a feature set that has text.
@@ -364,9 +386,11 @@ def _pizza_plan(model_desc: str, fs: str, hp: dict[str, Any]) -> str:
     if "tfidf" in fs:
         ngrams = "words" if hp["ngram_range"] == (1, 1) else "words and word pairs"
         feats = feats.format(max_features=hp["max_features"], ngrams=ngrams)
-    return (f"I predict requester_received_pizza from {feats}. The model is {model_desc}. "
-            "I fit it on 80% of train.json, print the ROC AUC on the other 20%, "
-            "and write its test probabilities by request_id to submission.csv.")
+    return (
+        f"I predict requester_received_pizza from {feats}. The model is {model_desc}. "
+        "I fit it on 80% of train.json, print the ROC AUC on the other 20%, "
+        "and write its test probabilities by request_id to submission.csv."
+    )
 
 
 @register(PIZZA)
@@ -380,15 +404,18 @@ def pizza_programs(packages: frozenset[str]) -> list[CorpusItem]:
             text_grid = _PIZZA_TFIDF if "tfidf" in fs else [{}]
             for model_hp, text_hp in itertools.product(spec["grid"], text_grid):
                 hp = {**model_hp, **text_hp}
-                shown = {k: _fmt(v) if isinstance(v, float | str) and k != "kind" else v
-                         for k, v in model_hp.items()}
+                shown = {k: _fmt(v) if isinstance(v, float | str) and k != "kind" else v for k, v in model_hp.items()}
                 # optional packages are imported where the model is built: the import sits next to its use
                 local_import = spec["imports"] + "\n\n" if "imports" in spec else ""
-                code = (_PIZZA_HEAD.format(data=public_dir_in_sandbox(PIZZA)) + _pizza_features_code(fs, hp)
-                        + local_import + f"model = {spec['ctor'].format(**shown)}\n" + _PIZZA_TAIL)
+                code = (
+                    _PIZZA_HEAD.format(data=public_dir_in_sandbox(PIZZA))
+                    + _pizza_features_code(fs, hp)
+                    + local_import
+                    + f"model = {spec['ctor'].format(**shown)}\n"
+                    + _PIZZA_TAIL
+                )
                 plan = _pizza_plan(spec["plan"].format(**model_hp), fs, hp)
-                items.append(CorpusItem(plan, code, {"task": PIZZA, "model": family, "features": fs,
-                                                     "hparams": hp}))
+                items.append(CorpusItem(plan, code, {"task": PIZZA, "model": family, "features": fs, "hparams": hp}))
     return items
 
 
@@ -423,33 +450,47 @@ sub.to_csv("submission.csv", index=False)
 
 # text representation -> (vectorizer expressions, plan words). "word+char" stacks two vectorizers.
 _SPOOKY_TEXT = {
-    "word": (['{kind}(ngram_range={ngram_range!r}, max_features={max_features}, sublinear_tf=True)'],
-             "word {ngram_words} ({max_features} terms)"),
-    "char": (['{kind}(analyzer="char_wb", ngram_range=(2, 4), max_features={max_features}, '
-              'sublinear_tf=True)'],
-             "character 2-4-grams ({max_features} terms)"),
-    "word+char": (['{kind}(ngram_range={ngram_range!r}, max_features={max_features}, sublinear_tf=True)',
-                   '{kind}(analyzer="char_wb", ngram_range=(2, 4), max_features={max_features}, '
-                   'sublinear_tf=True)'],
-                  "word {ngram_words} and character 2-4-grams ({max_features} terms each)"),
+    "word": (
+        ["{kind}(ngram_range={ngram_range!r}, max_features={max_features}, sublinear_tf=True)"],
+        "word {ngram_words} ({max_features} terms)",
+    ),
+    "char": (
+        ['{kind}(analyzer="char_wb", ngram_range=(2, 4), max_features={max_features}, sublinear_tf=True)'],
+        "character 2-4-grams ({max_features} terms)",
+    ),
+    "word+char": (
+        [
+            "{kind}(ngram_range={ngram_range!r}, max_features={max_features}, sublinear_tf=True)",
+            '{kind}(analyzer="char_wb", ngram_range=(2, 4), max_features={max_features}, sublinear_tf=True)',
+        ],
+        "word {ngram_words} and character 2-4-grams ({max_features} terms each)",
+    ),
 }
-_SPOOKY_VECTORS = _grid(kind=["TfidfVectorizer", "CountVectorizer"], ngram_range=[(1, 1), (1, 2)],
-                        max_features=[20000, 50000])
+_SPOOKY_VECTORS = _grid(
+    kind=["TfidfVectorizer", "CountVectorizer"], ngram_range=[(1, 1), (1, 2)], max_features=[20000, 50000]
+)
 
 _SPOOKY_MODELS: dict[str, dict[str, Any]] = {
-    "logreg": dict(grid=_grid(C=[1.0, 3.0, 10.0]),
-                   ctor="linear_model.LogisticRegression(C={C}, max_iter=1000)",
-                   plan="a multinomial logistic regression with C={C}"),
-    "naive_bayes": dict(grid=_grid(kind=["MultinomialNB", "ComplementNB"], alpha=[0.1, 0.3, 1.0]),
-                        ctor="naive_bayes.{kind}(alpha={alpha})",
-                        plan="a {kind} naive Bayes model with alpha={alpha}"),
-    "linear_svm": dict(grid=_grid(C=[0.1, 0.3, 1.0]),
-                       ctor="calibration.CalibratedClassifierCV(svm.LinearSVC(C={C}), cv=3)",
-                       plan="a linear SVM with C={C}, calibrated to probabilities"),
-    "sgd": dict(grid=_grid(alpha=[1e-5, 3e-5, 1e-4]),
-                ctor='linear_model.SGDClassifier(loss="log_loss", alpha={alpha}, max_iter=50, '
-                     'random_state=0)',
-                plan="a logistic-loss SGD classifier with alpha={alpha}"),
+    "logreg": dict(
+        grid=_grid(C=[1.0, 3.0, 10.0]),
+        ctor="linear_model.LogisticRegression(C={C}, max_iter=1000)",
+        plan="a multinomial logistic regression with C={C}",
+    ),
+    "naive_bayes": dict(
+        grid=_grid(kind=["MultinomialNB", "ComplementNB"], alpha=[0.1, 0.3, 1.0]),
+        ctor="naive_bayes.{kind}(alpha={alpha})",
+        plan="a {kind} naive Bayes model with alpha={alpha}",
+    ),
+    "linear_svm": dict(
+        grid=_grid(C=[0.1, 0.3, 1.0]),
+        ctor="calibration.CalibratedClassifierCV(svm.LinearSVC(C={C}), cv=3)",
+        plan="a linear SVM with C={C}, calibrated to probabilities",
+    ),
+    "sgd": dict(
+        grid=_grid(alpha=[1e-5, 3e-5, 1e-4]),
+        ctor='linear_model.SGDClassifier(loss="log_loss", alpha={alpha}, max_iter=50, random_state=0)',
+        plan="a logistic-loss SGD classifier with alpha={alpha}",
+    ),
 }
 
 
@@ -467,20 +508,25 @@ def spooky_programs(packages: frozenset[str]) -> list[CorpusItem]:
                 vecs = [t.format(**vec_hp) for t in vec_templates]
                 if vec_hp["kind"] == "CountVectorizer":
                     vecs = [v.replace(", sublinear_tf=True", "") for v in vecs]
-                lines = [f"vec{i} = {v}\nvec{i}.fit(train[\"text\"])" for i, v in enumerate(vecs)]
-                parts = [f"vec{i}.transform(df[\"text\"])" for i in range(len(vecs))]
+                lines = [f'vec{i} = {v}\nvec{i}.fit(train["text"])' for i, v in enumerate(vecs)]
+                parts = [f'vec{i}.transform(df["text"])' for i in range(len(vecs))]
                 body = parts[0] if len(parts) == 1 else f"sparse.hstack([{', '.join(parts)}]).tocsr()"
                 shown = {k: _fmt(v) if isinstance(v, float) else v for k, v in model_hp.items()}
-                code = (_SPOOKY_HEAD.format(data=public_dir_in_sandbox(SPOOKY)) + "\n".join(lines)
-                        + f"\n\n\ndef features(df):\n    return {body}\n\n\n"
-                        + f"model = {spec['ctor'].format(**shown)}\n" + _SPOOKY_TAIL)
+                code = (
+                    _SPOOKY_HEAD.format(data=public_dir_in_sandbox(SPOOKY))
+                    + "\n".join(lines)
+                    + f"\n\n\ndef features(df):\n    return {body}\n\n\n"
+                    + f"model = {spec['ctor'].format(**shown)}\n"
+                    + _SPOOKY_TAIL
+                )
                 ngram_words = "unigrams" if vec_hp["ngram_range"] == (1, 1) else "unigrams and bigrams"
                 counts = "TF-IDF" if vec_hp["kind"] == "TfidfVectorizer" else "count"
                 feats = words.format(ngram_words=ngram_words, max_features=vec_hp["max_features"])
-                plan = (f"I predict the author (EAP, HPL or MWS) of each sentence from {counts} features of "
-                        f"{feats}. The model is {spec['plan'].format(**model_hp)}. I fit it on 80% of "
-                        "train.csv, print the log loss on the other 20%, and write one probability column "
-                        "per author, by id, to submission.csv.")
-                items.append(CorpusItem(plan, code, {"task": SPOOKY, "model": family, "features": rep,
-                                                     "hparams": hp}))
+                plan = (
+                    f"I predict the author (EAP, HPL or MWS) of each sentence from {counts} features of "
+                    f"{feats}. The model is {spec['plan'].format(**model_hp)}. I fit it on 80% of "
+                    "train.csv, print the log loss on the other 20%, and write one probability column "
+                    "per author, by id, to submission.csv."
+                )
+                items.append(CorpusItem(plan, code, {"task": SPOOKY, "model": family, "features": rep, "hparams": hp}))
     return items

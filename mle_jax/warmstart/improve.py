@@ -31,8 +31,9 @@ def _better(a: float, b: float, lower_is_better: bool) -> bool:
     return b < a if lower_is_better else b > a
 
 
-def improve_pairs(verified: Sequence[VerifiedItem], n: int, seed: int, lower_is_better: bool
-                  ) -> list[tuple[VerifiedItem, VerifiedItem]]:
+def improve_pairs(
+    verified: Sequence[VerifiedItem], n: int, seed: int, lower_is_better: bool
+) -> list[tuple[VerifiedItem, VerifiedItem]]:
     """n (source A, target B) pairs of different verified programs, chosen deterministically by seed.
 
     Sources go round the verified programs (reshuffled each round), so each is a source about
@@ -94,8 +95,9 @@ def improve_prompt(task: Any, packages: Sequence[str], source: VerifiedItem) -> 
     return improve_messages(task, list(packages), plan, code, output)
 
 
-def improve_examples(task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem], n: int, seed: int
-                     ) -> list[tuple[Messages, str]]:
+def improve_examples(
+    task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem], n: int, seed: int
+) -> list[tuple[Messages, str]]:
     """n (improve prompt about A, response B) SFT examples from `improve_pairs`."""
     prompts: dict[str, Messages] = {}
     out = []

@@ -35,8 +35,19 @@ from flax import nnx
 Messages = list[dict[str, str]]
 RenderFn = Callable[[Messages, Any, int], list[int]]
 
-_DEFAULTS = dict(steps=300, lr=1e-3, batch_size=8, warmup_steps=20, weight_decay=0.0, grad_clip=1.0,
-                 max_response_tokens=640, max_prompt_tokens=768, seed=0, log_every=10, checkpoint_every=100)
+_DEFAULTS = dict(
+    steps=300,
+    lr=1e-3,
+    batch_size=8,
+    warmup_steps=20,
+    weight_decay=0.0,
+    grad_clip=1.0,
+    max_response_tokens=640,
+    max_prompt_tokens=768,
+    seed=0,
+    log_every=10,
+    checkpoint_every=100,
+)
 
 
 def _get(cfg: Any, name: str) -> Any:
@@ -64,8 +75,13 @@ def end_of_turn_id(tokenizer: Any) -> int:
 # ------------------------------------------------------------------------------------------------ data
 
 
-def train_task_tokenizer(responses: Sequence[str], prompts: Sequence[Messages], vocab_size: int,
-                         out_dir: str | Path, max_token_length: int | None = 16) -> Any:
+def train_task_tokenizer(
+    responses: Sequence[str],
+    prompts: Sequence[Messages],
+    vocab_size: int,
+    out_dir: str | Path,
+    max_token_length: int | None = 16,
+) -> Any:
     """The tokenizer of a run without a checkpoint: a byte-level BPE trained on the task's warm-start
     responses (plans + programs) and its prompt chats (message texts and role names), saved to out_dir.
 
@@ -96,20 +112,31 @@ def train_task_tokenizer(responses: Sequence[str], prompts: Sequence[Messages], 
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-                                  max_token_length=max_token_length)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+        max_token_length=max_token_length,
+    )
     core.train_from_iterator(texts, trainer=trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  additional_special_tokens=["<|im_start|>"], chat_template=CHATML_TEMPLATE,
-                                  clean_up_tokenization_spaces=False, model_max_length=1 << 20)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHATML_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 20,
+    )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(out_dir))
     return tok
 
 
-def pack_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
-                  multiple: int = 32) -> dict[str, np.ndarray]:
+def pack_examples(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, multiple: int = 32
+) -> dict[str, np.ndarray]:
     """Token lists -> fixed-shape arrays (one jit shape for the whole run).
 
     prompts[i] is left-padded to P = max prompt length; responses[i] right-padded to R (max response
@@ -127,16 +154,20 @@ def pack_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence
     for i, (pr, rs) in enumerate(zip(prompts, responses, strict=True)):
         if not rs:
             raise ValueError(f"example {i} has an empty response")
-        tokens[i, p - len(pr):p] = pr
-        tokens[i, p:p + len(rs)] = rs
-        attn[i, p - len(pr):p + len(rs)] = True
-        loss_mask[i, :len(rs)] = 1.0
+        tokens[i, p - len(pr) : p] = pr
+        tokens[i, p : p + len(rs)] = rs
+        attn[i, p - len(pr) : p + len(rs)] = True
+        loss_mask[i, : len(rs)] = 1.0
     return {"tokens": tokens, "attention_mask": attn, "loss_mask": loss_mask, "prompt_len": np.asarray(p)}
 
 
-def tokenize_examples(examples: Sequence[tuple[Messages, str]], tokenizer: Any, max_prompt_tokens: int,
-                      max_response_tokens: int, render_fn: RenderFn | None = None
-                      ) -> tuple[list[list[int]], list[list[int]], int]:
+def tokenize_examples(
+    examples: Sequence[tuple[Messages, str]],
+    tokenizer: Any,
+    max_prompt_tokens: int,
+    max_response_tokens: int,
+    render_fn: RenderFn | None = None,
+) -> tuple[list[list[int]], list[list[int]], int]:
     """(prompt messages, response text) pairs -> prompt ids, response ids (+ <|im_end|>), #dropped.
 
     Responses longer than max_response_tokens are dropped (a truncated program teaches broken code).
@@ -179,8 +210,9 @@ def response_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -
     return (nll * loss_mask).sum() / jnp.maximum(loss_mask.sum(), 1.0)
 
 
-def make_optimizer(lr: float, steps: int, warmup_steps: int, weight_decay: float, grad_clip: float
-                   ) -> optax.GradientTransformation:
+def make_optimizer(
+    lr: float, steps: int, warmup_steps: int, weight_decay: float, grad_clip: float
+) -> optax.GradientTransformation:
     """AdamW with linear warmup then cosine decay to 10% of lr, global-norm clipping."""
     warmup = max(1, min(warmup_steps, steps - 1))
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1), end_value=lr * 0.1)
@@ -194,8 +226,8 @@ def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, 
         model = nnx.merge(graphdef, params, rest)
         r = batch["loss_mask"].shape[1]
         h, _ = model.hidden_states(batch["tokens"], None, batch["attention_mask"])
-        logits = model.logits_from_hidden(h[:, prompt_len - 1:prompt_len - 1 + r])
-        targets = batch["tokens"][:, prompt_len:prompt_len + r]
+        logits = model.logits_from_hidden(h[:, prompt_len - 1 : prompt_len - 1 + r])
+        targets = batch["tokens"][:, prompt_len : prompt_len + r]
         return response_loss(logits, targets, batch["loss_mask"])
 
     @jax.jit
@@ -210,9 +242,16 @@ def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, 
 # ------------------------------------------------------------------------------------------------ run
 
 
-def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages, str]], cfg: Any,
-            workdir: str | Path, render_fn: RenderFn | None = None, progress: bool = True,
-            stop_at: int | None = None) -> dict[str, Any]:
+def run_sft(
+    model: nnx.Module,
+    tokenizer: Any,
+    examples: Sequence[tuple[Messages, str]],
+    cfg: Any,
+    workdir: str | Path,
+    render_fn: RenderFn | None = None,
+    progress: bool = True,
+    stop_at: int | None = None,
+) -> dict[str, Any]:
     """Fine-tunes `model` in place on the response tokens of `examples`; resumable.
 
     cfg: the `warmstart` config section (steps, lr, batch_size, warmup_steps, weight_decay, grad_clip,
@@ -227,35 +266,51 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
     steps, bs, seed = int(_get(cfg, "steps")), int(_get(cfg, "batch_size")), int(_get(cfg, "seed"))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    prompts, responses, dropped = tokenize_examples(examples, tokenizer, int(_get(cfg, "max_prompt_tokens")),
-                                                    int(_get(cfg, "max_response_tokens")), render_fn)
+    prompts, responses, dropped = tokenize_examples(
+        examples, tokenizer, int(_get(cfg, "max_prompt_tokens")), int(_get(cfg, "max_response_tokens")), render_fn
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer)
     data = pack_examples(prompts, responses, pad_id)
     n, prompt_len = len(responses), int(data["prompt_len"])
     if n < bs:
         raise ValueError(f"{n} usable examples < batch_size {bs}")
 
-    tx = make_optimizer(float(_get(cfg, "lr")), steps, int(_get(cfg, "warmup_steps")),
-                        float(_get(cfg, "weight_decay")), float(_get(cfg, "grad_clip")))
+    tx = make_optimizer(
+        float(_get(cfg, "lr")),
+        steps,
+        int(_get(cfg, "warmup_steps")),
+        float(_get(cfg, "weight_decay")),
+        float(_get(cfg, "grad_clip")),
+    )
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     opt_state = tx.init(params)
     stream = iter(batch_stream(n, bs, seed))
 
-    mgr = ocp.CheckpointManager((workdir / "sft_ckpt").absolute(),
-                                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+    mgr = ocp.CheckpointManager(
+        (workdir / "sft_ckpt").absolute(), options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
+    )
     start, resumed_from = 0, None
     if mgr.latest_step() is not None:
         resumed_from = start = int(mgr.latest_step())
-        restored = mgr.restore(start, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-            data_iter=ocp.args.JsonRestore()))
+        restored = mgr.restore(
+            start,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+                data_iter=ocp.args.JsonRestore(),
+            ),
+        )
         params, opt_state = restored["state"]["params"], restored["state"]["opt_state"]
         stream.set_state(restored["data_iter"])
 
     def save(step: int) -> None:
-        mgr.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-            data_iter=ocp.args.JsonSave(stream.get_state())), force=True)
+        mgr.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+                data_iter=ocp.args.JsonSave(stream.get_state()),
+            ),
+            force=True,
+        )
 
     train_step = make_train_step(graphdef, rest, tx, prompt_len)
     metrics_path = workdir / "sft_metrics.jsonl"
@@ -267,8 +322,14 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        bar = Progress(TextColumn("warm-start SFT"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), transient=False)
+        bar = Progress(
+            TextColumn("warm-start SFT"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
         bar.start()
         bar_task = bar.add_task("sft", total=steps, completed=start, loss="-")
     try:
@@ -280,8 +341,12 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
                 if step == start + 1 or step % log_every == 0 or step == steps:
                     final_loss = float(loss)
                     first_loss = final_loss if first_loss is None else first_loss
-                    rec = {"step": step, "loss": final_loss, "wall_s": round(time.perf_counter() - t0, 3),
-                           "response_tokens": int(batch["loss_mask"].sum())}
+                    rec = {
+                        "step": step,
+                        "loss": final_loss,
+                        "wall_s": round(time.perf_counter() - t0, 3),
+                        "response_tokens": int(batch["loss_mask"].sum()),
+                    }
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
                     if bar is not None:
@@ -296,6 +361,14 @@ def run_sft(model: nnx.Module, tokenizer: Any, examples: Sequence[tuple[Messages
             bar.stop()
         mgr.close()
     nnx.update(model, params)
-    return {"steps": last, "first_loss": first_loss, "final_loss": final_loss,
-            "wall_s": time.perf_counter() - t0, "examples": n, "dropped": dropped, "prompt_len": prompt_len,
-            "response_len": int(data["loss_mask"].shape[1]), "resumed_from": resumed_from}
+    return {
+        "steps": last,
+        "first_loss": first_loss,
+        "final_loss": final_loss,
+        "wall_s": time.perf_counter() - t0,
+        "examples": n,
+        "dropped": dropped,
+        "prompt_len": prompt_len,
+        "response_len": int(data["loss_mask"].shape[1]),
+        "resumed_from": resumed_from,
+    }

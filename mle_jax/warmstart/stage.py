@@ -42,8 +42,9 @@ def _sha(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def verify_cached(items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_path: Path, workers: int,
-                  progress: bool = True) -> list[VerifiedItem]:
+def verify_cached(
+    items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_path: Path, workers: int, progress: bool = True
+) -> list[VerifiedItem]:
     """verify_corpus with a JSONL cache keyed by the code's sha256 (valid and invalid runs both cached).
 
     Records without a captured output (written before outputs were kept) are run again."""
@@ -59,9 +60,14 @@ def verify_cached(items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_pat
         with cache_path.open("a") as f:
 
             def record(it: CorpusItem, v: VerifiedItem | None) -> None:  # as each run ends: kill-safe
-                rec = {"sha256": _sha(it.code), "valid": v is not None, "score": v.score if v else None,
-                       "duration_s": v.duration_s if v else None, "output": v.output if v else None,
-                       "meta": {**it.meta, "hparams": str(it.meta["hparams"])}}
+                rec = {
+                    "sha256": _sha(it.code),
+                    "valid": v is not None,
+                    "score": v.score if v else None,
+                    "duration_s": v.duration_s if v else None,
+                    "output": v.output if v else None,
+                    "meta": {**it.meta, "hparams": str(it.meta["hparams"])},
+                }
                 seen[rec["sha256"]] = rec
                 f.write(json.dumps(rec) + "\n")
                 f.flush()
@@ -75,8 +81,9 @@ def verify_cached(items: Sequence[CorpusItem], task: Any, run_fn: Any, cache_pat
     return out
 
 
-def sft_examples(cfg: Any, task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem]
-                 ) -> tuple[list[tuple[list[dict[str, str]], str]], list[list[dict[str, str]]]]:
+def sft_examples(
+    cfg: Any, task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem]
+) -> tuple[list[tuple[list[dict[str, str]], str]], list[list[dict[str, str]]]]:
     """The SFT set and its distinct prompt chats (what the task tokenizer is trained on with the responses).
 
     One example per verified program on the scratch prompt, then `improve_count(...)` examples on the
@@ -103,8 +110,9 @@ def build_policy(cfg_model: Any, vocab_size: int) -> nnx.Module:
     return Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
 
 
-def warm_start(cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workdir: str | Path | None = None,
-               progress: bool = True) -> WarmStart:
+def warm_start(
+    cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workdir: str | Path | None = None, progress: bool = True
+) -> WarmStart:
     """Runs (or resumes, or loads the finished result of) the warm-start stage for `task`.
 
     cfg: the full run config (uses cfg.seed, cfg.model, cfg.prompt, cfg.instrument, cfg.executor,
@@ -122,21 +130,32 @@ def warm_start(cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workd
     workdir.mkdir(parents=True, exist_ok=True)
     policy_dir = workdir / "policy"
     items = generate_corpus(task.spec, int(ws.corpus_size), int(cfg.seed), packages)
-    limits = Limits(timeout_s=float(ws.get("verify_timeout_s", 120.0)), memory_mb=int(cfg.executor.memory_mb),
-                    cpus=int(cfg.executor.cpus))
+    limits = Limits(
+        timeout_s=float(ws.get("verify_timeout_s", 120.0)),
+        memory_mb=int(cfg.executor.memory_mb),
+        cpus=int(cfg.executor.cpus),
+    )
     workers = int(ws.get("verify_workers", 0)) or int(cfg.executor.slots) or 1
-    run_fn = sandbox_run_fn(sandbox, task, limits, instrument_mode="off" if cfg.instrument.mode == "off" else "ast",
-                            output_chars=int(cfg.prompt.output_tail_chars))
+    run_fn = sandbox_run_fn(
+        sandbox,
+        task,
+        limits,
+        instrument_mode="off" if cfg.instrument.mode == "off" else "ast",
+        output_chars=int(cfg.prompt.output_tail_chars),
+    )
     verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", workers, progress)
     if len(verified) < len(items):
         bad = len(items) - len(verified)
-        raise RuntimeError(f"{bad} of {len(items)} warm-start programs for {task.id} did not run and grade "
-                           f"(see {workdir / 'verified.jsonl'}); the corpus generator must write valid ones")
+        raise RuntimeError(
+            f"{bad} of {len(items)} warm-start programs for {task.id} did not run and grade "
+            f"(see {workdir / 'verified.jsonl'}); the corpus generator must write valid ones"
+        )
 
     if (policy_dir / "DONE").is_file():
         model = from_pretrained(policy_dir)
-        return WarmStart(model, load_tokenizer(policy_dir), verified,
-                         json.loads((policy_dir / "DONE").read_text()), policy_dir)
+        return WarmStart(
+            model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
+        )
 
     examples, chats = sft_examples(cfg, task, packages, verified)
     if cfg.model.path:
@@ -144,9 +163,17 @@ def warm_start(cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workd
         model = from_pretrained(cfg.model.path)
     else:
         tok_dir = workdir / "tokenizer"
-        tokenizer = (load_tokenizer(tok_dir) if (tok_dir / "tokenizer.json").is_file()
-                     else train_task_tokenizer([r for _, r in examples], chats, int(cfg.model.vocab_size), tok_dir,
-                                               ws.get("tokenizer_max_token_length", 16)))
+        tokenizer = (
+            load_tokenizer(tok_dir)
+            if (tok_dir / "tokenizer.json").is_file()
+            else train_task_tokenizer(
+                [r for _, r in examples],
+                chats,
+                int(cfg.model.vocab_size),
+                tok_dir,
+                ws.get("tokenizer_max_token_length", 16),
+            )
+        )
         model = build_policy(cfg.model, len(tokenizer))
     sft_cfg = dict(ws.to_dict()) if hasattr(ws, "to_dict") else dict(ws)
     sft_cfg.setdefault("seed", int(cfg.seed))

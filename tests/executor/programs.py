@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PIZZA_SKLEARN = '''
+PIZZA_SKLEARN = """
 import json
 import numpy as np
 import pandas as pd
@@ -27,73 +27,73 @@ prob = model.predict_proba(x_test)[:, 1]
 pd.DataFrame({"request_id": test["request_id"], "requester_received_pizza": prob}).to_csv(
     "submission.csv", index=False)
 print("predicted test labels")
-'''
+"""
 
 # A normal program: reads the data, writes a (constant) valid submission.
-NORMAL = '''
+NORMAL = """
 import csv
 rows = list(csv.reader(open("/workdir/random-acts-of-pizza/prepared/public/sampleSubmission.csv")))
 with open("submission.csv", "w") as f:
     csv.writer(f).writerows(rows)
 print("normal run done", len(rows))
-'''
+"""
 
-FORK_BOMB = '''
+FORK_BOMB = """
 import os
 while True:
     try:
         os.fork()
     except OSError:
         pass
-'''
+"""
 
 # 50 GB in 100 MB chunks, each touched so it is really resident.
-ALLOCATE_50GB = '''
+ALLOCATE_50GB = """
 chunks = []
 for i in range(500):
     chunks.append(bytearray(b"x" * (100 << 20)))
     print("allocated", (i + 1) * 100, "MB", flush=True)
-'''
+"""
 
-INFINITE_LOOP = '''
+INFINITE_LOOP = """
 print("looping", flush=True)
 while True:
     pass
-'''
+"""
 
-SLEEP_PAST_TIMEOUT = '''
+SLEEP_PAST_TIMEOUT = """
 import time
 print("sleeping", flush=True)
 time.sleep(600)
-'''
+"""
 
-WRITE_1GB = '''
+WRITE_1GB = """
 block = b"x" * (1 << 20)
 with open("big.bin", "wb") as f:
     for i in range(1024):
         f.write(block)
 print("wrote 1 GB")
-'''
+"""
 
 # Many files, each under the per-file limit, together over the work dir's disk cap.
-FILL_DISK = '''
+FILL_DISK = """
 block = b"x" * (1 << 20)
 for n in range(64):
     with open(f"part{n}.bin", "wb") as f:
         for i in range(48):
             f.write(block)
     print("file", n, flush=True)
-'''
+"""
 
-PRINT_100MB = '''
+PRINT_100MB = """
 import sys
 line = "y" * 1023 + "\\n"
 for i in range(100 * 1024):
     sys.stdout.write(line)
 print("END-OF-OUTPUT")
-'''
+"""
 
-CONNECT_HOST_LOOPBACK = '''
+CONNECT_HOST_LOOPBACK = """
 import socket
 try:
     s = socket.create_connection(("127.0.0.1", PORT), timeout=3)
@@ -101,9 +101,9 @@ try:
     print("CONNECTED")
 except OSError as e:
     print("connect failed:", e)
-'''
+"""
 
-LIST_INTERFACES = '''
+LIST_INTERFACES = """
 import fcntl, json, socket, struct
 names = [name for _, name in socket.if_nameindex()]
 flags = {}
@@ -112,17 +112,17 @@ for name in names:
     raw = fcntl.ioctl(s.fileno(), 0x8913, struct.pack("256s", name.encode()))  # SIOCGIFFLAGS
     flags[name] = struct.unpack("H", raw[16:18])[0]
 print("IFACES " + json.dumps(flags))
-'''
+"""
 
-READ_SHADOW = '''
+READ_SHADOW = """
 try:
     print("SHADOW:" + open("/etc/shadow").read())
 except OSError as e:
     print("denied:", e)
-'''
+"""
 
 # PATHS is replaced by the test with the host paths that must stay invisible.
-READ_PRIVATE = '''
+READ_PRIVATE = """
 import os
 found = []
 for p in PATHS:
@@ -141,9 +141,9 @@ for fd in os.listdir("/proc/self/fd"):
         pass
 for p, content in found:
     print("FOUND", p, str(content)[:100])
-'''
+"""
 
-WRITE_OUTSIDE = '''
+WRITE_OUTSIDE = """
 import os
 targets = ["/etc/evil", "/usr/evil", "/evil", "/workdir/evil", "/opt/sandbox-venv/evil",
            "/workdir/random-acts-of-pizza/prepared/public/evil", "/workdir/random-acts-of-pizza/evil",
@@ -155,10 +155,10 @@ for t in targets:
         print("WROTE", t)
     except OSError as e:
         print("blocked", t, type(e).__name__)
-'''
+"""
 
 # The daemon double-forks, survives its parent, and after a while would write a marker in the work dir.
-DAEMON = '''
+DAEMON = """
 import os, time
 if os.fork() == 0:
     os.setsid()
@@ -170,9 +170,9 @@ if os.fork() == 0:
     os._exit(0)
 time.sleep(0.2)
 print("parent exits, daemon left behind", flush=True)
-'''
+"""
 
-KILL_PARENT = '''
+KILL_PARENT = """
 import os, signal
 print("ppid", os.getppid(), flush=True)
 for target in (os.getppid(), 1):
@@ -186,18 +186,18 @@ try:
 except OSError as e:
     print("kill -1 failed:", e, flush=True)
 print("still alive", flush=True)
-'''
+"""
 
-CHDIR_SUBMISSION = '''
+CHDIR_SUBMISSION = """
 import os
 os.chdir("/tmp")
 with open("submission.csv", "w") as f:
     f.write("request_id,requester_received_pizza\\n")
 print("wrote", os.path.abspath("submission.csv"))
-'''
+"""
 
-SYMLINK_SUBMISSION = '''
+SYMLINK_SUBMISSION = """
 import os
 os.symlink("/etc/passwd", "submission.csv")
 print("linked")
-'''
+"""

@@ -141,7 +141,7 @@ def test_only_a_down_loopback_interface(sandbox, pizza_task):
     r = sandbox.run(programs.LIST_INTERFACES, pizza_task, HOSTILE)
     assert r.status is Status.OK, r.stderr_tail
     line = next(x for x in r.stdout_tail.splitlines() if x.startswith("IFACES "))
-    flags = json.loads(line[len("IFACES "):])
+    flags = json.loads(line[len("IFACES ") :])
     assert set(flags) <= {"lo"}
     assert all(f & 0x1 == 0 for f in flags.values())  # IFF_UP not set
     _normal_run_works(sandbox, pizza_task)
@@ -155,9 +155,21 @@ def test_cannot_read_etc_shadow(sandbox, pizza_task):
 
 def test_cannot_read_private_answers_or_host_dirs(sandbox, pizza_task):
     raw = REPO_ROOT.parent / "shared" / "data" / "raw" / "random-acts-of-pizza" / "train.json"
-    paths = [str(pizza_task.answers_path), str(pizza_task.private_dir), str(pizza_task.private_dir.parent),
-             "/workdir/random-acts-of-pizza/prepared/private/test.csv", str(raw), str(REPO_ROOT),
-             str(REPO_ROOT / ".sandbox-venv"), "/root", "/work", "/home", "/var", "/opt/pypi", "/run"]
+    paths = [
+        str(pizza_task.answers_path),
+        str(pizza_task.private_dir),
+        str(pizza_task.private_dir.parent),
+        "/workdir/random-acts-of-pizza/prepared/private/test.csv",
+        str(raw),
+        str(REPO_ROOT),
+        str(REPO_ROOT / ".sandbox-venv"),
+        "/root",
+        "/work",
+        "/home",
+        "/var",
+        "/opt/pypi",
+        "/run",
+    ]
     r = sandbox.run(programs.READ_PRIVATE.replace("PATHS", repr(paths)), pizza_task, HOSTILE)
     assert r.status is Status.OK, r.stderr_tail
     assert "FOUND" not in r.stdout_tail, r.stdout_tail

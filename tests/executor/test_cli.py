@@ -18,9 +18,26 @@ def test_cli_runs_grades_and_rewards_the_pizza_solution(pizza_task, tmp_path):
     code = tmp_path / "solution.py"
     code.write_text(programs.PIZZA_SKLEARN)
     out = subprocess.run(
-        [sys.executable, "-m", "mle_jax.executor", "run", "--task", pizza_task.id, "--code", str(code),
-         "--prepared", str(pizza_task.public_dir.parent), "--timeout", "120", "--instrument"],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=True,
+        [
+            sys.executable,
+            "-m",
+            "mle_jax.executor",
+            "run",
+            "--task",
+            pizza_task.id,
+            "--code",
+            str(code),
+            "--prepared",
+            str(pizza_task.public_dir.parent),
+            "--timeout",
+            "120",
+            "--instrument",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        check=True,
     )
     res = json.loads(out.stdout)
     assert res["status"] == "ok" and res["exit_code"] == 0, res
@@ -34,9 +51,25 @@ def test_cli_reports_a_crash_with_the_failure_reward(pizza_task, tmp_path):
     code = tmp_path / "solution.py"
     code.write_text("import pandas\nprint('imported packages')\nraise SystemExit(2)\n")
     out = subprocess.run(
-        [sys.executable, "-m", "mle_jax.executor", "run", "--task", pizza_task.id, "--code", str(code),
-         "--prepared", str(pizza_task.public_dir.parent), "--timeout", "60"],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=True,
+        [
+            sys.executable,
+            "-m",
+            "mle_jax.executor",
+            "run",
+            "--task",
+            pizza_task.id,
+            "--code",
+            str(code),
+            "--prepared",
+            str(pizza_task.public_dir.parent),
+            "--timeout",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        check=True,
     )
     res = json.loads(out.stdout)
     assert res["status"] == "error" and res["exit_code"] == 2
@@ -46,7 +79,16 @@ def test_cli_reports_a_crash_with_the_failure_reward(pizza_task, tmp_path):
 
 def test_sandbox_packages_reports_what_imports():
     pkgs = sandbox_packages()
-    for name in ("pandas", "numpy", "scikit-learn", "xgboost", "lightgbm", "statsmodels", "scipy", "torch",
-                 "bayesian-optimization"):
+    for name in (
+        "pandas",
+        "numpy",
+        "scikit-learn",
+        "xgboost",
+        "lightgbm",
+        "statsmodels",
+        "scipy",
+        "torch",
+        "bayesian-optimization",
+    ):
         assert name in pkgs
     assert "timm" not in pkgs  # torchvision has no CPU build here, so timm is not installed

@@ -100,8 +100,13 @@ def test_ray_fleet_gives_the_same_results_as_the_local_pool(pool, ray_fleet, piz
         assert _summary(ra) == _summary(rb), name
         assert rb.extra["attempts"] == 1
     statuses = {n: f.result().status for n, f in zip(names, local, strict=True)}
-    assert statuses == {"normal": Status.OK, "raises": Status.ERROR, "exit3": Status.ERROR,
-                        "timeout": Status.TIMEOUT, "no_submission": Status.OK}
+    assert statuses == {
+        "normal": Status.OK,
+        "raises": Status.ERROR,
+        "exit3": Status.ERROR,
+        "timeout": Status.TIMEOUT,
+        "no_submission": Status.OK,
+    }
 
 
 def test_killing_ray_executors_mid_run_retries_the_samples(ray_fleet, pizza_task):

@@ -16,7 +16,7 @@ from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prompts import data_mount
 
 # The paper's Figure 11 program, plus a validation split so that losses are computed.
-PIZZA_SOLUTION = '''import pandas as pd
+PIZZA_SOLUTION = """import pandas as pd
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.model_selection import train_test_split
 from sklearn.ensemble import RandomForestClassifier
@@ -48,7 +48,7 @@ submission = pd.DataFrame(
     {"request_id": test_data["request_id"], "requester_received_pizza": y_pred_proba}
 )
 submission.to_csv("./submission.csv", index=False)
-'''
+"""
 
 
 def _prints_after(code: str) -> dict[str, list[str]]:
@@ -70,17 +70,16 @@ def test_pizza_solution_prints_land_after_each_stage():
     after = _prints_after(out)
     assert after["import numpy as np"] == ["imported packages"]
     assert after['test_data = pd.read_json("/workdir/random-acts-of-pizza/prepared/public/test.json")'] == [
-        "loaded data"]
+        "loaded data"
+    ]
     assert out.count('print("loaded data")') == 1  # once, after both files are read
-    assert after['rf_classifier = RandomForestClassifier(n_estimators=30, random_state=42, n_jobs=1)'] == [
-        "defined model"]
+    assert after["rf_classifier = RandomForestClassifier(n_estimators=30, random_state=42, n_jobs=1)"] == [
+        "defined model"
+    ]
     assert after["rf_classifier.fit(X_train, y_train)"] == ["trained model"]
-    assert after["train_auc = roc_auc_score(y_train, rf_classifier.predict_proba(X_train)[:, 1])"] == [
-        "training loss:"]
-    assert after["val_auc = roc_auc_score(y_val, rf_classifier.predict_proba(X_val)[:, 1])"] == [
-        "testing loss:"]
-    assert after["y_pred_proba = rf_classifier.predict_proba(X_test_tfidf)[:, 1]"] == [
-        "predicted test labels"]
+    assert after["train_auc = roc_auc_score(y_train, rf_classifier.predict_proba(X_train)[:, 1])"] == ["training loss:"]
+    assert after["val_auc = roc_auc_score(y_val, rf_classifier.predict_proba(X_val)[:, 1])"] == ["testing loss:"]
+    assert after["y_pred_proba = rf_classifier.predict_proba(X_test_tfidf)[:, 1]"] == ["predicted test labels"]
     assert 'print("training loss:", train_auc)' in out and 'print("testing loss:", val_auc)' in out
     assert "# Preprocess text data" in out  # comments and layout kept
     assert 'print("defined model")\nX = tfidf' not in out  # a vectorizer is no model
@@ -89,14 +88,20 @@ def test_pizza_solution_prints_land_after_each_stage():
 def test_instrumented_pizza_solution_runs_and_prints_every_stage(pizza_task, tmp_path):
     code = ast_instrument(PIZZA_SOLUTION).replace(data_mount(pizza_task.id), f"{pizza_task.public_dir}/")
     (tmp_path / "solution.py").write_text(code)
-    run = subprocess.run([sys.executable, "solution.py"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run([sys.executable, "solution.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert count_progress(run.stdout) == PROGRESS_PRINTS
     lines = [line.split(":")[0] + (":" if ":" in line else "") for line in run.stdout.splitlines()]
     first_seen = list(dict.fromkeys(p for p in lines if p in PROGRESS_PRINTS))
-    assert first_seen == ["imported packages", "loaded data", "defined model", "trained model",
-                          "training loss:", "testing loss:", "predicted test labels"]  # stages' order
+    assert first_seen == [
+        "imported packages",
+        "loaded data",
+        "defined model",
+        "trained model",
+        "training loss:",
+        "testing loss:",
+        "predicted test labels",
+    ]  # stages' order
     assert float(run.stdout.split("testing loss:")[1].split()[0]) > 0.5  # the value is printed
     result = grade(pizza_task, tmp_path / "submission.csv")
     assert result.valid and result.score > 0.5
@@ -151,11 +156,9 @@ def test_functions_loops_and_main_block(tmp_path):
     assert after["preds = [s * 0.5 for s in scores]"] == ["predicted test labels"]  # before the write
     (tmp_path / "data.json").write_text(json.dumps([{"score": 1.0}, {"score": 3.0}]))
     (tmp_path / "solution.py").write_text(f"DATA = {str(tmp_path / 'data.json')!r}\n" + out)
-    run = subprocess.run([sys.executable, "solution.py"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([sys.executable, "solution.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert count_progress(run.stdout) == ("imported packages", "loaded data", "defined model",
-                                          "predicted test labels")
+    assert count_progress(run.stdout) == ("imported packages", "loaded data", "defined model", "predicted test labels")
     assert pd.read_csv(tmp_path / "submission.csv")["score"].tolist() == [0.5, 1.5]
 
 
@@ -207,7 +210,8 @@ def test_prediction_not_recognised_prints_before_the_submission_is_written():
 
 def test_every_output_verifies_on_a_mixed_bag():
     programs = [
-        PIZZA_SOLUTION, FUNCTIONS_PROGRAM,
+        PIZZA_SOLUTION,
+        FUNCTIONS_PROGRAM,
         "try:\n    import xgboost as xgb\nexcept ImportError:\n    xgb = None\nimport numpy as np\n"
         "X = np.load('x.npy')\nm = xgb.XGBClassifier()\nm.fit(X, X)\np = m.predict(X_test)\n",
         "import lightgbm as lgb\nbooster = lgb.train({}, lgb.Dataset(X, y))\nscore = booster.predict(Xt)\n",

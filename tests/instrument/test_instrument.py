@@ -32,13 +32,17 @@ class ScriptedSampler:
         self.calls: list[dict] = []
 
     def generate(self, prompts, n=1, temperature=1.0, top_p=1.0, max_tokens=256, top_k=-1, seed=None):
-        self.calls.append({"prompts": [list(p) for p in prompts], "n": n, "temperature": temperature,
-                           "max_tokens": max_tokens})
+        self.calls.append(
+            {"prompts": [list(p) for p in prompts], "n": n, "temperature": temperature, "max_tokens": max_tokens}
+        )
         out = []
         for p in prompts:
             text = self.replies.pop(0)
-            out.append(Completion(np.asarray(p, np.int32), np.zeros(3, np.int32), np.zeros(3, np.float32),
-                                  text, "stop", self.version))
+            out.append(
+                Completion(
+                    np.asarray(p, np.int32), np.zeros(3, np.int32), np.zeros(3, np.float32), text, "stop", self.version
+                )
+            )
         return out
 
     def sync(self, params, version):

@@ -16,7 +16,7 @@ from mle_jax.instrument.progress import (
 )
 from mle_jax.tasks.reward import compute_reward
 
-AGENT = '''import pandas as pd  # a policy that learned to fake progress
+AGENT = """import pandas as pd  # a policy that learned to fake progress
 print("imported packages")
 print("loaded data")
 for epoch in range(2):
@@ -24,7 +24,7 @@ for epoch in range(2):
 print("trained model"); x = 1
 df = pd.DataFrame({"a": [x]})
 print("predicted test labels")
-'''
+"""
 
 
 def _run(code: str) -> str:

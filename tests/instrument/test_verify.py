@@ -7,7 +7,7 @@ import pytest
 from mle_jax.instrument.progress import count_progress
 from mle_jax.instrument.verify import verify
 
-ORIGINAL = '''import pandas as pd
+ORIGINAL = """import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 
@@ -24,9 +24,9 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
-INSTRUMENTED = '''import pandas as pd
+INSTRUMENTED = """import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 print("imported packages")
@@ -49,7 +49,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_accepts_pure_print_insertion():
@@ -66,16 +66,20 @@ def test_accepts_pure_print_insertion():
         ("deleted line", '    print("done", loss)\n', ""),
         ("added import", "import pandas as pd\n", "import pandas as pd\nimport os\n"),
         ("syntax error", "def main():", "def main()"),
-        ("reordered statements",
-         'df = pd.read_csv("train.csv")\n    print("loaded data")\n    model = LogisticRegression(C=1.0)\n',
-         'model = LogisticRegression(C=1.0)\n    print("loaded data")\n    df = pd.read_csv("train.csv")\n'),
+        (
+            "reordered statements",
+            'df = pd.read_csv("train.csv")\n    print("loaded data")\n    model = LogisticRegression(C=1.0)\n',
+            'model = LogisticRegression(C=1.0)\n    print("loaded data")\n    df = pd.read_csv("train.csv")\n',
+        ),
         ("pass replaced by a print", "        pass\n", '        print("loaded data")\n'),
-        ("side effect hidden in a loss print", 'print("training loss:", loss)',
-         'print("training loss:", model.fit(df[["a"]], df["y"]))'),
+        (
+            "side effect hidden in a loss print",
+            'print("training loss:", loss)',
+            'print("training loss:", model.fit(df[["a"]], df["y"]))',
+        ),
         ("walrus in a loss print", 'print("training loss:", loss)', 'print("training loss:", (loss := 0))'),
         ("non-progress print added", 'print("trained model")', 'print("trained model!")'),
-        ("extra args on a plain progress print", 'print("trained model")',
-         'print("trained model", df.pop("a"))'),
+        ("extra args on a plain progress print", 'print("trained model")', 'print("trained model", df.pop("a"))'),
     ],
 )
 def test_rejects_anything_else(edit, old, new):

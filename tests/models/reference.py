@@ -76,9 +76,7 @@ def numpy_random_model(cls, cfg, seed: int = 0, **kw):
         (
             path,
             var.replace(
-                jnp.asarray(
-                    (0.5 + 0.3 * rng.standard_normal(var.get_value().shape)).astype(var.get_value().dtype)
-                )
+                jnp.asarray((0.5 + 0.3 * rng.standard_normal(var.get_value().shape)).astype(var.get_value().dtype))
             ),
         )
         for path, var in nnx.to_flat_state(state)

@@ -37,9 +37,7 @@ def test_round_trip_any_text_and_chat_template(trained):
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "solve it"}]
     rendered = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert rendered == (
-        "<|im_start|>system\nbe brief<|im_end|>\n"
-        "<|im_start|>user\nsolve it<|im_end|>\n"
-        "<|im_start|>assistant\n"
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nsolve it<|im_end|>\n<|im_start|>assistant\n"
     )
     ids = tok.encode(rendered)
     assert ids.count(1) == 3 and ids.count(2) == 2  # specials are single tokens, never split
@@ -74,9 +72,18 @@ def test_reload_beside_a_qwen2_model_config_keeps_the_tokenization(tmp_path):
 
     code = "import pandas as pd\nfrom sklearn import linear_model\nmodel = linear_model.LogisticRegression(C=1.0)\n"
     tok = train_task_tokenizer([code] * 20, [], 400, tmp_path / "tok", 16)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=400, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, head_dim=8),
-                             rngs=nnx.Rngs(0))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=400,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+        ),
+        rngs=nnx.Rngs(0),
+    )
     hf.save_pretrained(model, tmp_path / "policy")
     tok.save_pretrained(str(tmp_path / "policy"))
     again = load_tokenizer(tmp_path / "policy")

@@ -52,6 +52,14 @@ class ScriptedSampler:
                 ids = ids + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
                 full = np.asarray([list(p) + ids], np.int32)
                 lp = np.asarray(self._token_logprobs(self.state, full, max(temperature, 1e-6)))[0, len(p) - 1 :]
-                out.append(Completion(np.asarray(p, np.int32), np.asarray(ids, np.int32), lp.astype(np.float32),
-                                      text, "stop", self.version))
+                out.append(
+                    Completion(
+                        np.asarray(p, np.int32),
+                        np.asarray(ids, np.int32),
+                        lp.astype(np.float32),
+                        text,
+                        "stop",
+                        self.version,
+                    )
+                )
         return out

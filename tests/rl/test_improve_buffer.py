@@ -5,8 +5,15 @@ from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 
 
 def _sol(i: int, valid: bool = False) -> PreviousSolution:
-    return PreviousSolution(plan=f"plan {i}", code=f"print({i})", output="loaded data", reward=-9.8,
-                            valid=valid, score=0.6 if valid else None, version=i)
+    return PreviousSolution(
+        plan=f"plan {i}",
+        code=f"print({i})",
+        output="loaded data",
+        reward=-9.8,
+        valid=valid,
+        score=0.6 if valid else None,
+        version=i,
+    )
 
 
 def test_keeps_only_solutions_that_got_somewhere_and_is_bounded():

@@ -86,10 +86,7 @@ def test_update_equals_full_batch_ppo_step():
     assert metrics["learner/step"] == 1.0 and learner.step == 1
     # the initial weights moved (the comparison above is not trivially true)
     init = jax.tree.leaves(nnx.state(make_models(0)[0], nnx.Param))
-    assert (
-        max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(got_policy, init, strict=True))
-        > 1e-3
-    )
+    assert max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(got_policy, init, strict=True)) > 1e-3
 
 
 def test_equal_durations_are_plain_ppo_and_host_reference_is_the_same():
@@ -130,9 +127,7 @@ def test_state_dict_roundtrip_policy_state_and_errors():
     l16 = Learner(cfg, policy16, Qwen2ValueModel(TINY, rngs=nnx.Rngs(1), param_dtype=jnp.bfloat16))
     assert {x.dtype for x in jax.tree.leaves(l16.state.policy)} == {jnp.dtype(jnp.float32)}
     assert {x.dtype for x in jax.tree.leaves(l16.policy_state())} == {jnp.dtype(jnp.bfloat16)}
-    assert {x.dtype for x in jax.tree.leaves(l16.policy_state(model_dtypes=False))} == {
-        jnp.dtype(jnp.float32)
-    }
+    assert {x.dtype for x in jax.tree.leaves(l16.policy_state(model_dtypes=False))} == {jnp.dtype(jnp.float32)}
     with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
         a.update(random_batch(4, b=12))
     with pytest.raises(KeyError, match="rng"):

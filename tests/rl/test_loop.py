@@ -30,7 +30,7 @@ def _program(sleep_s: float, p: float) -> str:
 ```python
 import time
 import pandas as pd
-test = pd.read_json("{data_mount('random-acts-of-pizza')}test.json")
+test = pd.read_json("{data_mount("random-acts-of-pizza")}test.json")
 time.sleep({sleep_s})
 sub = pd.DataFrame({{"request_id": test["request_id"], "requester_received_pizza": {p}}})
 sub.to_csv("submission.csv", index=False)
@@ -44,8 +44,9 @@ NO_CODE = "I would train a model but I will not write any code."
 
 @pytest.fixture(scope="module")
 def pizza(tmp_path_factory, raw_data_dir):
-    return prepare("random-acts-of-pizza", raw_data_dir / "random-acts-of-pizza",
-                   tmp_path_factory.mktemp("pizza") / "prepared")
+    return prepare(
+        "random-acts-of-pizza", raw_data_dir / "random-acts-of-pizza", tmp_path_factory.mktemp("pizza") / "prepared"
+    )
 
 
 def _loop(tmp_path, task, script, **loop_overrides):
@@ -59,16 +60,33 @@ def _loop(tmp_path, task, script, **loop_overrides):
     for k, v in loop_overrides.items():
         cfg.loop[k] = v
     tok = train_bpe_tokenizer([SLOW, FAST, NO_CODE] * 4, 400, tmp_path / "tok")
-    mcfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048)
+    mcfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=2048,
+    )
     policy = Qwen2ForCausalLM(mcfg, rngs=nnx.Rngs(0))
     value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
     learner = Learner(cfg, policy, value)
     sampler = ScriptedSampler(policy, tok, script)
     fleet = make_fleet(cfg.executor)
-    loop = AsyncRLLoop(cfg, task, tok, ["pandas", "numpy"], sampler,
-                       lambda codes: instrument_batch(codes, "ast"), fleet, learner,
-                       Checkpointer(tmp_path / "ckpt", keep=2), MetricsWriter(tmp_path, tensorboard=False))
+    loop = AsyncRLLoop(
+        cfg,
+        task,
+        tok,
+        ["pandas", "numpy"],
+        sampler,
+        lambda codes: instrument_batch(codes, "ast"),
+        fleet,
+        learner,
+        Checkpointer(tmp_path / "ckpt", keep=2),
+        MetricsWriter(tmp_path, tensorboard=False),
+    )
     return loop, sampler, fleet
 
 

@@ -149,9 +149,7 @@ def test_masked_whiten():
 def test_duration_weights_modes():
     d = jnp.array([1.0, 3.0, 8.0])
     np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off")), [1, 1, 1])
-    np.testing.assert_allclose(
-        np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6
-    )
+    np.testing.assert_allclose(np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6)
     c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.5))
     np.testing.assert_allclose(c, np.array([0.25, 0.75, 1.5]) / (2.5 / 3), rtol=1e-6)
     lg = np.asarray(ppo.duration_weights(d, "log"))

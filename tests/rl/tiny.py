@@ -59,9 +59,7 @@ def make_models(seed: int = 0, config: Qwen2Config = TINY) -> tuple[Qwen2ForCaus
     return policy, value
 
 
-def random_batch(
-    seed: int, b: int = 8, t: int = 12, vocab: int = 32, equal_durations: bool = False
-) -> RolloutBatch:
+def random_batch(seed: int, b: int = 8, t: int = 12, vocab: int = 32, equal_durations: bool = False) -> RolloutBatch:
     """Prompts of 2-5 tokens, responses of 1-6 tokens with plausible logprobs, noisy rewards and durations."""
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(1, vocab, size=rng.integers(2, 6)).tolist() for _ in range(b)]

@@ -100,9 +100,7 @@ def test_stops_on_stop_ids(models):
     free = JaxSampler(ours, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=20)[0]
     stop = int(free.token_ids[4])
     first = int(np.argmax(free.token_ids == stop))
-    c = JaxSampler(ours, eos_ids=[stop], **BUCKETS).generate(
-        [PROMPTS[0], PROMPTS[1]], temperature=0.0, max_tokens=20
-    )
+    c = JaxSampler(ours, eos_ids=[stop], **BUCKETS).generate([PROMPTS[0], PROMPTS[1]], temperature=0.0, max_tokens=20)
     np.testing.assert_array_equal(c[0].token_ids, free.token_ids[: first + 1])
     assert c[0].finish_reason == "stop" and c[0].token_ids[-1] == stop
     assert len(c[0].logprobs) == len(c[0].token_ids)

@@ -25,7 +25,7 @@ _CORPUS = [
     "First outline your proposed solution in natural language (3-5 sentences), followed by a single "
     "markdown code block which implements this solution. You MUST produce a submission file.",
     "request_id,requester_received_pizza\nt3_i8iy4,0\nt3_1mfqi0,0\n",
-    "print(\"loaded data\")\nprint(\"trained model\")\nprint(\"predicted test labels\")\n",
+    'print("loaded data")\nprint("trained model")\nprint("predicted test labels")\n',
 ]
 
 
@@ -39,7 +39,9 @@ def tiny_chat_tokenizer() -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],
     )
     fast.chat_template = CHATML_TEMPLATE

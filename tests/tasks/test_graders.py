@@ -93,9 +93,11 @@ def reference_score(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) ->
 
         return float(np.mean([root_mean_squared_log_error(true[:, j], pred[:, j]) for j in range(len(cols))]))
     if spec.metric == "jaccard":
+
         def jac(a, b):
             sa, sb = set(a.lower().split()), set(b.lower().split())
             return len(sa & sb) / len(sa | sb)
+
         return float(np.mean([jac(p, t) for p, t in zip(pred[:, 0], true[:, 0], strict=True)]))
     raise AssertionError(spec.metric)
 
@@ -275,8 +277,18 @@ def test_insults_duplicated_comment_ids_grade_the_gold_submission(prepared):
 
 def test_cli_grade_prints_json(pizza):
     out = subprocess.run(
-        [sys.executable, "-m", "mle_jax.tasks", "grade", pizza.id, str(pizza.sample_submission_path),
-         "--answers", str(pizza.public_dir.parent)],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "mle_jax.tasks",
+            "grade",
+            pizza.id,
+            str(pizza.sample_submission_path),
+            "--answers",
+            str(pizza.public_dir.parent),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert json.loads(out.stdout) == {"valid": True, "score": 0.5, "reason": ""}

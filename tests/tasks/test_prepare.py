@@ -21,8 +21,12 @@ EXPECTED_TEST_ROWS = {
     "spooky-author-identification": math.ceil(19579 * 0.1),  # 1958
     "nomad2018-predict-transparent-conductors": math.ceil(2400 * 0.1),  # 240
 }
-RAW_ROWS = {"random-acts-of-pizza": 4039, "leaf-classification": 990, "spooky-author-identification": 19579,
-            "nomad2018-predict-transparent-conductors": 2400}
+RAW_ROWS = {
+    "random-acts-of-pizza": 4039,
+    "leaf-classification": 990,
+    "spooky-author-identification": 19579,
+    "nomad2018-predict-transparent-conductors": 2400,
+}
 
 
 def _public_test(task) -> pd.DataFrame:
@@ -62,8 +66,9 @@ def test_pizza_split_is_sklearns_with_seed_0(prepared, raw_data_dir):
     task = prepared["random-acts-of-pizza"]
     raw_train = json.loads((raw_data_dir / task.id / "train.json").read_text())
     raw_test = json.loads((raw_data_dir / task.id / "test.json").read_text())
-    _, held_out = train_test_split(raw_train, test_size=len(raw_test) / (len(raw_train) + len(raw_test)),
-                                   random_state=0)
+    _, held_out = train_test_split(
+        raw_train, test_size=len(raw_test) / (len(raw_train) + len(raw_test)), random_state=0
+    )
     answers = pd.read_csv(task.answers_path)
     assert answers["request_id"].tolist() == [r["request_id"] for r in held_out]
     labels = [int(r["requester_received_pizza"]) for r in held_out]
@@ -122,8 +127,17 @@ def test_data_less_task_has_no_preparer(tmp_path):
 
 
 def test_cli_prepare_twice(raw_data_dir, tmp_path):
-    cmd = [sys.executable, "-m", "mle_jax.tasks", "prepare", "spooky-author-identification",
-           "--raw", str(raw_data_dir), "--out", str(tmp_path / "prepared")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mle_jax.tasks",
+        "prepare",
+        "spooky-author-identification",
+        "--raw",
+        str(raw_data_dir),
+        "--out",
+        str(tmp_path / "prepared"),
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
     second = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert json.loads(first.stdout) == json.loads(second.stdout)

@@ -33,9 +33,18 @@ def test_scratch_prompt_carries_the_instructions(prepared):
     user = msgs[1]["content"]
     mount = DATA_MOUNT.format(task_id="random-acts-of-pizza")
     assert mount == "/workdir/random-acts-of-pizza/prepared/public/"
-    for needle in ("3-5 sentences", "single markdown code block", f"`{mount}`", "./submission.csv",
-                   "`xgboost`", "internet", "request_id,requester_received_pizza", "Data snippet",
-                   f"{mount}train.json", pizza.spec.statement):
+    for needle in (
+        "3-5 sentences",
+        "single markdown code block",
+        f"`{mount}`",
+        "./submission.csv",
+        "`xgboost`",
+        "internet",
+        "request_id,requester_received_pizza",
+        "Data snippet",
+        f"{mount}train.json",
+        pizza.spec.statement,
+    ):
         assert needle in user, needle
     assert "t3_" in user  # first rows of the sample submission
 
@@ -93,8 +102,11 @@ def test_instrument_prompt_lists_the_seven_prints():
 @pytest.mark.parametrize(
     "text, plan, code",
     [
-        ("I will train a model.\n```python\nimport os\nprint(1)\n```\nDone.", "I will train a model.",
-         "import os\nprint(1)"),
+        (
+            "I will train a model.\n```python\nimport os\nprint(1)\n```\nDone.",
+            "I will train a model.",
+            "import os\nprint(1)",
+        ),
         ("Plan.\n```\nx = 1\n```", "Plan.", "x = 1"),
         ("Plan.\n```bash\npip install x\n```\n```py\ny = 2\n```", "Plan.", "y = 2"),
         ("Plan with no code at all.", "Plan with no code at all.", None),

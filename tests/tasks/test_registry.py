@@ -30,8 +30,11 @@ def test_the_twelve_tasks_with_their_metric_and_direction():
     assert specs == PAPER_TASKS
     assert all(s.metric in METRIC_GRADERS for s in all_specs())
     assert {s.id for s in all_specs() if s.has_data_here} == {
-        "random-acts-of-pizza", "detecting-insults-in-social-commentary", "leaf-classification",
-        "spooky-author-identification", "nomad2018-predict-transparent-conductors",
+        "random-acts-of-pizza",
+        "detecting-insults-in-social-commentary",
+        "leaf-classification",
+        "spooky-author-identification",
+        "nomad2018-predict-transparent-conductors",
     }
 
 

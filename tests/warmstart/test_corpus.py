@@ -31,8 +31,17 @@ def test_corpus_is_diverse_and_balanced_over_families():
     assert len({it.key for it in items}) == 70
     assert len({it.code for it in items}) == 70
     families = Counter(it.meta["model"] for it in items)
-    assert set(families) == {"logreg", "naive_bayes", "linear_svm", "random_forest", "extra_trees",
-                             "gradient_boosting", "hist_gradient_boosting", "xgboost", "lightgbm"}
+    assert set(families) == {
+        "logreg",
+        "naive_bayes",
+        "linear_svm",
+        "random_forest",
+        "extra_trees",
+        "gradient_boosting",
+        "hist_gradient_boosting",
+        "xgboost",
+        "lightgbm",
+    }
     assert max(families.values()) - min(families.values()) <= 1  # round-robin over families
     assert len({it.meta["features"] for it in items}) == 6
 
@@ -84,8 +93,9 @@ def test_verify_corpus_keeps_only_valid_programs_in_order():
             self.valid, self.score, self.reason = valid, score, ""
 
     scores = {it.code: (i % 3 != 1, 0.5 + i / 100) for i, it in enumerate(items)}
-    out = verify_corpus(items, PIZZA, lambda code: (G(*scores[code]), 1.0, f"out {scores[code][1]}"), workers=2,
-                        progress=False)
+    out = verify_corpus(
+        items, PIZZA, lambda code: (G(*scores[code]), 1.0, f"out {scores[code][1]}"), workers=2, progress=False
+    )
     assert [v.item for v in out] == [it for i, it in enumerate(items) if i % 3 != 1]
     assert [v.score for v in out] == [0.5 + i / 100 for i in range(6) if i % 3 != 1]
     assert [v.output for v in out] == [f"out {0.5 + i / 100}" for i in range(6) if i % 3 != 1]

@@ -46,8 +46,11 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
         assert lines[-1] == "predicted test labels" and "validation auc: 0." in v.output
 
     # a program that writes no submission is invalid, and the cache records runs so none repeats
-    broken = type(items[0])("plan.", items[0].code.replace('to_csv("submission.csv"', 'to_csv("other.csv"'),
-                            dict(items[0].meta, model="broken"))
+    broken = type(items[0])(
+        "plan.",
+        items[0].code.replace('to_csv("submission.csv"', 'to_csv("other.csv"'),
+        dict(items[0].meta, model="broken"),
+    )
     calls = []
 
     def counting(code):
@@ -65,8 +68,11 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
 @pytest.mark.integration
 def test_a_spooky_program_runs_and_grades_in_bwrap(raw_data_dir: Path, tmp_path):
     task = prepare(SPOOKY, raw_data_dir / SPOOKY, tmp_path / "spooky" / "prepared")
-    item = next(it for it in generate_corpus(task.spec, 300, seed=0)
-                if it.meta["model"] == "naive_bayes" and it.meta["features"] == "word")
+    item = next(
+        it
+        for it in generate_corpus(task.spec, 300, seed=0)
+        if it.meta["model"] == "naive_bayes" and it.meta["features"] == "word"
+    )
     run_fn = sandbox_run_fn(make_sandbox("bwrap"), task, LIMITS)
     verified = verify_corpus([item], task, run_fn, progress=False)
     assert len(verified) == 1

@@ -26,8 +26,10 @@ from mle_jax.warmstart.stage import sft_examples
 
 def run_output(i: int) -> str:
     """The terminal output of an AST-instrumented pizza corpus program (as captured in verification)."""
-    return ("imported packages\nloaded data\ndefined model\ntrained model\n"
-            f"validation auc: 0.{6123456789012345 + 7919 * i}\ntesting loss:\npredicted test labels\n")
+    return (
+        "imported packages\nloaded data\ndefined model\ntrained model\n"
+        f"validation auc: 0.{6123456789012345 + 7919 * i}\ntesting loss:\npredicted test labels\n"
+    )
 
 
 def verified_items(items) -> list[VerifiedItem]:
@@ -64,8 +66,11 @@ def test_pairs_target_another_program_that_scores_better(lower_is_better):
 def test_change_sentence_names_what_changes():
     grid = full_grid(PIZZA)
     a = grid[0]
-    same_family = next(b for b in grid if b.meta["model"] == a.meta["model"]
-                       and b.meta["features"] == a.meta["features"] and b.key != a.key)
+    same_family = next(
+        b
+        for b in grid
+        if b.meta["model"] == a.meta["model"] and b.meta["features"] == a.meta["features"] and b.key != a.key
+    )
     other = next(b for b in grid if b.meta["model"] != a.meta["model"] and b.meta["features"] != a.meta["features"])
     assert change_sentence(a, same_family).endswith("I change the hyperparameters.")
     assert change_sentence(a, other).endswith("I change the model and the features.")
@@ -102,8 +107,9 @@ def test_rendered_improve_prompts_fit_the_cpu_budget(task, tmp_path):
     n_improve = improve_count(len(verified), cfg.warmstart.improve_fraction)
     assert len(examples) == len(verified) + n_improve and n_improve > 0
     assert sum(m[-1]["content"].startswith("You have implemented") for m, _ in examples) == n_improve
-    tok = train_task_tokenizer([r for _, r in examples], chats, int(cfg.model.vocab_size), tmp_path,
-                               cfg.warmstart.tokenizer_max_token_length)
+    tok = train_task_tokenizer(
+        [r for _, r in examples], chats, int(cfg.model.vocab_size), tmp_path, cfg.warmstart.tokenizer_max_token_length
+    )
     budget = int(cfg.prompt.max_prompt_tokens)
     lengths = []
     for i, it in enumerate(full_grid(PIZZA, packages)):

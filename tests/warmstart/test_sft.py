@@ -23,8 +23,10 @@ from mle_jax.warmstart.sft import (
     train_task_tokenizer,
 )
 
-MESSAGES = [{"role": "system", "content": "You are given a machine learning task."},
-            {"role": "user", "content": "Predict requester_received_pizza. Write a plan, then python."}]
+MESSAGES = [
+    {"role": "system", "content": "You are given a machine learning task."},
+    {"role": "user", "content": "Predict requester_received_pizza. Write a plan, then python."},
+]
 
 
 def test_pack_examples_layout():
@@ -35,7 +37,7 @@ def test_pack_examples_layout():
     np.testing.assert_array_equal(d["attention_mask"], [[1, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
     np.testing.assert_array_equal(d["loss_mask"], [[1, 1, 1, 0], [1, 0, 0, 0]])
     # the targets slice is exactly the responses
-    np.testing.assert_array_equal(d["tokens"][0, p:p + 3], [1, 2, 3])
+    np.testing.assert_array_equal(d["tokens"][0, p : p + 3], [1, 2, 3])
     with pytest.raises(ValueError, match="empty response"):
         pack_examples([[1]], [[]], pad_id=0)
 
@@ -80,8 +82,17 @@ def sft_setup(tmp_path_factory):
 
 
 def _cfg(**kw):
-    c = dict(steps=24, lr=1e-2, batch_size=4, warmup_steps=3, max_response_tokens=640, max_prompt_tokens=256,
-             seed=0, log_every=1, checkpoint_every=100)
+    c = dict(
+        steps=24,
+        lr=1e-2,
+        batch_size=4,
+        warmup_steps=3,
+        max_response_tokens=640,
+        max_prompt_tokens=256,
+        seed=0,
+        log_every=1,
+        checkpoint_every=100,
+    )
     c.update(kw)
     return c
 

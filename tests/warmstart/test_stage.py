@@ -47,6 +47,5 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
 
     again = warm_start(cfg, task, NoRuns(), packages, tmp_path / "ws", progress=False)
     tokens = jnp.asarray([ws.tokenizer.encode("import numpy as np")], jnp.int32)
-    np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)), rtol=1e-5, atol=1e-5)
     assert again.tokenizer.encode("train.json") == ws.tokenizer.encode("train.json")

@@ -45,9 +45,7 @@ def _id_keys(sub_ids: pd.Series, ans_ids: pd.Series) -> tuple[np.ndarray, np.nda
     return sub_ids.astype(str).to_numpy(), ans_ids.astype(str).to_numpy()
 
 
-def align_by_id(
-    spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def align_by_id(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Both frames sorted by id (stable); the ids must be the same multiset (MLE-bench: sort, then compare).
 
     Duplicated ids are only accepted where the answers repeat them the same number of times
@@ -88,5 +86,6 @@ def numeric_values(sub: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> n
 def check_probabilities(values: np.ndarray, columns: tuple[str, ...] | list[str]) -> None:
     """Values in [0, 1] (MLE-bench's AUC and log-loss rule)."""
     if (values < 0).any() or (values > 1).any():
-        raise InvalidSubmission(f"{'/'.join(columns[:3])}{'...' if len(columns) > 3 else ''} must be "
-                                "probabilities in [0, 1]")
+        raise InvalidSubmission(
+            f"{'/'.join(columns[:3])}{'...' if len(columns) > 3 else ''} must be probabilities in [0, 1]"
+        )
