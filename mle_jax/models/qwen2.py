@@ -181,6 +181,16 @@ def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int |
     """Grouped-query attention.
 
     q [B, T, Hq, Dh], k/v [B, S, Hkv, Dh], mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh].
+    Scores and softmax in float32. See `gqa_attention_heads_first` (this transposes k/v and calls it).
+    """
+    return gqa_attention_heads_first(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), mask, causal_block)
+
+
+def gqa_attention_heads_first(q: Array, kt: Array, vt: Array, mask: Array, causal_block: int | None = None) -> Array:
+    """Grouped-query attention with k/v already laid out heads-first (the KV cache's layout).
+
+    q [B, T, Hq, Dh], kt [B, Hkv, Dh, S] (keys transposed: q @ kt is a plain matmul), vt [B, Hkv, S, Dh],
+    mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh].
     Scores and softmax in float32.
 
     The G = Hq / Hkv query heads that share a kv head are folded into the query axis, so each kv head
@@ -190,20 +200,18 @@ def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int |
     scores keys [0, b): about half the work of the full T x S square, with the same result.
     """
     b, t, hq, dh = q.shape
-    hkv = k.shape[2]
+    hkv = kt.shape[1]
     g = hq // hkv
     qg = q.reshape(b, t, hkv, g, dh).transpose(0, 2, 1, 3, 4)  # [B, K, T, G, Dh]
-    kt = k.transpose(0, 2, 1, 3)  # [B, K, S, Dh]
-    vt = v.transpose(0, 2, 1, 3)
     if causal_block is None or causal_block >= t:
-        bounds = [(0, t, k.shape[1])]
+        bounds = [(0, t, kt.shape[3])]
     else:
         bounds = [(a, min(a + causal_block, t), min(a + causal_block, t)) for a in range(0, t, causal_block)]
     outs = []
     for start, stop, keys in bounds:
         n = stop - start
         qi = qg[:, :, start:stop].reshape(b, hkv, n * g, dh)
-        scores = jnp.einsum("bkqd,bksd->bkqs", qi, kt[:, :, :keys], preferred_element_type=jnp.float32)
+        scores = jnp.einsum("bkqd,bkds->bkqs", qi, kt[..., :keys], preferred_element_type=jnp.float32)
         scores = scores * (dh**-0.5)
         m = jnp.broadcast_to(mask[:, None, start:stop, None, :keys], (b, 1, n, g, keys)).reshape(b, 1, n * g, keys)
         scores = jnp.where(m, scores, _NEG)
@@ -213,8 +221,8 @@ def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int |
         peak = jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True))
         unnorm = jnp.exp(scores - peak)
         denom = unnorm.sum(axis=-1, keepdims=True)
-        o = jnp.einsum("bkqs,bksd->bkqd", unnorm.astype(v.dtype), vt[:, :, :keys], preferred_element_type=jnp.float32)
-        outs.append((o / denom).astype(v.dtype).reshape(b, hkv, n, g, dh))
+        o = jnp.einsum("bkqs,bksd->bkqd", unnorm.astype(vt.dtype), vt[:, :, :keys], preferred_element_type=jnp.float32)
+        outs.append((o / denom).astype(vt.dtype).reshape(b, hkv, n, g, dh))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
     return out.transpose(0, 2, 1, 3, 4).reshape(b, t, hq, dh)
 
@@ -235,7 +243,8 @@ def default_positions(attention_mask: Array | None, batch: int, length: int) -> 
 class KVCache:
     """Preallocated decoding cache.
 
-    k, v:      per layer [B, S, Hkv, Dh] (S = max_len slots)
+    k:         per layer [B, Hkv, Dh, S] (S = max_len slots; keys transposed, the layout attention reads)
+    v:         per layer [B, Hkv, S, Dh]
     valid:     [B, S] bool, slots that hold a real token
     index:     [] int32, next slot to write (shared by all rows)
     positions: [B] int32, next RoPE position of each row
@@ -315,15 +324,15 @@ class Attention(nnx.Module):
         q, k, v = self._qkv(x)
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        new_kv, causal_block = None, self.attn_block
-        if cache_kv is not None:
-            causal_block = None  # cache slots and query positions are different index spaces
+        new_kv = None
+        if cache_kv is not None:  # no query blocks: cache slots and query positions are different index spaces
             ck, cv = cache_kv
-            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, index, 0, 0))
-            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, index, 0, 0))
+            ck = jax.lax.dynamic_update_slice(ck, k.transpose(0, 2, 3, 1).astype(ck.dtype), (0, 0, 0, index))
+            cv = jax.lax.dynamic_update_slice(cv, v.transpose(0, 2, 1, 3).astype(cv.dtype), (0, 0, index, 0))
             new_kv = (ck, cv)
-            k, v = ck.astype(dt), cv.astype(dt)
-        out = gqa_attention(q, k, v, mask, causal_block)
+            out = gqa_attention_heads_first(q, ck.astype(dt), cv.astype(dt), mask)
+        else:
+            out = gqa_attention(q, k, v, mask, self.attn_block)
         b, t, hq, dh = out.shape
         o = out.reshape(b * t, hq * dh) @ self.o_proj[...].astype(dt).reshape(hq * dh, -1)
         return o.reshape(b, t, -1), new_kv
@@ -429,10 +438,11 @@ class Qwen2Model(nnx.Module):
         """An empty cache of `max_len` slots per row (dtype defaults to the compute dtype)."""
         cfg = self.config
         dtype = dtype or self.dtype
-        shape = (batch, max_len, cfg.num_key_value_heads, cfg.head_dim)
+        shape = (batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
+        k_shape = (batch, cfg.num_key_value_heads, cfg.head_dim, max_len)
         n = cfg.num_hidden_layers
         return KVCache(
-            k=tuple(jnp.zeros(shape, dtype) for _ in range(n)),
+            k=tuple(jnp.zeros(k_shape, dtype) for _ in range(n)),
             v=tuple(jnp.zeros(shape, dtype) for _ in range(n)),
             valid=jnp.zeros((batch, max_len), bool),
             index=jnp.zeros((), jnp.int32),

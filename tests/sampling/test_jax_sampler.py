@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -93,6 +94,40 @@ def test_top_k_restricts_the_draw():
     toks = jax.vmap(lambda lg, k: sample_token(lg[None], k, 1.0, 1.0, 3)[0][0])(logits, keys)
     top3 = np.argsort(-np.asarray(logits), axis=1)[:, :3]
     assert all(t in row for t, row in zip(np.asarray(toks), top3, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "top_k"), [(1.0, 1.0, -1), (0.7, 1.0, -1), (1.0, 0.8, -1), (1.3, 1.0, 4)]
+)
+def test_draws_follow_the_truncated_softmax(temperature, top_p, top_k):
+    """20k draws from one row: frequencies match softmax(logits / T) restricted as vLLM does (top-k, then
+    the smallest top-p set), to within 5 standard errors per token; excluded tokens never appear."""
+    logits = jnp.asarray([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -np.inf, 3.0, 2.5], jnp.float32)
+    n = 20_000
+    keys = jax.random.split(jax.random.key(3), n)
+    toks = jax.jit(jax.vmap(lambda k: sample_token(logits[None], k, temperature, top_p, top_k)[0][0]))(keys)
+    p = np.asarray(jax.nn.softmax(logits / temperature), np.float64)
+    order = np.argsort(-p, kind="stable")
+    keep = np.zeros_like(p, bool)
+    mass = 0.0
+    for rank, i in enumerate(order):
+        if (top_k > 0 and rank >= top_k) or (rank > 0 and mass >= top_p):
+            break
+        keep[i] = True
+        mass += p[i]
+    want = np.where(keep, p, 0.0) / p[keep].sum()
+    got = np.bincount(np.asarray(toks), minlength=len(p)) / n
+    assert got[~keep].sum() == 0.0
+    se = np.sqrt(want * (1 - want) / n)
+    assert np.all(np.abs(got - want) <= 5 * se + 1e-12), (got, want)
+
+
+def test_greedy_is_the_first_argmax_and_logprob_is_log_softmax():
+    logits = jnp.asarray([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 5.0], [-2.0, -1.0, -3.0, -1.5]], jnp.float32)
+    tok, lp = sample_token(logits, jax.random.key(0), 0.0, 1.0, -1)
+    np.testing.assert_array_equal(np.asarray(tok), np.argmax(np.asarray(logits), axis=-1))
+    want = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(tok)[:, None], 1)[:, 0]
+    np.testing.assert_allclose(np.asarray(lp), want, rtol=1e-6)
 
 
 def test_stops_on_stop_ids(models):
