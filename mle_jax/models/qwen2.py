@@ -305,10 +305,9 @@ class Attention(nnx.Module):
         w = jnp.concatenate([p[...].astype(dt).reshape(d, -1) for p in (self.q_proj, self.k_proj, self.v_proj)], axis=1)
         bias = jnp.concatenate([p[...].astype(dt).reshape(-1) for p in (self.q_bias, self.k_bias, self.v_bias)])
         qkv = x.reshape(b * t, d) @ w + bias
-        q = qkv[..., : hq * dh].reshape(b, t, hq, dh)
-        k = qkv[..., hq * dh : (hq + hkv) * dh].reshape(b, t, hkv, dh)
-        v = qkv[..., (hq + hkv) * dh :].reshape(b, t, hkv, dh)
-        return q, k, v
+        # split (not slices): its gradient is one concatenate rather than three pads and two adds
+        q, k, v = jnp.split(qkv, [hq * dh, (hq + hkv) * dh], axis=-1)
+        return q.reshape(b, t, hq, dh), k.reshape(b, t, hkv, dh), v.reshape(b, t, hkv, dh)
 
     def __call__(
         self,
