@@ -23,6 +23,7 @@ def tiny_model() -> ml_collections.ConfigDict:
     m.dtype = "float32"
     m.param_dtype = "float32"
     m.remat = False
+    m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
     return m
 
 

@@ -64,7 +64,11 @@ def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tu
         }
         return ws.model, ws.tokenizer, metrics
     if cfg.model.path:
-        return hf.from_pretrained(cfg.model.path, dtype=model_dtype(cfg)), tok_lib.load_tokenizer(cfg.model.path), {}
+        return (
+            hf.from_pretrained(cfg.model.path, dtype=model_dtype(cfg), **hf.runtime_options(cfg.model)),
+            tok_lib.load_tokenizer(cfg.model.path),
+            {},
+        )
     from mle_jax.tasks.prompts import scratch_messages
     from mle_jax.warmstart import corpus as corpus_lib
     from mle_jax.warmstart.sft import train_task_tokenizer
@@ -108,7 +112,9 @@ def load_trained_policy(cfg: Any, task: Task, workdir: Path) -> tuple[Any, Any]:
         return model, tokenizer
     export = workdir / "hf_export"
     if (export / "config.json").exists():
-        return hf.from_pretrained(export, dtype=model_dtype(cfg)), tok_lib.load_tokenizer(export)
+        return hf.from_pretrained(
+            export, dtype=model_dtype(cfg), **hf.runtime_options(cfg.model)
+        ), tok_lib.load_tokenizer(export)
     raise FileNotFoundError(f"{workdir} has neither checkpoints/ nor hf_export/: nothing to evaluate")
 
 

@@ -145,6 +145,13 @@ def _weight_files(path: Path) -> dict[str, Path]:
     return out
 
 
+def runtime_options(model_cfg: Any) -> dict[str, Any]:
+    """The run config's `model` fields that shape computation but are not in an HF config.json (remat,
+    attn_block), as `from_pretrained` keyword arguments; absent fields are left out."""
+    get = model_cfg.get if hasattr(model_cfg, "get") else (lambda k, d=None: getattr(model_cfg, k, d))
+    return {k: get(k) for k in ("remat", "attn_block") if get(k) is not None}
+
+
 def from_pretrained(
     path: str | Path,
     dtype: Any = jnp.float32,
@@ -152,10 +159,12 @@ def from_pretrained(
     mesh: Mesh | None = None,
     rules: Sequence[tuple[str, Any]] | None = None,
     remat: bool | None = None,
+    attn_block: int | None = None,
 ) -> Qwen2ForCausalLM:
     """Loads an HF Qwen2 checkpoint folder into our model.
 
-    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). With `mesh`, every tensor
+    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block override
+    the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
     is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through
     `rules`, default sharding.LOGICAL_RULES).
     Raises FileNotFoundError / SafetensorsError / ValueError naming the file and tensor on bad input.
@@ -166,6 +175,8 @@ def from_pretrained(
     cfg = read_config(path)
     if remat is not None:
         cfg = dataclasses.replace(cfg, remat=remat)
+    if attn_block is not None:
+        cfg = dataclasses.replace(cfg, attn_block=attn_block)
     param_dtype = param_dtype or dtype
     rules = tuple(rules or LOGICAL_RULES)
     abstract = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))

@@ -122,7 +122,7 @@ def warm_start(
     (they gate model families in the corpus and appear in the prompt, as in RL).
     """
     from mle_jax.executor.result import Limits
-    from mle_jax.models.hf import from_pretrained, save_pretrained
+    from mle_jax.models.hf import from_pretrained, runtime_options, save_pretrained
     from mle_jax.models.tokenizer import load_tokenizer
 
     ws = cfg.warmstart
@@ -152,7 +152,7 @@ def warm_start(
         )
 
     if (policy_dir / "DONE").is_file():
-        model = from_pretrained(policy_dir)
+        model = from_pretrained(policy_dir, **runtime_options(cfg.model))
         return WarmStart(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
@@ -160,7 +160,7 @@ def warm_start(
     examples, chats = sft_examples(cfg, task, packages, verified)
     if cfg.model.path:
         tokenizer = load_tokenizer(cfg.model.path)
-        model = from_pretrained(cfg.model.path)
+        model = from_pretrained(cfg.model.path, **runtime_options(cfg.model))
     else:
         tok_dir = workdir / "tokenizer"
         tokenizer = (

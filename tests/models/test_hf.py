@@ -113,6 +113,18 @@ def copy_dir(src, dst):
     return dst
 
 
+def test_run_config_options_reach_the_loaded_model(good_dir):
+    """remat and attn_block are not in config.json: the run config's values must still apply on load."""
+    from configs import base
+
+    opts = hf.runtime_options(base.qwen25_3b_model())
+    assert opts == {"remat": True, "attn_block": 64}
+    model = hf.from_pretrained(good_dir, remat=True, attn_block=7)
+    assert model.config.remat and model.config.attn_block == 7
+    assert all(layer.attn.attn_block == 7 for layer in model.model.layers)
+    assert hf.from_pretrained(good_dir).config.remat is False
+
+
 def test_missing_folder_config_and_weights(good_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint folder not found"):
         hf.from_pretrained(tmp_path / "nope")
