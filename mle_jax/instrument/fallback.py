@@ -22,6 +22,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from mle_jax.instrument import pyast
 from mle_jax.instrument.progress import PROGRESS_PRINTS
 from mle_jax.instrument.verify import verify
 
@@ -473,7 +474,7 @@ def _render_unparse(inst: _Instrumenter) -> str:
     for where, offset in ((inst.after, 1), (inst.before, 0)):
         for stmt, body, prints in where.values():
             idx = next(i for i, s in enumerate(body) if s is stmt)
-            body[idx + offset : idx + offset] = [ast.parse(p).body[0] for p in prints]
+            body[idx + offset : idx + offset] = [pyast.parse(p).body[0] for p in prints]
     return ast.unparse(ast.fix_missing_locations(inst.tree))
 
 
@@ -481,7 +482,7 @@ def ast_instrument(code: str) -> str:
     """`code` with the seven progress prints inserted where their stages complete; `code` unchanged when it
     does not parse (nothing could run anyway) or when no safe insertion exists."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError:
         return code
     inst = _Instrumenter(tree)

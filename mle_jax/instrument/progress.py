@@ -6,6 +6,8 @@ import ast
 import re
 import secrets
 
+from mle_jax.instrument import pyast
+
 PROGRESS_PRINTS: tuple[str, ...] = (
     "imported packages",
     "loaded data",
@@ -46,7 +48,7 @@ def _stmt_spans(code: str) -> list[tuple[int, int]]:
     """(start, end) character offsets of each progress print statement in `code`."""
     from mle_jax.instrument.verify import progress_print_text  # verify imports this module
 
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     starts = [0]
     for line in code.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from mle_jax.instrument import pyast
 from mle_jax.instrument.progress import LOSS_PRINTS, PROGRESS_PRINTS
 
 # Calls allowed inside the extra arguments of a loss print: they cannot change the program's state.
@@ -167,11 +168,11 @@ def strip_progress_prints(tree: ast.AST) -> tuple[ast.AST, int]:
 def verify(original: str, instrumented: str) -> Verdict:
     """Accept `instrumented` only when it is `original` with progress print statements inserted."""
     try:
-        orig_tree = ast.parse(original)
+        orig_tree = pyast.parse(original)
     except SyntaxError as e:
         return Verdict(False, f"original does not parse: {e.msg} (line {e.lineno})")
     try:
-        inst_tree = ast.parse(instrumented)
+        inst_tree = pyast.parse(instrumented)
     except SyntaxError as e:
         return Verdict(False, f"instrumented program does not parse: {e.msg} (line {e.lineno})")
     orig_stripped, n_orig = strip_progress_prints(orig_tree)

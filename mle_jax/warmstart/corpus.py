@@ -21,7 +21,6 @@ and decorate it with `@register("<task-id>")`. `generate_corpus` does the seeded
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import itertools
 import random
@@ -29,6 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from mle_jax.instrument import pyast
 
 # ------------------------------------------------------------------------------------------------ records
 
@@ -141,7 +142,7 @@ def check_parses(items: Sequence[CorpusItem]) -> None:
     """Raises SyntaxError naming the first program that does not parse."""
     for it in items:
         try:
-            ast.parse(it.code)
+            pyast.parse(it.code)
         except SyntaxError as e:
             raise SyntaxError(f"corpus program {it.key} does not parse: {e}") from e
 
