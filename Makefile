@@ -38,6 +38,7 @@ bench: install apt sandbox-env vllm-env
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check mle_jax tests bench configs
 
 # The interpreter agent code runs with (the paper's package list, as far as it installs here), built from
 # Debian's /usr/bin/python3.11 so that the same venv runs in bwrap and, bind-mounted read-only, in the
