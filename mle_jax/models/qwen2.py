@@ -177,6 +177,17 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     return out.astype(x.dtype)
 
 
+def dense(x: Array, w: Array, preferred_element_type=None) -> Array:
+    """x [..., K] @ w [K, N] -> [..., N], as one 2-D [prod(...), K] x [K, N] GEMM.
+
+    Every projection goes through here: with 3-D activations XLA CPU computes the weight gradient by
+    materialising transposed activations (fused with the elementwise backward before it), a quarter of
+    a training step; the 2-D form needs no transposes.
+    """
+    out = jnp.matmul(x.reshape(-1, x.shape[-1]), w, preferred_element_type=preferred_element_type)
+    return out.reshape(*x.shape[:-1], w.shape[-1])
+
+
 def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int | None = None) -> Array:
     """Grouped-query attention.
 
@@ -297,17 +308,15 @@ class Attention(nnx.Module):
     def _qkv(self, x: Array) -> tuple[Array, Array, Array]:
         """x [B, T, D] -> q [B, T, Hq, Dh], k, v [B, T, Hkv, Dh], biases added.
 
-        Each projection is a 2-D [B*T, D] x [D, H*Dh] GEMM (see MLP). They stay three matmuls rather than
-        one over concatenated weights: with heads sharded over `tensor`, a concatenation would reshard the
-        weights every step, and on CPU the fused form measured no faster.
+        Three `dense` GEMMs rather than one over concatenated weights: with heads sharded over `tensor`, a
+        concatenation would reshard the weights every step, and on CPU the fused form measured no faster.
         """
         dt = self.dtype
         b, t, d = x.shape
-        x2 = x.reshape(b * t, d)
 
         def proj(w: nnx.Param, bias: nnx.Param) -> Array:
             h = bias.shape[0]
-            out = x2 @ w[...].astype(dt).reshape(d, h * self.head_dim) + bias[...].astype(dt).reshape(-1)
+            out = dense(x, w[...].astype(dt).reshape(d, h * self.head_dim)) + bias[...].astype(dt).reshape(-1)
             return out.reshape(b, t, h, self.head_dim)
 
         return proj(self.q_proj, self.q_bias), proj(self.k_proj, self.k_bias), proj(self.v_proj, self.v_bias)
@@ -336,8 +345,7 @@ class Attention(nnx.Module):
         else:
             out = gqa_attention(q, k, v, mask, self.attn_block)
         b, t, hq, dh = out.shape
-        o = out.reshape(b * t, hq * dh) @ self.o_proj[...].astype(dt).reshape(hq * dh, -1)
-        return o.reshape(b, t, -1), new_kv
+        return dense(out.reshape(b, t, hq * dh), self.o_proj[...].astype(dt).reshape(hq * dh, -1)), new_kv
 
 
 class MLP(nnx.Module):
@@ -350,10 +358,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x: Array) -> Array:
         dt = self.dtype
-        x2 = x.reshape(-1, x.shape[-1])  # [B*T, D]: 2-D GEMMs, whose weight gradients XLA CPU does without transposes
-        gate = x2 @ self.gate_proj[...].astype(dt)
-        up = x2 @ self.up_proj[...].astype(dt)
-        return ((jax.nn.silu(gate) * up) @ self.down_proj[...].astype(dt)).reshape(x.shape)
+        gate = dense(x, self.gate_proj[...].astype(dt))
+        up = dense(x, self.up_proj[...].astype(dt))
+        return dense(jax.nn.silu(gate) * up, self.down_proj[...].astype(dt))
 
 
 class DecoderLayer(nnx.Module):
@@ -476,15 +483,11 @@ class Qwen2ForCausalLM(nnx.Module):
 
     def logits_from_hidden(self, h: Array) -> Array:
         """h [B, T, D] -> logits [B, T, V] float32."""
-        h2 = h.reshape(-1, h.shape[-1])  # 2-D GEMM (see MLP)
         if self.config.tie_word_embeddings:
-            w = self.model.embed_tokens[...].astype(self.dtype)
-            logits = jnp.einsum("nd,vd->nv", h2, w, preferred_element_type=jnp.float32)
+            w = self.model.embed_tokens[...].astype(self.dtype).T
         else:
-            logits = jnp.einsum(
-                "nd,dv->nv", h2, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32
-            )
-        return logits.astype(jnp.float32).reshape(*h.shape[:-1], -1)
+            w = self.lm_head[...].astype(self.dtype)
+        return dense(h, w, preferred_element_type=jnp.float32).astype(jnp.float32)
 
     def __call__(
         self,

@@ -217,7 +217,7 @@ def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Ar
     logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
     nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)
     picked = jnp.take_along_axis(logp, nxt[..., None], axis=-1)[..., 0]
-    return jnp.pad(picked[:, :-1], ((0, 0), (1, 0)))
+    return shift_right(picked)
 
 
 def shift_right(x: Array) -> Array:
