@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mle_jax.instrument.fallback import ast_instrument
-from mle_jax.instrument.progress import PROGRESS_PRINTS, count_progress
 from mle_jax.instrument.verify import Verdict, verify
 from mle_jax.sampling.protocol import Sampler
+from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress
 
 MODES = ("lm", "ast", "off")
 PATHS = ("lm", "fallback", "ast", "off")

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 
 from mle_jax.instrument import pyast
-from mle_jax.instrument.progress import PROGRESS_PRINTS
 from mle_jax.instrument.verify import verify
+from mle_jax.tasks.progress import PROGRESS_PRINTS
 
 IMPORTED, LOADED, DEFINED, TRAIN_LOSS, TRAINED, TEST_LOSS, PREDICTED = PROGRESS_PRINTS
 _ORDER = (IMPORTED, LOADED, DEFINED, TRAINED, TRAIN_LOSS, TEST_LOSS, PREDICTED)  # the order stages complete

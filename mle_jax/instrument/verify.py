@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 
 from mle_jax.instrument import pyast
-from mle_jax.instrument.progress import LOSS_PRINTS, PROGRESS_PRINTS
+from mle_jax.tasks.progress import LOSS_PRINTS, PROGRESS_PRINTS
 
 # Calls allowed inside the extra arguments of a loss print: they cannot change the program's state.
 # Anything else (a call to fit, a walrus, a lambda...) makes the print "not a pure print".

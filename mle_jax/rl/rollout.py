@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from mle_jax.executor.result import ExecResult, Limits
-from mle_jax.instrument.progress import new_tag, strip_agent_progress, tag_progress, untag
+from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.sampling.protocol import Completion, Sampler
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.graders import grade
+from mle_jax.tasks.progress import new_tag, untag
 from mle_jax.tasks.reward import Reward, compute_reward
 from mle_jax.tasks.task import Task
 
@@ -141,7 +142,7 @@ def submit(
         if s.code is None:
             s.reward = compute_reward(None, "", task.lower_is_better, reward_cfg.failure, reward_cfg.per_print)
     # the agent's own progress prints earn nothing: removed before instrumenting, and the
-    # instrumenter's prints carry a per-run tag the agent cannot know (instrument/progress.py)
+    # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
     cleaned = [strip_agent_progress(s.code) for s in runnable]
     for s, inst in zip(runnable, instrument_fn(cleaned) if runnable else [], strict=True):
         s.tag = new_tag()

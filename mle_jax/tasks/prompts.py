@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mle_jax.instrument.progress import PROGRESS_PRINTS
+from mle_jax.tasks.progress import PROGRESS_PRINTS
 from mle_jax.tasks.task import Task
 
 # Where the sandbox mounts a task's public folder (read-only); the agent is told to read data from here.

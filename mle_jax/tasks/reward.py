@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mle_jax.instrument.progress import count_progress, count_tagged_progress
 from mle_jax.tasks.graders import GradeResult
+from mle_jax.tasks.progress import count_progress, count_tagged_progress
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def compute_reward(
     """valid -> score (negated when lower is better); else failure + per_print x distinct progress prints.
 
     grade=None means nothing was graded (no code, crash before a submission existed): a failure.
-    tag: count only progress lines carrying this per-run tag (instrument.progress.tag_progress), so prints
+    tag: count only progress lines carrying this per-run tag (instrument.tagging.tag_progress), so prints
     the agent wrote itself earn nothing.
     """
     prints = count_tagged_progress(output_text or "", tag) if tag else count_progress(output_text or "")

@@ -10,9 +10,9 @@ import sys
 import pandas as pd
 
 from mle_jax.instrument.fallback import ast_instrument
-from mle_jax.instrument.progress import PROGRESS_PRINTS, count_progress
 from mle_jax.instrument.verify import progress_print_text, verify
 from mle_jax.tasks.graders import grade
+from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress
 from mle_jax.tasks.prompts import data_mount
 
 # The paper's Figure 11 program, plus a validation split so that losses are computed.

@@ -1,5 +1,5 @@
 """Only the instrumenter's progress prints earn partial credit: the agent's own are stripped and the
-instrumenter's carry a per-run tag (mle_jax/instrument/progress.py)."""
+instrumenter's carry a per-run tag (mle_jax/tasks/progress.py, mle_jax/instrument/tagging.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,8 @@ import subprocess
 import sys
 
 from mle_jax.instrument import instrument_batch
-from mle_jax.instrument.progress import (
-    count_tagged_progress,
-    new_tag,
-    strip_agent_progress,
-    tag_progress,
-    untag,
-)
+from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
+from mle_jax.tasks.progress import count_tagged_progress, new_tag, untag
 from mle_jax.tasks.reward import compute_reward
 
 AGENT = """import pandas as pd  # a policy that learned to fake progress

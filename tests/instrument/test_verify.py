@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.instrument.progress import count_progress
 from mle_jax.instrument.verify import verify
+from mle_jax.tasks.progress import count_progress
 
 ORIGINAL = """import pandas as pd
 from sklearn.linear_model import LogisticRegression

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.instrument.progress import PROGRESS_PRINTS
+from mle_jax.tasks.progress import PROGRESS_PRINTS
 from mle_jax.tasks.prompts import (
     DATA_MOUNT,
     SYSTEM_PROMPT,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.instrument.progress import PROGRESS_PRINTS
 from mle_jax.tasks.graders import GradeResult
+from mle_jax.tasks.progress import PROGRESS_PRINTS
 from mle_jax.tasks.reward import Reward, compute_reward
 
 INVALID = GradeResult(False, None, "submission has 3 rows, expected 1162")
