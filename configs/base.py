@@ -117,6 +117,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.ppo.loss_agg = "token-mean"  # "token-mean" | "seq-mean-token-mean"
     c.ppo.duration_weights = "batch_mean"  # "off" | "batch_mean" (paper) | "clipped" | "log"
     c.ppo.duration_max_weight = 10.0  # for "clipped"
+    # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
+    # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
+    c.ppo.min_duration_s = 1.0
     c.ppo.epochs = 1
     c.ppo.mini_batch_size = 128
     c.ppo.micro_batch_size = 8
@@ -144,9 +147,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.loop.max_version_lag = 4  # samples older than this many versions are dropped
     c.loop.steps = 100
     c.loop.improve_buffer_size = 256
-    # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
-    # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
-    c.loop.min_duration_s = 1.0
+    c.loop.max_consecutive_infra_failures = 32  # this many executor failures in a row stop the run
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 1
@@ -186,7 +187,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     The tiny model learns to write programs first by SFT on the task's verified corpus (warm start);
     settings measured with bench/warmstart_valid_fraction.py (mle_jax/warmstart/README.md).
     """
-    from mle_jax.warmstart.corpus import registered_tasks
+    from mle_jax.warmstart.programs import registered_tasks
 
     c.model = tiny_model()
     c.model.vocab_size = 2048  # the task BPE saturates below this

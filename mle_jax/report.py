@@ -12,10 +12,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """The `report` section of the run config."""
+
+    tensorboard: bool = True
+    plots: bool = True
 
 
 class MetricsWriter:

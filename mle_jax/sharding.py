@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -70,9 +71,18 @@ def maybe_initialize_distributed(
     return jax.process_count() > 1
 
 
-def mesh_shape(mesh_cfg: Any, n_devices: int) -> tuple[int, int, int]:
-    """(data, fsdp, tensor) from the config's mesh section; one entry may be -1 (all remaining devices)."""
-    sizes = [int(mesh_cfg.data), int(mesh_cfg.fsdp), int(mesh_cfg.tensor)]
+@dataclass(frozen=True)
+class MeshSettings:
+    """Sizes of the (data, fsdp, tensor) mesh axes; one may be -1 (all remaining devices)."""
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+
+def mesh_shape(mesh: MeshSettings, n_devices: int) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) sizes over n_devices; one entry may be -1 (all remaining devices)."""
+    sizes = [int(mesh.data), int(mesh.fsdp), int(mesh.tensor)]
     free = [i for i, s in enumerate(sizes) if s == -1]
     if len(free) > 1:
         raise ValueError(f"at most one mesh axis may be -1, got data/fsdp/tensor = {sizes}")
@@ -88,10 +98,10 @@ def mesh_shape(mesh_cfg: Any, n_devices: int) -> tuple[int, int, int]:
     return sizes[0], sizes[1], sizes[2]
 
 
-def make_mesh(mesh_cfg: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(mesh: MeshSettings, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A (data, fsdp, tensor) mesh over `devices` (default: all devices of all processes)."""
     devices = list(jax.devices() if devices is None else devices)
-    shape = mesh_shape(mesh_cfg, len(devices))
+    shape = mesh_shape(mesh, len(devices))
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
 
 

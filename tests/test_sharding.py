@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -14,7 +13,7 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 
 
 def mesh_cfg(data, fsdp, tensor):
-    return ml_collections.ConfigDict({"data": data, "fsdp": fsdp, "tensor": tensor})
+    return shd.MeshSettings(data, fsdp, tensor)
 
 
 def test_mesh_shape():

@@ -13,12 +13,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from mle_jax.instrument.fallback import ast_instrument
+from mle_jax.instrument.lm import lm_instrument_batch
 from mle_jax.instrument.verify import Verdict, verify
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress
 
 MODES = ("lm", "ast", "off")
 PATHS = ("lm", "fallback", "ast", "off")
+
+
+@dataclass(frozen=True)
+class InstrumentSettings:
+    """The `instrument` section of the run config."""
+
+    mode: str = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
+    max_tokens: int = 1536
+    max_prompt_tokens: int = 4096
+    temperature: float = 0.0
+    vllm_url: str = ""  # vLLM server with the frozen initial weights (never synced)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"instrument.mode must be one of {MODES}, got {self.mode!r}")
 
 
 @dataclass(frozen=True)
@@ -46,8 +62,6 @@ def instrument_batch(
         return [Instrumented(ast_instrument(c), "ast") for c in codes]
     if sampler is None or tokenizer is None:
         raise ValueError("instrument mode 'lm' needs the frozen model's sampler and tokenizer")
-    from mle_jax.instrument.lm import lm_instrument_batch  # prompts import tasks; keep this module light
-
     attempts = lm_instrument_batch(codes, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature)
     out = []
     for code, attempt in zip(codes, attempts, strict=True):
@@ -75,6 +89,7 @@ __all__ = [
     "MODES",
     "PATHS",
     "PROGRESS_PRINTS",
+    "InstrumentSettings",
     "Instrumented",
     "Verdict",
     "ast_instrument",

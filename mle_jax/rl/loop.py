@@ -10,7 +10,6 @@ than `loop.max_version_lag` versions old are dropped (counted in `dropped_stale`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +17,45 @@ from typing import Any
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mle_jax.executor.fleet import limits_from_config
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.fleet import Fleet
 from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.improve_buffer import ImproveBuffer
+from mle_jax.rl.learner import Learner
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.task import Task
+
+
+class ExecutorDown(RuntimeError):
+    """Every recent run failed for infrastructure reasons: the executors, not the agent, are broken."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The `loop` section of the run config, with the sync and checkpoint cadence and the seed."""
+
+    batch_size: int = 128  # B: samples per update
+    in_flight_multiplier: int = 2  # m: m*B samples kept in flight
+    max_version_lag: int = 4  # samples older than this many versions are dropped
+    steps: int = 100
+    improve_buffer_size: int = 256
+    max_consecutive_infra_failures: int = 32  # this many executor failures in a row stop the run
+    sync_every: int = 1  # sync weights to the sampler every k learner steps
+    checkpoint_every: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.in_flight_multiplier < 1:
+            raise ValueError(
+                f"loop.batch_size and loop.in_flight_multiplier must be >= 1, got {self.batch_size}, "
+                f"{self.in_flight_multiplier}"
+            )
+        if self.sync_every < 1 or self.checkpoint_every < 1 or self.max_consecutive_infra_failures < 1:
+            raise ValueError(
+                "sampler.sync_every, checkpoint.every and loop.max_consecutive_infra_failures must be >= 1"
+            )
 
 
 @dataclass
@@ -86,34 +117,30 @@ class StepStats:
 class AsyncRLLoop:
     def __init__(
         self,
-        cfg: Any,
+        settings: LoopSettings,
+        env: rollout.RolloutSettings,
         task: Task,
         tokenizer: Any,
         packages: list[str],
         sampler: Sampler,
-        instrument_fn: Callable[[list[str]], list[Any]],
-        fleet: Any,
-        learner: Any,
-        checkpointer: Any,
+        instrument_fn: rollout.InstrumentFn,
+        fleet: Fleet,
+        learner: Learner,
+        checkpointer: Checkpointer,
         writer: MetricsWriter,
     ):
-        self.cfg, self.task, self.tokenizer, self.packages = cfg, task, tokenizer, packages
+        self.settings, self.env = settings, env
+        self.task, self.tokenizer, self.packages = task, tokenizer, packages
         self.sampler, self.instrument_fn, self.fleet, self.learner = sampler, instrument_fn, fleet, learner
         self.checkpointer, self.writer = checkpointer, writer
         self.counters = LoopCounters()
-        self.buffer = ImproveBuffer(cfg.loop.improve_buffer_size)
-        self.rng = np.random.default_rng(cfg.seed)
+        self.buffer = ImproveBuffer(settings.improve_buffer_size)
+        self.rng = np.random.default_rng(settings.seed)
         self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         self.in_flight: list[rollout.Sample] = []
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
-        self.limits = limits_from_config(cfg.executor)
-        self.sampling = dict(
-            temperature=cfg.sampler.temperature,
-            top_p=cfg.sampler.top_p,
-            top_k=cfg.sampler.top_k,
-            max_tokens=cfg.sampler.max_tokens,
-        )
+        self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -131,26 +158,18 @@ class AsyncRLLoop:
     # ---- the boxes, wired ------------------------------------------------------------------
     def _refill(self) -> None:
         """Samples prompts until m·B samples are in flight (finished-but-unused ones count)."""
-        target = self.cfg.loop.batch_size * self.cfg.loop.in_flight_multiplier
+        target = self.settings.batch_size * self.settings.in_flight_multiplier
         need = target - len(self.in_flight) - len(self.finished)
         if need <= 0:
             return
         t0 = time.monotonic()
         prompts = rollout.make_prompts(
-            self.task,
-            self.tokenizer,
-            self.packages,
-            need,
-            self.cfg.prompt.improve_fraction,
-            self.buffer,
-            self.rng,
-            self.cfg.prompt.max_prompt_tokens,
-            self.cfg.prompt.snippet_chars,
+            self.task, self.tokenizer, self.packages, need, self.env.prompt, self.buffer, self.rng
         )
-        samples = rollout.sample_responses(self.sampler, prompts, self.sampling, self.counters.next_uid)
+        samples = rollout.sample_responses(self.sampler, prompts, self.env.sampling, self.counters.next_uid)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
-        rollout.submit(samples, self.instrument_fn, self.fleet, self.task, self.limits, self.cfg.reward)
+        rollout.submit(samples, self.instrument_fn, self.fleet, self.task, self.env.limits, self.env.reward)
         for s in samples:
             (self.finished if s.done else self.in_flight).append(s)
         self.counters.sample_s += time.monotonic() - t0
@@ -164,19 +183,30 @@ class AsyncRLLoop:
         still = []
         for s in self.in_flight:
             if s.future in done:
-                rollout.finish(s, s.future.result(), self.task, self.cfg.reward)
+                rollout.finish(s, s.future.result(), self.task, self.env.reward)
                 self.counters.exec_busy_s += s.duration_s
                 if s.result.infra_failure:
-                    self.counters.infra_failures += 1
+                    self._infra_failure(s)
                     continue
+                self.infra_streak = 0
                 self.finished.append(s)
-                self.buffer.add(rollout.to_previous(s, self.cfg.prompt.output_tail_chars), s.reward.n_prints)
+                self.buffer.add(rollout.to_previous(s, self.env.prompt.output_tail_chars), s.reward.n_prints)
             else:
                 still.append(s)
         self.in_flight = still
 
+    def _infra_failure(self, sample: rollout.Sample) -> None:
+        """Counts an executor failure (never trained on); too many in a row stop the run."""
+        self.counters.infra_failures += 1
+        self.infra_streak += 1
+        if self.infra_streak >= self.settings.max_consecutive_infra_failures:
+            raise ExecutorDown(
+                f"{self.infra_streak} runs in a row failed in the executor, not in the agent's code; last error: "
+                f"{sample.result.stderr_tail.strip()[-300:]} (check the sandbox backend / Ray cluster)"
+            )
+
     def _drop_stale(self) -> None:
-        lag = self.cfg.loop.max_version_lag
+        lag = self.settings.max_version_lag
         keep = [s for s in self.finished if self.counters.version - s.version <= lag]
         self.counters.dropped_stale += len(self.finished) - len(keep)
         self.finished = keep
@@ -188,21 +218,20 @@ class AsyncRLLoop:
         self.in_flight = still
 
     def _batch(self, samples: list[rollout.Sample]) -> RolloutBatch:
-        floor = self.cfg.loop.min_duration_s
         return RolloutBatch.from_sequences(
             prompt_ids=[s.prompt.prompt_ids for s in samples],
             response_ids=[s.completion.token_ids for s in samples],
             logprobs=[s.completion.logprobs for s in samples],
             rewards=[s.reward.total for s in samples],
-            durations_s=[max(s.duration_s, floor) for s in samples],
+            durations_s=[s.duration_s for s in samples],  # the learner floors them (ppo.duration_weights)
             versions=[s.version for s in samples],
-            pad_to=self.cfg.prompt.max_prompt_tokens + self.cfg.sampler.max_tokens,
+            pad_to=self.env.max_sequence_tokens,
             pad_id=self.pad_id,
         )
 
     def step(self) -> dict[str, float]:
         """One update: fill the pipeline, wait for B finished samples, train, sync, checkpoint."""
-        B = self.cfg.loop.batch_size
+        B = self.settings.batch_size
         t_start = time.monotonic()
         self._collect(block=False)
         self._drop_stale()
@@ -224,7 +253,7 @@ class AsyncRLLoop:
         self.counters.update_s += time.monotonic() - t0
         self.counters.step += 1
         self.counters.version += 1
-        if self.counters.step % self.cfg.sampler.sync_every == 0:
+        if self.counters.step % self.settings.sync_every == 0:
             self.sampler.sync(self.learner.policy_state(), self.counters.version)
         self.counters.wall_s += time.monotonic() - t_start
 
@@ -246,21 +275,19 @@ class AsyncRLLoop:
             }
         )
         self.writer.write(c.step, m)
-        if c.step % self.cfg.checkpoint.every == 0:
+        if c.step % self.settings.checkpoint_every == 0:
             self.save()
         return m
 
     def save(self) -> None:
-        self.checkpointer.save(self.counters.step, {"learner": self.learner.state_dict(), "loop": self.state_dict()})
+        self.learner.save(self.checkpointer, self.counters.step, loop=self.state_dict())
 
     def restore(self) -> bool:
         """Resumes from the latest checkpoint, if any. In-flight samples of the dead run are re-sampled."""
-        step = self.checkpointer.latest_step()
-        if step is None:
+        found = self.learner.restore_latest(self.checkpointer)
+        if found is None:
             return False
-        items = self.checkpointer.restore(step, {"learner": self.learner.state_dict(), "loop": self.state_dict()})
-        self.learner.load_state_dict(items["learner"])
-        self.load_state_dict(items["loop"])
+        self.load_state_dict(found["loop"])
         self.sampler.sync(self.learner.policy_state(), self.counters.version)
         self.writer.truncate_after(self.counters.step)
         return True

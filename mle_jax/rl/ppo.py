@@ -227,9 +227,13 @@ def shift_right(x: Array) -> Array:
     return jnp.pad(x[:, :-1], pad)
 
 
-def duration_weights(durations_s: Array, mode: str = "batch_mean", max_weight: float | None = None) -> Array:
+def duration_weights(
+    durations_s: Array, mode: str = "batch_mean", max_weight: float | None = None, min_duration_s: float = 0.0
+) -> Array:
     """[B] run times -> [B] weights with mean 1 (paper §3.1: Δt_i / mean Δt of the batch).
 
+    Each Δt is first floored at `min_duration_s`: a response with no code never runs (Δt = 0) and would
+    get weight 0, so the policy would never be pushed away from it (1 s ~ a sandbox start plus an import).
     off: ones. batch_mean: Δt_i / mean(Δt). clipped: batch_mean capped at `max_weight`, then rescaled
     to mean 1. log: log(1 + Δt_i) / mean(log(1 + Δt)) (tempers very long runs).
     When all durations are equal (or all zero) every mode gives exactly ones, so PPO is unchanged.
@@ -242,7 +246,7 @@ def duration_weights(durations_s: Array, mode: str = "batch_mean", max_weight: f
     ones = jnp.ones_like(d)
     if mode == "off":
         return ones
-    d = jnp.maximum(d, 0.0)
+    d = jnp.maximum(d, max(float(min_duration_s), 0.0))
     if mode == "log":
         d = jnp.log1p(d)
     w = d / jnp.maximum(jnp.mean(d), 1e-12)

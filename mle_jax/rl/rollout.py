@@ -5,6 +5,7 @@ The RL loop and the evaluation both use these; neither knows how a box works ins
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -15,15 +16,35 @@ from typing import Any
 
 import numpy as np
 
+from mle_jax.executor.fleet import Fleet
 from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
-from mle_jax.sampling.protocol import Completion, Sampler
+from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.progress import new_tag, untag
-from mle_jax.tasks.reward import Reward, compute_reward
+from mle_jax.tasks.prompts import PromptSettings
+from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward
 from mle_jax.tasks.task import Task
+
+InstrumentFn = Callable[[list[str]], list[Any]]  # programs -> instrument.Instrumented, one each
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How a sample travels through the environment: its prompt, its sampling, its run limits, its reward.
+    The RL loop and the evaluation share them."""
+
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    limits: Limits = field(default_factory=Limits)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """Prompt budget + response budget: the learner batch's padded length."""
+        return self.prompt.max_prompt_tokens + self.sampling.max_tokens
 
 
 def terminal_output(result: ExecResult) -> str:
@@ -89,13 +110,15 @@ def make_prompts(
     tokenizer: Any,
     packages: Sequence[str],
     n: int,
-    improve_fraction: float,
+    settings: PromptSettings,
     buffer: ImproveBuffer | None,
     rng: np.random.Generator,
-    max_prompt_tokens: int,
-    snippet_chars: int = 1200,
+    improve_fraction: float | None = None,
 ) -> list[PromptItem]:
-    """n prompts; each asks to improve a buffered solution with probability improve_fraction."""
+    """n prompts; each asks to improve a buffered solution with probability improve_fraction
+    (default settings.improve_fraction)."""
+    improve_fraction = settings.improve_fraction if improve_fraction is None else improve_fraction
+    max_prompt_tokens, snippet_chars = settings.max_prompt_tokens, settings.snippet_chars
     items = []
     scratch_ids: list[int] | None = None
     for _ in range(n):
@@ -114,9 +137,11 @@ def make_prompts(
     return items
 
 
-def sample_responses(sampler: Sampler, prompts: Sequence[PromptItem], sampling: dict, first_uid: int) -> list[Sample]:
+def sample_responses(
+    sampler: Sampler, prompts: Sequence[PromptItem], sampling: SamplingSettings, first_uid: int
+) -> list[Sample]:
     """Generates one response per prompt and parses plan + code."""
-    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **sampling)
+    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **dataclasses.asdict(sampling))
     out = []
     for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
         parsed = prompt_lib.parse_response(c.text)
@@ -126,11 +151,11 @@ def sample_responses(sampler: Sampler, prompts: Sequence[PromptItem], sampling: 
 
 def submit(
     samples: Sequence[Sample],
-    instrument_fn: Callable[[list[str]], list[Any]],
-    fleet: Any,
+    instrument_fn: InstrumentFn,
+    fleet: Fleet,
     task: Task,
     limits: Limits,
-    reward_cfg: Any,
+    reward: RewardSettings,
 ) -> None:
     """Instruments the samples' code (one batch: the LM instrumenter sees them in one generate call)
     and submits each program to the executor fleet.
@@ -140,7 +165,7 @@ def submit(
     runnable = [s for s in samples if s.code is not None]
     for s in samples:
         if s.code is None:
-            s.reward = compute_reward(None, "", task.lower_is_better, reward_cfg.failure, reward_cfg.per_print)
+            s.reward = compute_reward(None, "", task.lower_is_better, reward.failure, reward.per_print)
     # the agent's own progress prints earn nothing: removed before instrumenting, and the
     # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
     cleaned = [strip_agent_progress(s.code) for s in runnable]
@@ -151,7 +176,7 @@ def submit(
         s.future = fleet.submit(s.instrumented_code, task, limits)
 
 
-def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> Sample:
+def finish(sample: Sample, result: ExecResult, task: Task, reward: RewardSettings) -> Sample:
     """Grades a finished run (outside the sandbox) and computes its reward."""
     sample.result = result
     if result.infra_failure:
@@ -160,7 +185,7 @@ def finish(sample: Sample, result: ExecResult, task: Task, reward_cfg: Any) -> S
     if result.submission_path is not None and Path(result.submission_path).is_file():
         graded = grade(task, Path(result.submission_path))
     sample.reward = compute_reward(
-        graded, sample.raw_output, task.lower_is_better, reward_cfg.failure, reward_cfg.per_print, tag=sample.tag
+        graded, sample.raw_output, task.lower_is_better, reward.failure, reward.per_print, tag=sample.tag
     )
     results_dir = result.extra.get("results_dir")
     if results_dir:  # the run's captured output and submission copy: graded, so no longer needed

@@ -29,6 +29,16 @@ class Completion:
     version: int
 
 
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the policy samples (paper: temperature 0.7, top-p 1); asdict() gives Sampler.generate's kwargs."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 1024
+
+
 @runtime_checkable
 class Sampler(Protocol):
     """Anything that turns prompts into completions and can take new weights."""

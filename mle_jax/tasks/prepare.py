@@ -15,6 +15,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,30 @@ def prepare(task_id: str, raw_dir: str | Path, out_dir: str | Path) -> Task:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return load_task(task_id, out)
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """The `task` section of the run config: which task, and where its prepared/ folder comes from."""
+
+    id: str = ""
+    prepared_dir: str = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
+    raw_dir: str = "../shared/data/raw"  # raw Kaggle files, one folder per task id
+    data_root: str = "data/tasks"  # where preparers write <id>/prepared/
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("task.id is empty: use a task config (configs/<task>.py) or set --config.task.id")
+
+
+def prepare_task(settings: TaskSettings) -> Task:
+    """The task's prepared/ folder: given, or made from the raw Kaggle files (idempotent)."""
+    if settings.prepared_dir:
+        return load_task(settings.id, Path(settings.prepared_dir))
+    raw = Path(settings.raw_dir) / settings.id
+    if not raw.is_dir():
+        raise FileNotFoundError(
+            f"no raw data for {settings.id} at {raw}; pass --config.task.prepared_dir=<MLE-bench prepared/ folder> "
+            f"or --config.task.raw_dir=<folder with {settings.id}/>"
+        )
+    return prepare(settings.id, raw, Path(settings.data_root) / settings.id / "prepared")

@@ -33,6 +33,22 @@ SAMPLE_LINES = 3
 SAMPLE_LINE_CHARS = 300
 
 
+@dataclass(frozen=True)
+class PromptSettings:
+    """The `prompt` section of the run config: budgets of the RL prompts and the share of improve prompts."""
+
+    max_prompt_tokens: int = 1024
+    improve_fraction: float = 0.5  # share of prompts that ask to improve an earlier solution
+    snippet_chars: int = 1200  # data snippet of the task's files in the prompt
+    output_tail_chars: int = 1500  # the end of a previous run's output an improve prompt shows
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.improve_fraction <= 1.0:
+            raise ValueError(f"prompt.improve_fraction must be in [0, 1], got {self.improve_fraction}")
+        if self.max_prompt_tokens < 1:
+            raise ValueError(f"prompt.max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
+
+
 def data_mount(task_id: str) -> str:
     return DATA_MOUNT.format(task_id=task_id)
 

@@ -9,6 +9,14 @@ from mle_jax.tasks.progress import count_progress, count_tagged_progress
 
 
 @dataclass(frozen=True)
+class RewardSettings:
+    """The `reward` section of the run config (paper §4.1)."""
+
+    failure: float = -10.0  # a program that does not produce a valid submission
+    per_print: float = 0.1  # partial credit per distinct progress print seen
+
+
+@dataclass(frozen=True)
 class Reward:
     total: float  # what RL optimises
     valid: bool  # the submission was graded

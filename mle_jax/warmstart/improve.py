@@ -15,6 +15,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from mle_jax.tasks.prompts import improve_messages, parse_response
 from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem
 
 Messages = list[dict[str, str]]
@@ -79,16 +80,12 @@ def improve_response(a: VerifiedItem, b: VerifiedItem) -> str:
 def previous_solution(v: VerifiedItem) -> tuple[str, str, str]:
     """(plan, code, output) of a verified program as RL would hold it after sampling and running it:
     plan and code parsed back out of its response, the output of its instrumented run."""
-    from mle_jax.tasks.prompts import parse_response
-
     parsed = parse_response(v.item.response())
     return parsed.plan, parsed.code or "", v.output
 
 
 def improve_prompt(task: Any, packages: Sequence[str], source: VerifiedItem) -> Messages:
     """The RL improve chat about a verified program (needs its captured output)."""
-    from mle_jax.tasks.prompts import improve_messages
-
     if not source.output:
         raise ValueError(f"verified program {source.item.key} has no captured output: re-verify it")
     plan, code, output = previous_solution(source)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,38 +30,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 from flax import nnx
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.optim import make_optimizer
+from mle_jax.tasks.prompts import render_prompt
 
 Messages = list[dict[str, str]]
 RenderFn = Callable[[Messages, Any, int], list[int]]
 
-_DEFAULTS = dict(
-    steps=300,
-    lr=1e-3,
-    batch_size=8,
-    warmup_steps=20,
-    weight_decay=0.0,
-    grad_clip=1.0,
-    max_response_tokens=640,
-    max_prompt_tokens=768,
-    seed=0,
-    log_every=10,
-    checkpoint_every=100,
-)
 
+@dataclass(frozen=True)
+class SFTSettings:
+    """One supervised fine-tuning run (the warm start's `warmstart` section supplies them)."""
 
-def _get(cfg: Any, name: str) -> Any:
-    if cfg is None:
-        return _DEFAULTS[name]
-    v = cfg.get(name, None) if hasattr(cfg, "get") else getattr(cfg, name, None)
-    return _DEFAULTS[name] if v is None else v
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 8
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    max_response_tokens: int = 640  # longer responses are dropped, never truncated
+    max_prompt_tokens: int = 768
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"SFT needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
 
 
 def default_render(messages: Messages, tokenizer: Any, max_tokens: int) -> list[int]:
     """The RL loop's own prompt renderer (chat template + generation prompt, truncated to max_tokens)."""
-    from mle_jax.tasks.prompts import render_prompt
-
     return list(render_prompt(messages, tokenizer, max_tokens))
 
 
@@ -210,15 +213,6 @@ def response_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -
     return (nll * loss_mask).sum() / jnp.maximum(loss_mask.sum(), 1.0)
 
 
-def make_optimizer(
-    lr: float, steps: int, warmup_steps: int, weight_decay: float, grad_clip: float
-) -> optax.GradientTransformation:
-    """AdamW with linear warmup then cosine decay to 10% of lr, global-norm clipping."""
-    warmup = max(1, min(warmup_steps, steps - 1))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1), end_value=lr * 0.1)
-    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(schedule, weight_decay=weight_decay))
-
-
 def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, prompt_len: int) -> Callable:
     """(params, opt_state, batch) -> (params, opt_state, loss): one jitted, pure update."""
 
@@ -246,7 +240,7 @@ def run_sft(
     model: nnx.Module,
     tokenizer: Any,
     examples: Sequence[tuple[Messages, str]],
-    cfg: Any,
+    settings: SFTSettings,
     workdir: str | Path,
     render_fn: RenderFn | None = None,
     progress: bool = True,
@@ -254,20 +248,19 @@ def run_sft(
 ) -> dict[str, Any]:
     """Fine-tunes `model` in place on the response tokens of `examples`; resumable.
 
-    cfg: the `warmstart` config section (steps, lr, batch_size, warmup_steps, weight_decay, grad_clip,
-    max_response_tokens, max_prompt_tokens, seed, log_every, checkpoint_every); missing fields default.
+    The optimizer is AdamW with a linear warmup then cosine decay to 10% of lr over `settings.steps`.
     stop_at: checkpoint and return after this step (a planned pre-emption; the schedule still spans
-    cfg.steps, so a later call resumes exactly where this one stopped).
-    workdir gets `sft_ckpt/` (orbax: params, optimizer state, step, grain iterator state) and
+    settings.steps, so a later call resumes exactly where this one stopped).
+    workdir gets `sft_ckpt/` (a `Checkpointer`: params, optimizer state, grain iterator state) and
     `sft_metrics.jsonl` (one line per logged step). A workdir holding a checkpoint resumes from it.
     Returns {"steps", "first_loss", "final_loss", "wall_s", "examples", "dropped", "prompt_len",
     "response_len", "resumed_from"}.
     """
-    steps, bs, seed = int(_get(cfg, "steps")), int(_get(cfg, "batch_size")), int(_get(cfg, "seed"))
+    steps, bs, seed = settings.steps, settings.batch_size, settings.seed
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     prompts, responses, dropped = tokenize_examples(
-        examples, tokenizer, int(_get(cfg, "max_prompt_tokens")), int(_get(cfg, "max_response_tokens")), render_fn
+        examples, tokenizer, settings.max_prompt_tokens, settings.max_response_tokens, render_fn
     )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer)
     data = pack_examples(prompts, responses, pad_id)
@@ -276,52 +269,38 @@ def run_sft(
         raise ValueError(f"{n} usable examples < batch_size {bs}")
 
     tx = make_optimizer(
-        float(_get(cfg, "lr")),
-        steps,
-        int(_get(cfg, "warmup_steps")),
-        float(_get(cfg, "weight_decay")),
-        float(_get(cfg, "grad_clip")),
+        settings.lr,
+        grad_clip=settings.grad_clip,
+        weight_decay=settings.weight_decay,
+        warmup_steps=settings.warmup_steps,
+        decay_steps=steps,
     )
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     opt_state = tx.init(params)
     stream = iter(batch_stream(n, bs, seed))
 
-    mgr = ocp.CheckpointManager(
-        (workdir / "sft_ckpt").absolute(), options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
-    )
+    ckpt = Checkpointer(workdir / "sft_ckpt", keep=2, async_save=False)
     start, resumed_from = 0, None
-    if mgr.latest_step() is not None:
-        resumed_from = start = int(mgr.latest_step())
-        restored = mgr.restore(
-            start,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-                data_iter=ocp.args.JsonRestore(),
-            ),
-        )
+    found = ckpt.restore_latest({"state": {"params": params, "opt_state": opt_state}})
+    if found is not None:
+        resumed_from, restored = found
+        start = resumed_from
         params, opt_state = restored["state"]["params"], restored["state"]["opt_state"]
         stream.set_state(restored["data_iter"])
 
     def save(step: int) -> None:
-        mgr.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-                data_iter=ocp.args.JsonSave(stream.get_state()),
-            ),
-            force=True,
+        ckpt.save(
+            step, {"state": {"params": params, "opt_state": opt_state}, "data_iter": stream.get_state()}, force=True
         )
 
     train_step = make_train_step(graphdef, rest, tx, prompt_len)
     metrics_path = workdir / "sft_metrics.jsonl"
-    log_every, ckpt_every = int(_get(cfg, "log_every")), int(_get(cfg, "checkpoint_every"))
+    log_every, ckpt_every = settings.log_every, settings.checkpoint_every
     first_loss = final_loss = None
     last = steps if stop_at is None else max(start, min(steps, stop_at))
     t0 = time.perf_counter()
     bar = None
     if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
         bar = Progress(
             TextColumn("warm-start SFT"),
             BarColumn(),
@@ -355,11 +334,10 @@ def run_sft(
                     bar.advance(bar_task)
                 if step % ckpt_every == 0 or step == last:
                     save(step)
-        mgr.wait_until_finished()
     finally:
         if bar is not None:
             bar.stop()
-        mgr.close()
+        ckpt.close()
     nnx.update(model, params)
     return {
         "steps": last,

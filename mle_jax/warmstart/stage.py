@@ -18,20 +18,76 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flax import nnx
 
-from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, generate_corpus, sandbox_run_fn, verify_corpus
+from mle_jax.executor.backend import Sandbox
+from mle_jax.executor.result import Limits
+from mle_jax.models.hf import from_pretrained, save_pretrained
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.models.settings import ModelSettings
+from mle_jax.models.tokenizer import load_tokenizer
+from mle_jax.tasks.prompts import PromptSettings, scratch_messages
+from mle_jax.tasks.task import Task
+from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.improve import improve_count, improve_examples
-from mle_jax.warmstart.sft import run_sft, train_task_tokenizer
+from mle_jax.warmstart.programs import generate_corpus
+from mle_jax.warmstart.sft import Messages, SFTSettings, run_sft, train_task_tokenizer
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The `warmstart` section of the run config, with what the stage needs of the rest of it (the model to
+    start from, the RL prompts' budgets, the sandbox limits and instrumentation of the verification runs)."""
+
+    enabled: bool = False
+    corpus_size: int = 256  # distinct programs from the task grid, each verified in the sandbox
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 8
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    max_response_tokens: int = 1024  # longer corpus responses are dropped, never truncated
+    log_every: int = 10
+    checkpoint_every: int = 100
+    verify_timeout_s: float = 120.0  # per corpus program
+    verify_workers: int = 1
+    tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
+    improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
+    # from the rest of the run config
+    seed: int = 0
+    model: ModelSettings = field(default_factory=ModelSettings)
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    memory_mb: int = 4096  # sandbox limits of a verification run
+    cpus: int = 1
+    instrument_mode: str = "ast"  # "off" verifies uninstrumented programs; else the AST instrumenter
+
+    def sft(self) -> SFTSettings:
+        return SFTSettings(
+            steps=self.steps,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            warmup_steps=self.warmup_steps,
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            max_response_tokens=self.max_response_tokens,
+            max_prompt_tokens=self.prompt.max_prompt_tokens,
+            seed=self.seed,
+            log_every=self.log_every,
+            checkpoint_every=self.checkpoint_every,
+        )
+
+    def verify_limits(self) -> Limits:
+        return Limits(timeout_s=self.verify_timeout_s, memory_mb=self.memory_mb, cpus=self.cpus)
 
 
 @dataclass
 class WarmStart:
-    model: nnx.Module  # the fine-tuned policy (Qwen2ForCausalLM)
+    model: Qwen2ForCausalLM  # the fine-tuned policy
     tokenizer: Any
     verified: list[VerifiedItem]
     metrics: dict[str, Any]
@@ -82,68 +138,84 @@ def verify_cached(
 
 
 def sft_examples(
-    cfg: Any, task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem]
-) -> tuple[list[tuple[list[dict[str, str]], str]], list[list[dict[str, str]]]]:
+    settings: WarmStartSettings, task: Task, packages: Sequence[str], verified: Sequence[VerifiedItem]
+) -> tuple[list[tuple[Messages, str]], list[Messages]]:
     """The SFT set and its distinct prompt chats (what the task tokenizer is trained on with the responses).
 
     One example per verified program on the scratch prompt, then `improve_count(...)` examples on the
-    improve prompt (`mle_jax.warmstart.improve`), so that `cfg.warmstart.improve_fraction` of the set
+    improve prompt (`mle_jax.warmstart.improve`), so that `settings.improve_fraction` of the set
     teaches the prompt RL uses for that share of its samples. Scratch examples come first.
     """
-    from mle_jax.tasks.prompts import scratch_messages
-
-    messages = scratch_messages(task, list(packages), int(cfg.prompt.snippet_chars))
+    messages = scratch_messages(task, list(packages), settings.prompt.snippet_chars)
     examples = [(messages, v.item.response()) for v in verified]
-    n_improve = improve_count(len(verified), float(cfg.warmstart.get("improve_fraction", 0.0)))
-    examples += improve_examples(task, packages, verified, n_improve, int(cfg.seed))
+    n_improve = improve_count(len(verified), settings.improve_fraction)
+    examples += improve_examples(task, packages, verified, n_improve, settings.seed)
     chats = list({json.dumps(m): m for m, _ in examples}.values())
     return examples, chats
 
 
-def build_policy(cfg_model: Any, vocab_size: int) -> nnx.Module:
-    """A randomly initialised Qwen2ForCausalLM of the config's shape with `vocab_size` rows."""
-    from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config.from_model_config(cfg_model)
+def fresh_policy(model: ModelSettings, vocab_size: int) -> Qwen2ForCausalLM:
+    """A randomly initialised policy of the settings' shape with `vocab_size` rows."""
+    config = model.architecture()
     if config.vocab_size < vocab_size:
-        raise ValueError(f"cfg.model.vocab_size={config.vocab_size} < tokenizer size {vocab_size}; raise it")
+        raise ValueError(f"model.vocab_size={config.vocab_size} < tokenizer size {vocab_size}; raise it")
     return Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
 
 
-def warm_start(
-    cfg: Any, task: Any, sandbox: Any, packages: Sequence[str], workdir: str | Path | None = None, progress: bool = True
-) -> WarmStart:
-    """Runs (or resumes, or loads the finished result of) the warm-start stage for `task`.
+def task_tokenizer(
+    settings: WarmStartSettings, responses: Sequence[str], chats: Sequence[Messages], out_dir: Path
+) -> Any:
+    """The task BPE of a run without a checkpoint, trained on `responses` and `chats` (or loaded from
+    out_dir when it was trained before)."""
+    if (out_dir / "tokenizer.json").is_file():
+        return load_tokenizer(out_dir)
+    return train_task_tokenizer(
+        responses, chats, settings.model.vocab_size, out_dir, settings.tokenizer_max_token_length
+    )
 
-    cfg: the full run config (uses cfg.seed, cfg.model, cfg.prompt, cfg.instrument, cfg.executor,
-    cfg.warmstart). The SFT set: one scratch-prompt example per verified program, plus improve-prompt
-    examples (`warmstart.improve_fraction` of the set, see `mle_jax.warmstart.improve`).
+
+def untrained_policy(
+    settings: WarmStartSettings, task: Task, packages: Sequence[str], workdir: Path
+) -> tuple[Qwen2ForCausalLM, Any]:
+    """The policy a run starts RL from without a warm start: the checkpoint at `model.path`, or a random
+    model with a task BPE trained on the task's corpus programs and scratch prompt (saved in workdir)."""
+    if settings.model.path:
+        path = settings.model.path
+        model = from_pretrained(path, dtype=settings.model.compute_dtype, **settings.model.runtime_options())
+        return model, load_tokenizer(path)
+    items = generate_corpus(task.spec, settings.corpus_size, settings.seed, packages)
+    chats = [scratch_messages(task, list(packages), settings.prompt.snippet_chars)]
+    tokenizer = task_tokenizer(settings, [it.response() for it in items], chats, workdir / "tokenizer")
+    return fresh_policy(settings.model, len(tokenizer)), tokenizer
+
+
+def warm_start(
+    settings: WarmStartSettings,
+    task: Task,
+    sandbox: Sandbox,
+    packages: Sequence[str],
+    workdir: str | Path,
+    progress: bool = True,
+) -> WarmStart:
+    """Runs (or resumes, or loads the finished result of) the warm-start stage for `task` in `workdir`.
+
+    The SFT set: one scratch-prompt example per verified program, plus improve-prompt examples
+    (`settings.improve_fraction` of the set, see `mle_jax.warmstart.improve`).
     sandbox: `make_sandbox(...)` (programs are verified in it); packages: the sandbox's packages
     (they gate model families in the corpus and appear in the prompt, as in RL).
     """
-    from mle_jax.executor.result import Limits
-    from mle_jax.models.hf import from_pretrained, runtime_options, save_pretrained
-    from mle_jax.models.tokenizer import load_tokenizer
-
-    ws = cfg.warmstart
-    workdir = Path(workdir or Path(cfg.workdir) / "warmstart")
+    workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     policy_dir = workdir / "policy"
-    items = generate_corpus(task.spec, int(ws.corpus_size), int(cfg.seed), packages)
-    limits = Limits(
-        timeout_s=float(ws.get("verify_timeout_s", 120.0)),
-        memory_mb=int(cfg.executor.memory_mb),
-        cpus=int(cfg.executor.cpus),
-    )
-    workers = int(ws.get("verify_workers", 0)) or int(cfg.executor.slots) or 1
+    items = generate_corpus(task.spec, settings.corpus_size, settings.seed, packages)
     run_fn = sandbox_run_fn(
         sandbox,
         task,
-        limits,
-        instrument_mode="off" if cfg.instrument.mode == "off" else "ast",
-        output_chars=int(cfg.prompt.output_tail_chars),
+        settings.verify_limits(),
+        instrument_mode="off" if settings.instrument_mode == "off" else "ast",
+        output_chars=settings.prompt.output_tail_chars,
     )
-    verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", workers, progress)
+    verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", settings.verify_workers, progress)
     if len(verified) < len(items):
         bad = len(items) - len(verified)
         raise RuntimeError(
@@ -152,34 +224,19 @@ def warm_start(
         )
 
     if (policy_dir / "DONE").is_file():
-        model = from_pretrained(policy_dir, **runtime_options(cfg.model))
+        model = from_pretrained(policy_dir, **settings.model.runtime_options())
         return WarmStart(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
 
-    examples, chats = sft_examples(cfg, task, packages, verified)
-    if cfg.model.path:
-        tokenizer = load_tokenizer(cfg.model.path)
-        model = from_pretrained(cfg.model.path, **runtime_options(cfg.model))
+    examples, chats = sft_examples(settings, task, packages, verified)
+    if settings.model.path:
+        tokenizer = load_tokenizer(settings.model.path)
+        model = from_pretrained(settings.model.path, **settings.model.runtime_options())
     else:
-        tok_dir = workdir / "tokenizer"
-        tokenizer = (
-            load_tokenizer(tok_dir)
-            if (tok_dir / "tokenizer.json").is_file()
-            else train_task_tokenizer(
-                [r for _, r in examples],
-                chats,
-                int(cfg.model.vocab_size),
-                tok_dir,
-                ws.get("tokenizer_max_token_length", 16),
-            )
-        )
-        model = build_policy(cfg.model, len(tokenizer))
-    sft_cfg = dict(ws.to_dict()) if hasattr(ws, "to_dict") else dict(ws)
-    sft_cfg.setdefault("seed", int(cfg.seed))
-    sft_cfg["max_prompt_tokens"] = int(cfg.prompt.max_prompt_tokens)
-    sft_cfg.setdefault("max_response_tokens", int(cfg.sampler.max_tokens))
-    metrics = run_sft(model, tokenizer, examples, sft_cfg, workdir, progress=progress)
+        tokenizer = task_tokenizer(settings, [r for _, r in examples], chats, workdir / "tokenizer")
+        model = fresh_policy(settings.model, len(tokenizer))
+    metrics = run_sft(model, tokenizer, examples, settings.sft(), workdir, progress=progress)
     metrics["corpus"] = len(verified)
     metrics["improve_examples"] = len(examples) - len(verified)
     metrics["corpus_score_mean"] = sum(v.score for v in verified) / len(verified)

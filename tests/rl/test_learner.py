@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,8 +14,9 @@ from flax import nnx
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl import ppo
-from mle_jax.rl.learner import Learner, make_optimizer, merge_micro, split_micro
-from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, params_digest, random_batch
+from mle_jax.rl.learner import Learner
+from mle_jax.rl.ppo_update import merge_micro, split_micro
+from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, params_digest, random_batch
 
 pytestmark = pytest.mark.model
 
@@ -48,7 +51,7 @@ def reference_step(cfg, policy, value, batch):
                                  (value, value_objective, cfg.optim.critic_lr)):  # fmt: skip
         params = nnx.state(model, nnx.Param)
         loss, grads = nnx.value_and_grad(objective)(model)
-        tx = make_optimizer(lr, cfg.optim)
+        tx = cfg.optim.optimizer(lr)
         updates, _ = tx.update(grads, tx.init(params), params)
         new_params = jax.tree.leaves(jax.tree.map(jnp.add, params, updates))
         out.append((float(loss), float(optax.tree.norm(grads)), new_params))
@@ -67,9 +70,9 @@ def test_update_equals_full_batch_ppo_step():
     cfg = learner_config(micro_batch_size=2)  # 4 micro-batches accumulated into one mini-batch
     # Adam's first step is lr * g / (|g| + eps): with the default eps it is ~lr * sign(g), blind to the
     # gradient's scale and noisy for g ~ 1e-9. A large eps makes it ~lr * g, so params check the gradient.
-    linear_adam(cfg)
+    cfg = linear_adam(cfg)
     policy, value = make_models(0)
-    learner = Learner(cfg, policy, value)
+    learner = Learner(cfg, policy, value, mesh=mesh())
     batch = random_batch(1)
     expected = reference_step(cfg, *make_models(0), batch)
     metrics = learner.update(batch)
@@ -92,10 +95,9 @@ def test_update_equals_full_batch_ppo_step():
 def test_equal_durations_are_plain_ppo_and_host_reference_is_the_same():
     """batch_mean weights with equal Δt == weights off, bit for bit (reference held in host memory for the
     second learner: same numbers); unequal Δt then make the two differ."""
-    weighted = Learner(learner_config(duration_weights="batch_mean"), *make_models(3))
-    cfg_off = learner_config(duration_weights="off")
-    cfg_off.mesh.reference_on_host = True
-    plain = Learner(cfg_off, *make_models(3))
+    weighted = Learner(learner_config(duration_weights="batch_mean"), *make_models(3), mesh=mesh())
+    cfg_off = dataclasses.replace(learner_config(duration_weights="off"), reference_on_host=True)
+    plain = Learner(cfg_off, *make_models(3), mesh=mesh())
     assert all(x.sharding.memory_kind == "pinned_host" for x in jax.tree.leaves(plain.reference))
     equal = random_batch(5, equal_durations=True)
     m_w, m_p = weighted.update(equal), plain.update(equal)
@@ -111,12 +113,11 @@ def test_equal_durations_are_plain_ppo_and_host_reference_is_the_same():
 
 def test_state_dict_roundtrip_policy_state_and_errors():
     cfg = learner_config()
-    a = Learner(cfg, *make_models(0))
-    b = Learner(cfg, *make_models(7))
+    a = Learner(cfg, *make_models(0), mesh=mesh())
+    b = Learner(cfg, *make_models(7), mesh=mesh())
     a.update(random_batch(2))
     b.load_state_dict(a.state_dict())
     assert params_digest(a.state) == params_digest(b.state) and b.step == 1
-    np.testing.assert_array_equal(a.state_dict()["rng"], b.state_dict()["rng"])
     # policy_state() drops into a fresh model (what Sampler.sync does)
     fresh, _ = make_models(9)
     nnx.update(fresh, a.policy_state())
@@ -124,16 +125,16 @@ def test_state_dict_roundtrip_policy_state_and_errors():
     np.testing.assert_allclose(np.asarray(fresh(tokens)), np.asarray(a.policy_model()(tokens)), rtol=1e-6)
     # a bf16 model: the learner keeps float32 master params, hands the sampler bf16 ones
     policy16 = Qwen2ForCausalLM(TINY, rngs=nnx.Rngs(0), dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
-    l16 = Learner(cfg, policy16, Qwen2ValueModel(TINY, rngs=nnx.Rngs(1), param_dtype=jnp.bfloat16))
+    l16 = Learner(cfg, policy16, Qwen2ValueModel(TINY, rngs=nnx.Rngs(1), param_dtype=jnp.bfloat16), mesh())
     assert {x.dtype for x in jax.tree.leaves(l16.state.policy)} == {jnp.dtype(jnp.float32)}
     assert {x.dtype for x in jax.tree.leaves(l16.policy_state())} == {jnp.dtype(jnp.bfloat16)}
     assert {x.dtype for x in jax.tree.leaves(l16.policy_state(model_dtypes=False))} == {jnp.dtype(jnp.float32)}
     with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
         a.update(random_batch(4, b=12))
-    with pytest.raises(KeyError, match="rng"):
-        a.load_state_dict({k: v for k, v in a.state_dict().items() if k != "rng"})
+    with pytest.raises(KeyError, match="policy_opt"):
+        a.load_state_dict({k: v for k, v in a.state_dict().items() if k != "policy_opt"})
     bad = learner_config(micro_batch_size=3)
     with pytest.raises(ValueError, match="micro_batch_size"):
-        Learner(bad, *make_models(0)).check_batch(random_batch(1))
+        Learner(bad, *make_models(0), mesh=mesh()).check_batch(random_batch(1))
     with pytest.raises(ValueError, match="loss_agg"):
-        Learner(learner_config(loss_agg="sum"), *make_models(0))
+        learner_config(loss_agg="sum")

@@ -168,6 +168,15 @@ def test_duration_weights_modes():
         ppo.duration_weights(d, "clipped")
 
 
+def test_duration_floor_is_applied_before_the_weights():
+    d = jnp.array([0.0, 0.5, 4.0])  # a response with no code (never ran), a fast run, a slow run
+    w = np.asarray(ppo.duration_weights(d, "batch_mean", min_duration_s=1.0))
+    np.testing.assert_allclose(w, np.array([1.0, 1.0, 4.0]) / 2.0, rtol=1e-6)
+    assert w[0] > 0  # without the floor the no-code sample would get weight 0 and never be pushed away
+    assert np.asarray(ppo.duration_weights(d, "batch_mean"))[0] == 0.0
+    np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off", min_duration_s=1.0)), [1, 1, 1])
+
+
 def test_equal_durations_give_plain_ppo_exactly():
     rng = np.random.default_rng(1)
     b, t = 6, 9

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.learner import Learner
 from mle_jax.sampling.jax_sampler import JaxSampler
-from tests.rl.tiny import learner_config, make_models
+from tests.rl.tiny import learner_config, make_models, mesh
 
 pytestmark = pytest.mark.model
 
@@ -22,9 +24,9 @@ def target_fraction(completions) -> np.ndarray:
 
 def test_ppo_raises_toy_reward():
     cfg = learner_config(mini_batch_size=16, micro_batch_size=8, kl_coef=0.001, entropy_coef=0.0, epochs=4)
-    cfg.optim.actor_lr = cfg.optim.critic_lr = 2e-2
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, actor_lr=2e-2, critic_lr=2e-2))
     policy, value = make_models(0)
-    learner = Learner(cfg, policy, value)
+    learner = Learner(cfg, policy, value, mesh())
     sampler = JaxSampler(learner.policy_model(), eos_ids=[], seed=0, min_prompt_bucket=8, min_new_bucket=8)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(1, 32, size=4).tolist() for _ in range(N_PROMPTS)]

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
-from configs import base
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.optim import OptimSettings
 from mle_jax.rl.batch import RolloutBatch
+from mle_jax.rl.learner import LearnerSettings
+from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.sharding import MeshSettings, make_mesh
 
 TINY = Qwen2Config(
     vocab_size=32,
@@ -27,30 +32,24 @@ TINY = Qwen2Config(
 )
 
 
-def learner_config(**ppo: Any) -> ml_collections.ConfigDict:
-    """The run config with small PPO batches; keyword arguments override cfg.ppo fields."""
-    cfg = base.get_config()
-    cfg.seed = 0
-    cfg.sampler.temperature = 1.0
-    cfg.ppo.mini_batch_size = 8
-    cfg.ppo.micro_batch_size = 4
-    cfg.ppo.kl_coef = 0.05
-    cfg.ppo.entropy_coef = 0.01
-    cfg.ppo.seq_bucket = 0
-    cfg.optim.actor_lr = 1e-3
-    cfg.optim.critic_lr = 1e-3
-    cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = 1, 1, 1
-    for k, v in ppo.items():
-        cfg.ppo[k] = v
-    return cfg
+def learner_config(**ppo: Any) -> LearnerSettings:
+    """Learner settings with small PPO batches; keyword arguments override PPOSettings fields."""
+    small = dict(mini_batch_size=8, micro_batch_size=4, kl_coef=0.05, entropy_coef=0.01, seq_bucket=0, temperature=1.0)
+    return LearnerSettings(
+        ppo=PPOSettings(**{**small, **ppo}), optim=OptimSettings(actor_lr=1e-3, critic_lr=1e-3), seed=0
+    )
 
 
-def linear_adam(cfg: ml_collections.ConfigDict, lr: float = 0.5) -> ml_collections.ConfigDict:
+def linear_adam(settings: LearnerSettings, lr: float = 0.5) -> LearnerSettings:
     """Adam with eps = 1: its step becomes ~lr * g (not ~lr * sign(g)), so comparing params after an update
     compares gradients, without the sign noise of near-zero gradients."""
-    cfg.optim.adam_eps = 1.0
-    cfg.optim.actor_lr = cfg.optim.critic_lr = lr
-    return cfg
+    optim = dataclasses.replace(settings.optim, adam_eps=1.0, actor_lr=lr, critic_lr=lr)
+    return dataclasses.replace(settings, optim=optim)
+
+
+def mesh(shape: tuple[int, int, int] = (1, 1, 1), devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A (data, fsdp, tensor) mesh of `shape` (default: one device)."""
+    return make_mesh(MeshSettings(*shape), devices)
 
 
 def make_models(seed: int = 0, config: Qwen2Config = TINY) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel]:

@@ -41,12 +41,9 @@ def _run_updates(mesh_shape, devices=None, steps: int = 2):
     """Fresh tiny learner on a mesh, `steps` updates; returns (metrics per step, initial and final host
     params, param shardings)."""
     from mle_jax.rl.learner import Learner
-    from mle_jax.sharding import make_mesh
-    from tests.rl.tiny import learner_config, linear_adam, make_models, random_batch
+    from tests.rl.tiny import learner_config, linear_adam, make_models, mesh, random_batch
 
-    cfg = linear_adam(learner_config())
-    cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = mesh_shape
-    learner = Learner(cfg, *make_models(0), mesh=make_mesh(cfg.mesh, devices))
+    learner = Learner(linear_adam(learner_config()), *make_models(0), mesh=mesh(mesh_shape, devices))
     init, _ = _host_params(learner)
     metrics = [learner.update(random_batch(10 + i)) for i in range(steps)]
     params, specs = _host_params(learner)
@@ -93,9 +90,9 @@ def resume(args) -> None:
     _setup_runtime(1, args.cache_dir)
     from mle_jax.checkpoint import Checkpointer
     from mle_jax.rl.learner import Learner
-    from tests.rl.tiny import learner_config, make_models, params_digest, random_batch
+    from tests.rl.tiny import learner_config, make_models, mesh, params_digest, random_batch
 
-    learner = Learner(learner_config(), *make_models(0))
+    learner = Learner(learner_config(), *make_models(0), mesh())
     ckpt = Checkpointer(args.ckpt, keep=2)
     start = 0
     if args.resume:

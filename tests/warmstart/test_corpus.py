@@ -7,15 +7,10 @@ from collections import Counter
 
 import pytest
 
-from mle_jax.warmstart.corpus import (
-    PIZZA,
-    CorpusItem,
-    full_grid,
-    generate_corpus,
-    public_dir_in_sandbox,
-    register,
-    verify_corpus,
-)
+from mle_jax.warmstart.corpus import CorpusItem, public_dir_in_sandbox, verify_corpus
+from mle_jax.warmstart.programs import full_grid, generate_corpus, registered_tasks
+from mle_jax.warmstart.programs.pizza import PIZZA
+from mle_jax.warmstart.programs.spooky import SPOOKY
 
 
 def test_same_seed_same_corpus_other_seed_other_order():
@@ -81,8 +76,10 @@ def test_bad_requests_fail_clearly():
         generate_corpus("no-such-task", 4)
     with pytest.raises(ValueError, match="distinct programs"):
         generate_corpus(PIZZA, 10**6)
-    with pytest.raises(ValueError, match="already registered"):
-        register(PIZZA)(lambda packages: [])
+
+
+def test_every_program_module_is_found_by_name():
+    assert registered_tasks() == sorted([PIZZA, SPOOKY])
 
 
 def test_verify_corpus_keeps_only_valid_programs_in_order():
@@ -105,8 +102,6 @@ def test_verify_corpus_keeps_only_valid_programs_in_order():
 
 
 def test_spooky_grid_is_well_formed_and_diverse():
-    from mle_jax.warmstart.corpus import SPOOKY
-
     grid = full_grid(SPOOKY)
     assert len({it.key for it in grid}) == len(grid) >= 200
     for it in grid:

@@ -10,7 +10,10 @@ from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.tasks.prepare import prepare
-from mle_jax.warmstart.corpus import PIZZA, SPOOKY, full_grid, generate_corpus, sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.corpus import sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.programs import full_grid, generate_corpus
+from mle_jax.warmstart.programs.pizza import PIZZA
+from mle_jax.warmstart.programs.spooky import SPOOKY
 from mle_jax.warmstart.stage import verify_cached
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)

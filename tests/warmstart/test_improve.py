@@ -12,7 +12,7 @@ from configs import pizza as pizza_config
 from mle_jax.instrument import PROGRESS_PRINTS
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import _encode, parse_response, render_prompt
-from mle_jax.warmstart.corpus import PIZZA, VerifiedItem, full_grid, generate_corpus
+from mle_jax.warmstart.corpus import VerifiedItem
 from mle_jax.warmstart.improve import (
     change_sentence,
     improve_count,
@@ -20,6 +20,8 @@ from mle_jax.warmstart.improve import (
     improve_pairs,
     improve_prompt,
 )
+from mle_jax.warmstart.programs import full_grid, generate_corpus
+from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.sft import train_task_tokenizer
 from mle_jax.warmstart.stage import sft_examples
 

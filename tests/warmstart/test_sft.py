@@ -11,10 +11,13 @@ import pytest
 from flax import nnx
 
 from configs import base
+from mle_jax.checkpoint import Checkpointer
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.tasks.prompts import render_prompt
-from mle_jax.warmstart.corpus import PIZZA, generate_corpus
+from mle_jax.warmstart.programs import generate_corpus
+from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.sft import (
+    SFTSettings,
     batch_stream,
     pack_examples,
     response_loss,
@@ -94,7 +97,7 @@ def _cfg(**kw):
         checkpoint_every=100,
     )
     c.update(kw)
-    return c
+    return SFTSettings(**c)
 
 
 @pytest.mark.model
@@ -172,7 +175,5 @@ def test_sft_resume_continues_the_same_stream(sft_setup, straight_run, tmp_path)
 
 
 def _iter_state(ckpt_dir, step):
-    import orbax.checkpoint as ocp
-
-    with ocp.CheckpointManager(ckpt_dir) as mgr:
-        return mgr.restore(step, args=ocp.args.Composite(data_iter=ocp.args.JsonRestore()))["data_iter"]
+    with Checkpointer(ckpt_dir) as ckpt:
+        return ckpt.restore(step)["data_iter"]

@@ -1,0 +1,104 @@
+"""What a run and the evaluate CLI both build from the settings: the policy, its samplers, the instrumenter.
+
+`run.py` wires these into the stages of a run; `evaluate.py` into an evaluation of a finished run.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from flax import nnx
+
+from mle_jax import sharding
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.instrument import instrument_batch
+from mle_jax.models import hf
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.rl.learner import Learner
+from mle_jax.rl.rollout import InstrumentFn
+from mle_jax.sampling import vllm
+from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.sampling.protocol import Sampler
+from mle_jax.settings import RunSettings, SamplerSettings
+from mle_jax.tasks.task import Task
+from mle_jax.warmstart.stage import untrained_policy, warm_start
+
+
+def build_policy(s: RunSettings, task: Task, packages: list[str], workdir: Path) -> tuple[Qwen2ForCausalLM, Any, dict]:
+    """(policy model, tokenizer, warm-start metrics).
+
+    With `warmstart.enabled`, the policy is the warm-start stage's fine-tuned model (a finished stage
+    is loaded, not redone). Else a checkpoint at `model.path`, or a random model of the configured shape
+    with a task BPE tokenizer trained on the task's program corpus.
+    """
+    if s.warmstart.enabled:
+        sandbox = make_sandbox(s.executor)
+        ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart")
+        metrics = {
+            "corpus_verified": len(ws.verified),
+            **{k: v for k, v in ws.metrics.items() if isinstance(v, int | float | str)},
+        }
+        return ws.model, ws.tokenizer, metrics
+    model, tokenizer = untrained_policy(s.warmstart, task, packages, workdir)
+    return model, tokenizer, {}
+
+
+def make_learner(s: RunSettings, policy: Qwen2ForCausalLM) -> Learner:
+    """The PPO learner of `policy` (its frozen reference) and a critic initialised from it."""
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(s.seed + 1))
+    return Learner(s.learner, policy, value, sharding.make_mesh(s.mesh))
+
+
+def load_trained_policy(
+    s: RunSettings, task: Task, packages: list[str], workdir: Path
+) -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM, Any]:
+    """(latest policy, initial policy, tokenizer) of a run: the latest from its last RL checkpoint, else its
+    HF export; the initial one (what RL started from, the frozen instrumenter) as the run built it."""
+    initial, tokenizer, _ = build_policy(s, task, packages, workdir)
+    ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
+    if ckpt.latest_step() is not None:
+        learner = make_learner(s, initial)
+        learner.restore_latest(ckpt)
+        ckpt.close()
+        return learner.policy_model(), initial, tokenizer
+    export = workdir / "hf_export"
+    if (export / "config.json").exists():
+        model = hf.from_pretrained(export, dtype=s.model.compute_dtype, **s.model.runtime_options())
+        return model, initial, tokenizer
+    raise FileNotFoundError(f"{workdir} has neither checkpoints/ nor hf_export/: nothing to evaluate")
+
+
+def make_sampler(
+    s: SamplerSettings, model: Qwen2ForCausalLM, tokenizer: Any, workdir: Path, url: str | None = None
+) -> Sampler:
+    """The policy's sampler: in process (JAX) or a vLLM server at `url` (default `s.vllm_url`)."""
+    if s.backend == "jax":
+        return JaxSampler(model, tokenizer)
+    url = s.vllm_url if url is None else url
+    if not url:
+        raise ValueError(
+            "sampler.backend='vllm' needs --config.sampler.vllm_url (and instrument.vllm_url for the "
+            "frozen instrumenter); launch/gpu_node.sh starts both servers"
+        )
+    return vllm.VLLMSampler(url, tokenizer, export_dir=workdir / "vllm_export")
+
+
+def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenizer: Any, workdir: Path) -> InstrumentFn:
+    """The instrumenter of the run: in mode "lm" a frozen copy of the initial policy inserts the progress
+    prints (verified, else the AST fallback); "ast" and "off" need no model."""
+    frozen = None
+    if s.instrument.mode == "lm":
+        frozen = make_sampler(s.sampler, nnx.clone(initial_policy), tokenizer, workdir, url=s.instrument.vllm_url)
+    return partial(
+        instrument_batch,
+        mode=s.instrument.mode,
+        sampler=frozen,
+        tokenizer=tokenizer,
+        max_tokens=s.instrument.max_tokens,
+        max_prompt_tokens=s.instrument.max_prompt_tokens,
+        temperature=s.instrument.temperature,
+    )

@@ -1,0 +1,59 @@
+"""The `model` section of the run config: where the weights come from, or the shape of a fresh model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+
+from mle_jax.models.qwen2 import Qwen2Config
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """A checkpoint folder (`path`, an HF folder: its config.json decides the architecture), or, with no
+    path, the architecture of a randomly initialised model (a tiny one for the embedded run). dtype, remat
+    and attn_block shape the computation either way."""
+
+    path: str = ""
+    vocab_size: int = 4096
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat: bool = False
+    attn_block: int = 64  # training attention in causal query blocks of this many tokens (0: one block)
+
+    def __post_init__(self) -> None:
+        for name in ("dtype", "param_dtype"):
+            try:
+                jnp.dtype(getattr(self, name))
+            except TypeError:
+                raise ValueError(
+                    f"model.{name}={getattr(self, name)!r} is not a dtype (e.g. float32, bfloat16)"
+                ) from None
+
+    @property
+    def compute_dtype(self) -> Any:
+        return jnp.dtype(self.dtype)
+
+    def architecture(self) -> Qwen2Config:
+        """The shape of a fresh model (used when there is no `path`)."""
+        return Qwen2Config.from_model_config(self)
+
+    def runtime_options(self) -> dict[str, Any]:
+        """`from_pretrained` keyword arguments that are not in an HF config.json (remat, attn_block)."""
+        return {"remat": self.remat, "attn_block": self.attn_block}
+
+    def checkpoint_dir(self) -> Path | None:
+        return Path(self.path) if self.path else None

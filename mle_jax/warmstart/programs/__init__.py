@@ -1,0 +1,58 @@
+"""The warm-start corpus generators, one module per task.
+
+Adding a task: write `mle_jax/warmstart/programs/<name>.py` with `TASK_ID = "<MLE-bench id>"` and
+`def programs(packages: frozenset[str]) -> list[CorpusItem]` that enumerates the task's whole grid
+(model families x features x hyperparameters, each a plan + a complete program, see
+`mle_jax.warmstart.corpus`). Modules here are found by name; nothing else needs registering.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mle_jax.warmstart.corpus import CorpusItem, select_balanced
+
+Generator = Callable[[frozenset[str]], list[CorpusItem]]
+
+
+@functools.cache
+def _generators() -> dict[str, Generator]:
+    out: dict[str, Generator] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        task_id, fn = getattr(module, "TASK_ID", None), getattr(module, "programs", None)
+        if not isinstance(task_id, str) or not callable(fn):
+            raise TypeError(f"{module.__name__} must define TASK_ID (str) and programs(packages)")
+        if task_id in out:
+            raise ValueError(f"two corpus generators for {task_id!r}")
+        out[task_id] = fn
+    return out
+
+
+def registered_tasks() -> list[str]:
+    """Task ids that have a corpus generator."""
+    return sorted(_generators())
+
+
+def full_grid(task_id: str, packages: Iterable[str] | None = None) -> list[CorpusItem]:
+    """Every program the generator for `task_id` can write given the sandbox's `packages`
+    (None: only the packages every sandbox has: numpy, pandas, scipy, scikit-learn)."""
+    generators = _generators()
+    if task_id not in generators:
+        raise KeyError(f"no warm-start corpus generator for task {task_id!r}; have {registered_tasks()}")
+    pkgs = frozenset(p.lower().replace("_", "-") for p in (packages or ()))
+    return generators[task_id](pkgs)
+
+
+def generate_corpus(task: Any, n: int, seed: int = 0, packages: Iterable[str] | None = None) -> list[CorpusItem]:
+    """`n` distinct programs for the task (a TaskSpec, Task or id), chosen deterministically by `seed` and
+    balanced over model families (`corpus.select_balanced`)."""
+    task_id = task if isinstance(task, str) else task.id
+    grid = full_grid(task_id, packages)
+    if not 0 < n <= len(grid):
+        raise ValueError(f"n={n} but the {task_id} grid has {len(grid)} distinct programs (1..{len(grid)})")
+    return select_balanced(grid, n, seed)
