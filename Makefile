@@ -30,8 +30,9 @@ run: install apt sandbox-env
 test: install apt sandbox-env vllm-env
 	$(VPY) -m pytest -q --timeout=1200 tests
 
+# The unit tier only: pure functions, graders, configs (seconds to a minute; no sandbox, no model tier).
 test-unit: install
-	$(VPY) -m pytest -q -m "not integration and not e2e" tests
+	$(VPY) -m pytest -q -m "not model and not integration and not e2e" tests
 
 bench: install apt sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; $(VPY) $$b || exit 1; done

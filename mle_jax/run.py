@@ -31,16 +31,16 @@ console = Console()
 
 def run(cfg: Any) -> dict:
     """Runs the config (a ConfigDict of configs/<task>.py) end to end; returns the report's summary."""
-    s = from_config(cfg)
-    workdir = Path(s.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    return run_settings(s)
+    return run_settings(from_config(cfg), config_json=cfg.to_json_best_effort(indent=2))
 
 
-def run_settings(s: RunSettings) -> dict:
+def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
+    """Runs the stages; `config_json` (the config the settings came from) is saved for `mle_jax.evaluate`."""
     t_run = time.monotonic()
     workdir = Path(s.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if config_json is not None:
+        (workdir / "config.json").write_text(config_json)
     sharding.maybe_initialize_distributed()
 
     console.rule(f"[bold]mle_jax: {s.task.id}")

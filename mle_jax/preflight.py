@@ -1,0 +1,111 @@
+"""Checks, before a run starts any work, that what its settings need exists: the model folder, the task's
+data, the sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers.
+
+Each problem is one line saying what is missing and how to get it; `launch` prints them and exits.
+"""
+
+from __future__ import annotations
+
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from mle_jax.executor.runtime import check_venv, venv_of
+from mle_jax.settings import RunSettings
+
+
+class PreflightError(RuntimeError):
+    """Something the run needs is missing; the message says what and how to get it (one line per problem)."""
+
+
+def _model(s: RunSettings) -> list[str]:
+    if not s.model.path:
+        return []
+    path = Path(s.model.path)
+    if not (path / "config.json").is_file():
+        return [
+            f"model.path={s.model.path} is not an HF model folder (no config.json): pass a local folder "
+            "(e.g. Qwen2.5-3B-Instruct downloaded elsewhere), or drop --config.model.path for the tiny model"
+        ]
+    return []
+
+
+def _task(s: RunSettings) -> list[str]:
+    t = s.task
+    if t.prepared_dir:
+        if not (Path(t.prepared_dir) / "public").is_dir():
+            return [f"task.prepared_dir={t.prepared_dir} has no public/ folder: pass an MLE-bench prepared/ folder"]
+        return []
+    if not (Path(t.raw_dir) / t.id).is_dir():
+        return [
+            f"no data for {t.id} at {Path(t.raw_dir) / t.id}: pass --config.task.prepared_dir=<MLE-bench "
+            f"prepared/ folder of {t.id}>"
+        ]
+    return []
+
+
+def _executor(s: RunSettings) -> list[str]:
+    e = s.executor
+    if e.backend == "bwrap":
+        problems = []
+        if shutil.which("bwrap") is None:
+            problems.append("executor.backend=bwrap but bubblewrap is not installed: apt-get install bubblewrap")
+        try:
+            check_venv(venv_of(e.sandbox_python))
+        except FileNotFoundError as err:
+            problems.append(str(err))
+        return problems
+    if e.backend == "docker":
+        try:
+            import docker  # optional dependency (extra [sandbox])
+        except ImportError:
+            return ["executor.backend=docker needs the docker SDK: pip install -e '.[sandbox]'"]
+        try:
+            client = docker.DockerClient(base_url=e.docker_url) if e.docker_url else docker.from_env()
+            client.ping()
+        except Exception as err:  # any failure to reach the daemon is the same problem to the user
+            where = e.docker_url or "DOCKER_HOST / the local socket"
+            return [
+                f"executor.backend=docker but no Docker daemon answers at {where} ({type(err).__name__}): start "
+                "one (`make sandbox-image` builds the image; BUILD.md shows Podman's socket), or pass "
+                "--config.executor.backend=bwrap"
+            ]
+    return []
+
+
+def _vllm(url: str, what: str) -> list[str]:
+    fix = (
+        "start one with launch/vllm_server.sh MODEL_DIR PORT (launch/gpu_node.sh starts both), "
+        "or pass --config.sampler.backend=jax"
+    )
+    if not url:
+        return [f"{what} is empty but sampler.backend=vllm: {fix}"]
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as r:
+            if r.status == 200:
+                return []
+    except (urllib.error.URLError, OSError):
+        pass
+    return [f"no vLLM server answers at {what}={url}: {fix}"]
+
+
+def _sampler(s: RunSettings) -> list[str]:
+    if s.sampler.backend != "vllm":
+        return []
+    problems = _vllm(s.sampler.vllm_url, "sampler.vllm_url")
+    if s.instrument.mode == "lm":
+        problems += _vllm(s.instrument.vllm_url, "instrument.vllm_url")
+    return problems
+
+
+def problems(s: RunSettings) -> list[str]:
+    """Everything the settings need that is missing, one line each (empty: ready to run)."""
+    return _model(s) + _task(s) + _executor(s) + _sampler(s)
+
+
+def check(s: RunSettings) -> None:
+    """Raises PreflightError listing every problem."""
+    found = problems(s)
+    if found:
+        raise PreflightError("\n".join(found))
