@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+from tensorboardX import SummaryWriter
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,6 @@ class MetricsWriter:
         self.path = self.workdir / "metrics.jsonl"
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter
-
             self._tb = SummaryWriter(str(self.workdir / "tb"))
 
     def truncate_after(self, step: int) -> None:
@@ -96,17 +97,12 @@ PLOTS: dict[str, tuple[str, ...]] = {
 
 def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
     """One PNG per entry of PLOTS, x = RL step. Returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, keys in PLOTS.items():
-        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+        fig = Figure(figsize=(6, 3.5), dpi=110)  # no pyplot: no global backend state, nothing to close
+        ax = fig.subplots()
         drew = False
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
@@ -115,7 +111,6 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
                 ax.plot(xs, ys, marker="o", ms=3, label=key)
                 drew = True
         if not drew:
-            plt.close(fig)
             continue
         ax.set_xlabel("RL step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -125,7 +120,6 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
         fig.tight_layout()
         path = out_dir / f"{name}.png"
         fig.savefig(path)
-        plt.close(fig)
         written.append(path)
     return written
 

@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import app, flags
+from matplotlib.figure import Figure
+from rich.progress import Progress
 
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
@@ -230,12 +232,8 @@ def run_arm(cfg: SimConfig, duration_mode: str, progress=None) -> History:
 
 
 def plot(histories: dict[str, History], kinds: Sequence[Kind], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2)
     styles = {"off": "--", "batch_mean": "-"}
     for mode, h in histories.items():
         probs = np.stack(h.probs)
@@ -270,7 +268,6 @@ def plot(histories: dict[str, History], kinds: Sequence[Kind], out: str) -> None
     fig.suptitle("duration-aware PPO (dashed: no weights, solid: Δt / mean Δt)")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
-    plt.close(fig)
 
 
 def run(
@@ -280,8 +277,6 @@ def run(
     show_progress: bool = True,
 ) -> dict[str, History]:
     """Both arms on the same seed; writes the plot to `out` when given."""
-    from rich.progress import Progress
-
     histories = {}
     with Progress(disable=not show_progress) as bar:
         for mode in modes:

@@ -12,15 +12,15 @@ import json
 import sys
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from mle_jax.tasks.graders import grade_csv
 from mle_jax.tasks.prepare import PREPARERS, prepare
 from mle_jax.tasks.registry import all_specs, get_spec
 
 
 def _cmd_list(_args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="MLE-bench tasks of the paper")
     for col in ("id", "metric", "better", "data here", "preparer"):
         table.add_column(col, no_wrap=True)

@@ -1,0 +1,142 @@
+"""Imports flow one way: no module imports itself through others, no two packages import each other, and an
+import sits inside a function only for an optional dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mle_jax"
+# Dependencies a module may import inside a function: optional extras, or code that only runs in another
+# interpreter (the vLLM worker runs inside the vLLM server's venv).
+OPTIONAL = {"docker", "ray", "torch", "requests", "gguf", "safetensors", "vllm", "jax.experimental.topologies"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def resolve(name: str, known: set[str]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imported(node: ast.Import | ast.ImportFrom, current: str, is_package: bool, known: set[str]) -> list[str]:
+    """Module names (within mle_jax) an import statement loads."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = current.split(".")
+            keep = len(parts) - node.level + (1 if is_package else 0)
+            base = ".".join(parts[:keep] + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    return [m for m in (resolve(n, known) for n in names) if m]
+
+
+def graph() -> tuple[dict[str, set[str]], list[tuple[str, int, str]]]:
+    """(module -> modules it imports, [(module, line, statement) of imports inside functions])."""
+    mods = modules()
+    known = set(mods)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    inner = []
+    for m, path in mods.items():
+        tree = ast.parse(path.read_text())
+        in_function = {
+            id(n)
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+            for n in ast.walk(f)
+            if isinstance(n, ast.Import | ast.ImportFrom)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                continue
+            edges[m].update(t for t in imported(node, m, path.name == "__init__.py", known) if t != m)
+            if id(node) in in_function:
+                inner.append((m, node.lineno, ast.unparse(node)))
+    return edges, inner
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def package_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycles(graph()[0]) == []
+
+
+def test_no_two_packages_import_each_other():
+    edges, _ = graph()
+    packages: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        for b in targets:
+            if package_of(a) != package_of(b):
+                packages.setdefault(package_of(a), set()).add(package_of(b))
+    assert cycles(packages) == []
+
+
+def test_imports_inside_functions_are_optional_dependencies():
+    _, inner = graph()
+    bad = []
+    for module, line, stmt in inner:
+        node = ast.parse(stmt).body[0]
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if not all(any(n == o or n.startswith(o + ".") for o in OPTIONAL) for n in names):
+            bad.append(f"{module}:{line}: {stmt}")
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    "edges, expected",
+    [({"a": {"b"}, "b": {"a"}}, [["a", "b"]]), ({"a": {"b"}, "b": {"c"}, "c": set()}, [])],
+)
+def test_the_cycle_finder_finds_cycles(edges, expected):
+    assert cycles(edges) == expected
