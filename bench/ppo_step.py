@@ -23,11 +23,13 @@ from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from configs import base  # noqa: E402
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from mle_jax.models.qwen2 import Qwen2ForCausalLM  # noqa: E402
+from mle_jax.models.settings import ModelSettings  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
-from mle_jax.rl.learner import Learner  # noqa: E402
+from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
+from mle_jax.rl.ppo_update import PPOSettings  # noqa: E402
+from mle_jax.sharding import MeshSettings, make_mesh  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "B: samples per update")
@@ -93,18 +95,15 @@ def interleaved_medians(fns: list, reps: int) -> list[float]:
 
 def main(argv) -> None:
     del argv
-    cfg = base.get_config()
-    cfg.model = base.tiny_model()
-    cfg.ppo.mini_batch_size = FLAGS.batch
-    cfg.ppo.micro_batch_size = FLAGS.micro_batch
-    cfg.ppo.seq_bucket = 0
-    cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = 1, 1, 1
-    mc = Qwen2Config.from_model_config(cfg.model)
+    settings = LearnerSettings(
+        ppo=PPOSettings(mini_batch_size=FLAGS.batch, micro_batch_size=FLAGS.micro_batch, seq_bucket=0, temperature=0.7)
+    )
+    mc = ModelSettings().architecture()  # configs/base.py tiny_model()
     batch = make_batch(FLAGS.batch, FLAGS.prompt_len, FLAGS.response_len, mc.vocab_size)
     tokens = batch.batch_size * batch.seq_len
 
     policy = Qwen2ForCausalLM(mc, rngs=nnx.Rngs(0))
-    learner = Learner(cfg, policy, Qwen2ValueModel(mc, rngs=nnx.Rngs(1)))
+    learner = Learner(settings, policy, Qwen2ValueModel(mc, rngs=nnx.Rngs(1)), make_mesh(MeshSettings(1, 1, 1)))
 
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-5))
     sft_model = Qwen2ForCausalLM(mc, rngs=nnx.Rngs(0))

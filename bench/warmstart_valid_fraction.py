@@ -24,16 +24,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.instrument import instrument_batch
 from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.settings import RunSettings, from_config
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages
 from mle_jax.warmstart.improve import improve_prompt
-from mle_jax.warmstart.stage import build_policy, warm_start
+from mle_jax.warmstart.stage import fresh_policy, warm_start
 
 
 def load_config(spec: str):
@@ -44,12 +44,12 @@ def load_config(spec: str):
     return mod.get_config(arg) if arg else mod.get_config()
 
 
-def build_prompts(kind: str, tokenizer, task, cfg, packages, verified, n: int, seed: int) -> list[list[int]]:
+def build_prompts(kind: str, tokenizer, task, s: RunSettings, packages, verified, n: int, seed: int) -> list[list[int]]:
     """n prompt token lists of one kind: the scratch prompt n times, or improve prompts about n verified
     programs (each once while they last, drawn by seed), rendered with the RL budget."""
-    budget = int(cfg.prompt.max_prompt_tokens)
+    budget = s.rollout.prompt.max_prompt_tokens
     if kind == "scratch":
-        return [render_prompt(scratch_messages(task, packages, int(cfg.prompt.snippet_chars)), tokenizer, budget)] * n
+        return [render_prompt(scratch_messages(task, packages, s.rollout.prompt.snippet_chars), tokenizer, budget)] * n
     rng = random.Random(seed)
     sources = []
     while len(sources) < n:
@@ -57,20 +57,22 @@ def build_prompts(kind: str, tokenizer, task, cfg, packages, verified, n: int, s
     return [render_prompt(improve_prompt(task, packages, v), tokenizer, budget) for v in sources]
 
 
-def evaluate(model, tokenizer, prompts: list[list[int]], task, sandbox, limits, cfg, seed: int, workers: int) -> dict:
+def evaluate(
+    model, tokenizer, prompts: list[list[int]], task, sandbox, limits, s: RunSettings, seed: int, workers: int
+) -> dict:
     """Samples one response per prompt; counts those with code, that exit ok, that grade valid."""
     sampler = JaxSampler(model, tokenizer)
     t0 = time.perf_counter()
     comps = sampler.generate(
         prompts,
         n=1,
-        temperature=float(cfg.sampler.temperature),
-        top_p=float(cfg.sampler.top_p),
-        max_tokens=int(cfg.sampler.max_tokens),
+        temperature=s.rollout.sampling.temperature,
+        top_p=s.rollout.sampling.top_p,
+        max_tokens=s.rollout.sampling.max_tokens,
         seed=seed,
     )
     sample_s = time.perf_counter() - t0
-    mode = "off" if cfg.instrument.mode == "off" else "ast"
+    mode = "off" if s.instrument.mode == "off" else "ast"
 
     def one(text: str):
         code = parse_response(text).code
@@ -123,31 +125,29 @@ def main() -> None:
     prep_s = time.perf_counter() - t0
     if args.sandbox_python:
         cfg.executor.sandbox_python = args.sandbox_python
-    opts = {"python": cfg.executor.sandbox_python} if cfg.executor.sandbox_python else {}
-    sandbox = make_sandbox(cfg.executor.backend, **opts)
+    s = from_config(cfg)
+    sandbox = make_sandbox(s.executor)
     packages = (
         args.packages.split(",")
         if args.packages
         else sandbox_packages(Path(cfg.executor.sandbox_python).parent.parent if cfg.executor.sandbox_python else None)
     )
-    limits = Limits(
-        timeout_s=float(cfg.executor.timeout_s), memory_mb=int(cfg.executor.memory_mb), cpus=int(cfg.executor.cpus)
-    )
-    workers = int(cfg.executor.slots) or 2
+    limits = s.rollout.limits
+    workers = s.executor.slots or 2
 
     t0 = time.perf_counter()
-    ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
+    ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart")
     stage_s = time.perf_counter() - t0
     prompts = {
-        kind: build_prompts(kind, ws.tokenizer, task, cfg, packages, ws.verified, args.samples, args.seed)
+        kind: build_prompts(kind, ws.tokenizer, task, s, packages, ws.verified, args.samples, args.seed)
         for kind in ("scratch", "improve")
     }
-    untrained = build_policy(cfg.model, len(ws.tokenizer))
+    untrained = fresh_policy(s.model, len(ws.tokenizer))
     results = {}
     for kind, ids in prompts.items():
         results[kind] = {
-            "after SFT": evaluate(ws.model, ws.tokenizer, ids, task, sandbox, limits, cfg, args.seed, workers),
-            "before SFT": evaluate(untrained, ws.tokenizer, ids, task, sandbox, limits, cfg, args.seed, workers),
+            "after SFT": evaluate(ws.model, ws.tokenizer, ids, task, sandbox, limits, s, args.seed, workers),
+            "before SFT": evaluate(untrained, ws.tokenizer, ids, task, sandbox, limits, s, args.seed, workers),
         }
     m = ws.metrics
     print(

@@ -8,15 +8,15 @@ import pytest
 from flax import nnx
 
 from configs import base
+from mle_jax.builders import make_learner
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.report import MetricsWriter
-from mle_jax.rl.learner import Learner
 from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
 from tests.rl.scripted_sampler import ScriptedSampler
@@ -71,12 +71,13 @@ def _loop(tmp_path, task, script, **loop_overrides):
         max_position_embeddings=2048,
     )
     policy = Qwen2ForCausalLM(mcfg, rngs=nnx.Rngs(0))
-    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
-    learner = Learner(cfg, policy, value)
+    s = from_config(cfg)
+    learner = make_learner(s, policy)
     sampler = ScriptedSampler(policy, tok, script)
-    fleet = make_fleet(cfg.executor)
+    fleet = make_fleet(s.executor)
     loop = AsyncRLLoop(
-        cfg,
+        s.loop,
+        s.rollout,
         task,
         tok,
         ["pandas", "numpy"],

@@ -10,6 +10,7 @@ import pytest
 
 from configs import pizza as pizza_config
 from mle_jax.instrument import PROGRESS_PRINTS
+from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import _encode, parse_response, render_prompt
 from mle_jax.warmstart.corpus import VerifiedItem
@@ -105,7 +106,7 @@ def test_rendered_improve_prompts_fit_the_cpu_budget(task, tmp_path):
     cfg = pizza_config.get_config("cpu")
     packages = ["numpy", "pandas", "scipy", "scikit-learn", "xgboost", "lightgbm"]
     verified = verified_items(generate_corpus(task.spec, int(cfg.warmstart.corpus_size), cfg.seed, packages))
-    examples, chats = sft_examples(cfg, task, packages, verified)
+    examples, chats = sft_examples(from_config(cfg).warmstart, task, packages, verified)
     n_improve = improve_count(len(verified), cfg.warmstart.improve_fraction)
     assert len(examples) == len(verified) + n_improve and n_improve > 0
     assert sum(m[-1]["content"].startswith("You have implemented") for m, _ in examples) == n_improve

@@ -8,9 +8,11 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mle_jax.executor.settings import ExecutorSettings
 
 from configs import pizza as pizza_config
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.stage import warm_start
@@ -26,9 +28,10 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     cfg.warmstart.warmup_steps = 1
     cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
     cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
-    sandbox = make_sandbox("bwrap")
+    settings = from_config(cfg).warmstart
+    sandbox = make_sandbox(ExecutorSettings(backend="bwrap"))
     packages = ["numpy", "pandas", "scipy", "scikit-learn"]
-    ws = warm_start(cfg, task, sandbox, packages, tmp_path / "ws", progress=False)
+    ws = warm_start(settings, task, sandbox, packages, tmp_path / "ws", progress=False)
     assert len(ws.verified) == 3 and all(0.5 < v.score < 0.85 for v in ws.verified)
     assert ws.metrics["steps"] == 4 and ws.metrics["final_loss"] < ws.metrics["first_loss"]
     assert (ws.policy_dir / "DONE").is_file() and (ws.policy_dir / "config.json").is_file()
@@ -45,7 +48,7 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
         def run(self, *a, **k):
             raise AssertionError("a verified program was run again")
 
-    again = warm_start(cfg, task, NoRuns(), packages, tmp_path / "ws", progress=False)
+    again = warm_start(settings, task, NoRuns(), packages, tmp_path / "ws", progress=False)
     tokens = jnp.asarray([ws.tokenizer.encode("import numpy as np")], jnp.int32)
     np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)), rtol=1e-5, atol=1e-5)
     assert again.tokenizer.encode("train.json") == ws.tokenizer.encode("train.json")
