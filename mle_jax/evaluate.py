@@ -18,6 +18,7 @@ from rich.progress import Progress
 from mle_jax.executor.fleet import limits_from_config
 from mle_jax.report import markdown_table
 from mle_jax.rl import rollout
+from mle_jax.sampling.protocol import SamplingSettings
 
 # Paper Table 1: Qwen2.5-3B prompted with AIDE, and Qwen2.5-3B after RL (best of 128 samples).
 PAPER_TABLE1: dict[str, dict[str, float]] = {
@@ -75,12 +76,7 @@ def evaluate(
 ) -> dict:
     """Scratch samples, then (if improve) one improvement of each; per pair the better is kept."""
     rng = np.random.default_rng(cfg.seed + 10_000)
-    sampling = dict(
-        temperature=cfg.sampler.temperature,
-        top_p=cfg.sampler.top_p,
-        top_k=cfg.sampler.top_k,
-        max_tokens=cfg.sampler.max_tokens,
-    )
+    sampling = SamplingSettings.from_config(cfg.sampler).generate_kwargs()
     limits = limits_from_config(cfg.executor)
     lower = task.lower_is_better
     with Progress() as progress:

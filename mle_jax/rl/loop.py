@@ -23,7 +23,7 @@ from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.improve_buffer import ImproveBuffer
-from mle_jax.sampling.protocol import Sampler
+from mle_jax.sampling.protocol import Sampler, SamplingSettings
 from mle_jax.tasks.task import Task
 
 
@@ -108,12 +108,7 @@ class AsyncRLLoop:
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
         self.limits = limits_from_config(cfg.executor)
-        self.sampling = dict(
-            temperature=cfg.sampler.temperature,
-            top_p=cfg.sampler.top_p,
-            top_k=cfg.sampler.top_k,
-            max_tokens=cfg.sampler.max_tokens,
-        )
+        self.sampling = SamplingSettings.from_config(cfg.sampler).generate_kwargs()
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
