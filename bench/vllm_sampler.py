@@ -2,7 +2,7 @@
 
 Same random weights (the model of bench/decode.py with the vocabulary of a BPE tokenizer trained
 here), batch of prompts, greedy. Prints: server start time; decode tokens/s of each and the ratio
-vLLM / JAX (first calls excluded); weight sync (save_pretrained export + in-place reload between
+vLLM / JAX (first calls excluded); weight sync (hf.write_weights export + in-place reload between
 /pause and /resume) against the export alone.
 
     .venv/bin/python bench/vllm_sampler.py [--batch 8 --new 128 --prompt 32]
@@ -27,7 +27,8 @@ from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.sampling.jax_sampler import JaxSampler
-from mle_jax.sampling.vllm import VLLMSampler, VLLMServer
+from mle_jax.sampling.vllm import VLLMSampler
+from mle_jax.sampling.vllm_server import VLLMServer
 
 SHAPE = {**{k: v for k, v in CONFIG.items() if k != "vocab_size"}, "tie_word_embeddings": True}  # decode.py's model
 
@@ -85,7 +86,7 @@ def main() -> None:
                 vllm_out, vllm_s = timed(lambda: sampler.generate(prompts, **greedy))
             new_model = Qwen2ForCausalLM(cfg, nnx.Rngs(1))
             with console.status("export alone"):
-                _, export_s = timed(lambda: hf.save_pretrained(new_model, d / "export-only"))
+                _, export_s = timed(lambda: hf.write_weights(new_model, d / "export-only"))
             with console.status("sync"):
                 _, sync_s = timed(lambda: sampler.sync(new_model, version=1))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM sampler server for one GPU node: an OpenAI-compatible server whose weights the learner
-# syncs in place (dev endpoints + mle_jax's worker extension; see mle_jax/sampling/vllm.py).
+# syncs in place (dev endpoints + mle_jax's worker extension; see mle_jax/sampling/vllm_server.py).
 #
 #   launch/vllm_server.sh MODEL_DIR PORT [extra vllm serve flags...]
 #

@@ -6,8 +6,9 @@ transform (HF nn.Linear stores [out, in]; we store [in, heads, head_dim] and fri
 `from_pretrained` builds the model abstractly (no weights allocated), then reads one tensor at a time
 from the memory-mapped safetensors files and `jax.device_put`s it straight onto its target
 `NamedSharding` (from the Param's logical axes and `rules`) when a mesh is given; the host never holds
-more than one tensor. `save_pretrained` writes HF names + config.json that
-`transformers.Qwen2ForCausalLM.from_pretrained` loads.
+more than one tensor. `write_weights` is the one writer of our params as HF safetensors (the vLLM
+sampler's weight sync uses it too); `save_pretrained` adds config.json, so that
+`transformers.Qwen2ForCausalLM.from_pretrained` loads the folder.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
@@ -225,35 +227,61 @@ def from_pretrained(
 # --------------------------------------------------------------------------------------------
 
 
-def _to_host(x: jax.Array) -> np.ndarray:
+def _gather_to_host(x: jax.Array) -> np.ndarray:
+    """One param on this host as numpy; a sharded multi-host array is all-gathered first, so every
+    process must call this for such an array, in the same order."""
     if not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
         x = multihost_utils.process_allgather(x, tiled=True)
     return np.asarray(jax.device_get(x))
 
 
-def _hf_specs(model: Qwen2ForCausalLM, dtype: Any):
-    """[(HF name, HF shape, numpy dtype, our Variable, transform)] for every Param, without reading data."""
-    out = []
-    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        name, transform = ours_to_hf(tuple(path))
-        value = var.get_value()
-        np_dtype = np.dtype(dtype if dtype is not None else value.dtype)
-        out.append((name, transform.hf_shape(tuple(value.shape)), np_dtype, var, transform))
-    return out
+def _flatten(tree: Mapping, prefix: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
 
 
-def save_pretrained(
-    model: Qwen2ForCausalLM, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None
-) -> Path:
-    """Writes config.json + model.safetensors (or shards + model.safetensors.index.json) in HF names.
+def _param_leaves(params: Any) -> list[tuple[tuple, jax.Array]]:
+    """[(our Param path, array)] of our model, an nnx.State of it (all of it or its Params), or a nested
+    pure dict of either (nnx.to_pure_dict); non-Param Variables are left out."""
+    if isinstance(params, nnx.Module):
+        params = nnx.state(params, nnx.Param)
+    if isinstance(params, nnx.State):
+        flat = [(tuple(p), v) for p, v in nnx.to_flat_state(nnx.filter_state(params, nnx.Param))]
+    elif isinstance(params, Mapping):
+        flat = [(p, v) for p, v in _flatten(params) if not isinstance(v, nnx.Variable) or isinstance(v, nnx.Param)]
+    else:
+        raise TypeError(
+            "write_weights takes our Qwen2 model, an nnx.State of it or a nested dict of it,"
+            f" got {type(params).__name__}"
+        )
+    return [(path, v.get_value() if isinstance(v, nnx.Variable) else v) for path, v in flat]
 
-    Streams one tensor at a time from device to file. dtype: storage dtype (default: the params'
-    own). max_shard_bytes: split into shards of at most this size. Only process 0 writes.
+
+def write_weights(params: Any, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None) -> Path:
+    """Writes our Qwen2's Params in HF names and layouts (`HF_RULES`) as path/model.safetensors, or as
+    shards of at most max_shard_bytes + model.safetensors.index.json. Returns path.
+
+    params: our Qwen2ForCausalLM, an nnx.State of it (all of it or its Params), or its nnx.to_pure_dict.
+    dtype: storage dtype (default: each param's own). Streams one tensor at a time from device to file.
+    Multi-host: every process must call it (sharded arrays are gathered); only process 0 writes.
     """
     path = Path(path)
-    specs = _hf_specs(model, dtype)
+    leaves = _param_leaves(params)
+    if not leaves:
+        raise ValueError("write_weights: the given state holds no nnx.Param")
+    specs = []  # (HF name, HF shape, numpy dtype, array, transform)
+    for our_path, value in leaves:
+        name, transform = ours_to_hf(our_path)
+        np_dtype = np.dtype(dtype if dtype is not None else value.dtype)
+        specs.append((name, transform.hf_shape(tuple(value.shape)), np_dtype, value, transform))
+    if jax.process_index() != 0:
+        for spec in specs:  # join process 0's gathers, in its order
+            if not spec[3].is_fully_addressable:
+                _gather_to_host(spec[3])
+        return path
     shards: list[list] = [[]]
     size = 0
     for spec in specs:
@@ -266,14 +294,9 @@ def save_pretrained(
     by_name = {s[0]: s for s in specs}
 
     def produce(name: str) -> np.ndarray:
-        _, _, np_dtype, var, transform = by_name[name]
-        return np.ascontiguousarray(transform.to_hf(_to_host(var.get_value())).astype(np_dtype))
+        _, _, np_dtype, value, transform = by_name[name]
+        return np.ascontiguousarray(transform.to_hf(_gather_to_host(value)).astype(np_dtype))
 
-    if jax.process_index() != 0:
-        for spec in specs:  # every process joins the gathers of non-addressable arrays
-            if not spec[3].get_value().is_fully_addressable:
-                _to_host(spec[3].get_value())
-        return path
     path.mkdir(parents=True, exist_ok=True)
     n = len(shards)
     fnames = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -284,8 +307,22 @@ def save_pretrained(
         weight_map = {s[0]: fname for fname, shard in zip(fnames, shards, strict=True) for s in shard}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return path
+
+
+def save_pretrained(
+    model: Qwen2ForCausalLM, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None
+) -> Path:
+    """An HF checkpoint folder: `write_weights` + config.json (torch_dtype: the stored dtype).
+
+    dtype: storage dtype (default: the params' own). max_shard_bytes: split into shards of at most this
+    size. Multi-host: every process must call it; only process 0 writes.
+    """
+    path = write_weights(model, path, dtype, max_shard_bytes)
+    if jax.process_index() != 0:
+        return path
+    stored = str(np.dtype(dtype if dtype is not None else _param_leaves(model)[0][1].dtype))
     cfg_dict = model.config.to_hf_dict()
-    stored = str(specs[0][2]) if specs else "float32"
     cfg_dict["torch_dtype"] = cfg_dict["dtype"] = stored if stored in ("bfloat16", "float16") else "float32"
     (path / "config.json").write_text(json.dumps(cfg_dict, indent=2))
     return path

@@ -5,7 +5,6 @@ The RL loop and the evaluation both use these; neither knows how a box works ins
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -141,7 +140,7 @@ def sample_responses(
     sampler: Sampler, prompts: Sequence[PromptItem], sampling: SamplingSettings, first_uid: int
 ) -> list[Sample]:
     """Generates one response per prompt and parses plan + code."""
-    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **dataclasses.asdict(sampling))
+    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **sampling.generate_kwargs())
     out = []
     for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
         parsed = prompt_lib.parse_response(c.text)

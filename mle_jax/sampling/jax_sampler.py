@@ -22,9 +22,8 @@ import numpy as np
 from flax import nnx
 
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
-from mle_jax.sampling.protocol import Completion
-
-STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+from mle_jax.models.tokenizer import stop_token_ids
+from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -178,7 +177,7 @@ class JaxSampler:
         self.config = model.config
         self.version = version
         if eos_ids is None:
-            eos_ids = self._tokenizer_stop_ids(tokenizer) if tokenizer is not None else []
+            eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
             if model.config.eos_token_id is not None:
                 eos = model.config.eos_token_id
                 eos_ids = list(eos_ids) + (list(eos) if isinstance(eos, list | tuple) else [eos])
@@ -191,13 +190,6 @@ class JaxSampler:
         self.min_batch_bucket = min_batch_bucket
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
-
-    @staticmethod
-    def _tokenizer_stop_ids(tokenizer: Any) -> list[int]:
-        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        vocab = tokenizer.get_vocab()
-        ids += [vocab[t] for t in STOP_TOKENS if t in vocab]
-        return ids
 
     def sync(self, params: Any, version: int) -> None:
         """Takes new weights: an nnx.State of the policy (all of it or its Params) or the module itself."""
@@ -223,8 +215,9 @@ class JaxSampler:
         """len(prompts) * n completions, grouped by prompt (prompt 0's n first)."""
         if not prompts:
             return []
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        SamplingSettings(temperature, top_p, top_k, max_tokens)  # validates
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
         rows = [list(p) for p in prompts for _ in range(n)]
         if any(len(r) == 0 for r in rows):
             raise ValueError("every prompt needs at least one token")
@@ -250,13 +243,15 @@ class JaxSampler:
             ids = np.asarray(out_tok[i][: lengths[i]], np.int32)
             text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer else ""
             completions.append(
-                Completion(
-                    prompt_ids=np.asarray(r, np.int32),
-                    token_ids=ids,
-                    logprobs=np.asarray(out_lp[i][: lengths[i]], np.float32),
-                    text=text,
-                    finish_reason="stop" if stopped[i] else "length",
-                    version=self.version,
+                check_completion(
+                    Completion(
+                        prompt_ids=np.asarray(r, np.int32),
+                        token_ids=ids,
+                        logprobs=np.asarray(out_lp[i][: lengths[i]], np.float32),
+                        text=text,
+                        finish_reason="stop" if stopped[i] else "length",
+                        version=self.version,
+                    )
                 )
             )
         return completions

@@ -8,7 +8,7 @@ and the standard library, which every vLLM install has.
 vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runner`,
 `self.vllm_config`). The client calls it through the dev endpoint
 `POST /collective_rpc {"method": "load_weights_from_dir", "args": [path]}` between `/pause` and
-`/resume` (see mle_jax/sampling/vllm.py).
+`/resume` (see `VLLMServer.reload_weights` in mle_jax/sampling/vllm_server.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from safetensors import safe_open
+
 
 def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
     """Yields (HF tensor name, CPU torch tensor) for every tensor of every *.safetensors file in path."""
-    from safetensors import safe_open
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
@@ -71,7 +72,7 @@ class WeightReloadExtension:
         if reload is not None:
             reload(weights_iterator=counted(), is_checkpoint_format=True)
         else:  # older vLLM: weights are used as loaded (no repacking), a plain load_weights suffices
-            import torch
+            import torch  # optional dependency (every vLLM install has it; mle_jax's own deps do not)
 
             with torch.no_grad():
                 self.model_runner.model.load_weights(counted())

@@ -34,6 +34,7 @@ from flax import nnx
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from mle_jax.checkpoint import Checkpointer
+from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.optim import make_optimizer
 from mle_jax.tasks.prompts import render_prompt
 
@@ -88,53 +89,18 @@ def train_task_tokenizer(
     """The tokenizer of a run without a checkpoint: a byte-level BPE trained on the task's warm-start
     responses (plans + programs) and its prompt chats (message texts and role names), saved to out_dir.
 
-    It differs from `mle_jax.models.tokenizer.train_bpe_tokenizer` (same special tokens, same ChatML
-    template, same byte alphabet, so any text round-trips) in one way: with `max_token_length` set, the
-    text is not pre-split into words, so merges may cross spaces and punctuation up to that many
-    characters (`import pandas as pd`, `"request_id"`). A corpus program is then ~135 tokens instead
+    With `max_token_length` set, merges may cross spaces and punctuation up to that many characters
+    (see `mle_jax.models.tokenizer.train_bpe_tokenizer`): a corpus program is then ~135 tokens instead
     of ~450, which is what lets a tiny model learn to write whole programs in a few CPU minutes.
-    `max_token_length=None` gives the word-level tokenizer of `train_bpe_tokenizer`. The size is at most
-    vocab_size (BPE stops when no pair is left to merge).
+    `max_token_length=None` gives the word-level tokenizer.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from mle_jax.models.tokenizer import CHATML_TEMPLATE, SPECIAL_TOKENS, train_bpe_tokenizer
-
     if not responses:
         raise ValueError("train_task_tokenizer needs at least one response text")
     texts = list(responses)
     for messages in prompts:
         texts += [m["content"] for m in messages]
         texts += ["\n".join(m["role"] for m in messages) + "\nassistant\n"]
-    if max_token_length is None:
-        return train_bpe_tokenizer(texts, vocab_size, out_dir)
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size={vocab_size} is below the 256 bytes + special tokens")
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    core.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-        max_token_length=max_token_length,
-    )
-    core.train_from_iterator(texts, trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
-        chat_template=CHATML_TEMPLATE,
-        clean_up_tokenization_spaces=False,
-        model_max_length=1 << 20,
-    )
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(str(out_dir))
-    return tok
+    return train_bpe_tokenizer(texts, vocab_size, out_dir, max_token_length)
 
 
 def pack_examples(

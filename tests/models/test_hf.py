@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,13 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from flax import nnx
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors
+from mle_jax.sharding import fit_spec, logical_to_spec
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
@@ -84,11 +87,94 @@ def test_bf16_checkpoint_loads_onto_mesh_with_logical_shardings(tmp_path):
     )
 
 
+def read_folder(folder: Path) -> dict[str, np.ndarray]:
+    """Every tensor of an HF folder's safetensors files (sharded or not), as numpy."""
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        r = SafetensorsReader(f)
+        out.update({k: np.array(r.get(k)) for k in r.keys()})
+    return out
+
+
+@pytest.mark.parametrize("form", ["module", "state", "params", "pure_dict"])
+def test_write_weights_takes_every_form_of_our_params(form, tmp_path):
+    """The model, its nnx.State (all of it or its Params) and their pure dicts: the same safetensors as
+    save_pretrained, without config.json."""
+    model = random_ours(tied=False)
+    ref = read_folder(hf.save_pretrained(model, tmp_path / "ref"))
+    params = {
+        "module": lambda: model,
+        "state": lambda: nnx.state(model),
+        "params": lambda: nnx.state(model, nnx.Param),
+        "pure_dict": lambda: nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+    }[form]()
+    out = hf.write_weights(params, tmp_path / "w", dtype=jnp.bfloat16, max_shard_bytes=20_000)
+    assert out == tmp_path / "w" and not (out / "config.json").exists()
+    assert len(json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]) == len(ref)
+    got = read_folder(out)
+    assert sorted(got) == sorted(ref) and len(ref) == 3 + 12 * TINY["num_hidden_layers"]
+    for name, value in ref.items():
+        assert got[name].dtype == np.dtype(ml_dtypes.bfloat16), name
+        np.testing.assert_array_equal(got[name], value.astype(ml_dtypes.bfloat16), err_msg=name)
+
+
+def test_write_weights_rejects_what_holds_no_params(tmp_path):
+    with pytest.raises(TypeError, match="write_weights takes our Qwen2 model.*got float"):
+        hf.write_weights(3.0, tmp_path)
+    with pytest.raises(ValueError, match="holds no nnx.Param"):
+        hf.write_weights(nnx.state(random_ours(tied=True), nnx.BatchStat), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_multihost_write_gathers_shards_and_process_0_writes(tmp_path):
+    """2 processes x 2 devices, params sharded across both processes: each process holds half of a tensor,
+    both join the gathers, process 0 writes the whole checkpoint (save_pretrained and write_weights)."""
+    torch_qwen2(seed=8, num_key_value_heads=2).save_pretrained(tmp_path / "src")
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")},
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(root),
+    }
+    cmd = [sys.executable, "-m", "tests.models.multihost_write_check", str(tmp_path / "src"), str(tmp_path / "out")]
+    port = str(free_port())
+    procs = [
+        subprocess.Popen([*cmd, port, str(i)], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), "\n".join(err[-3000:] for _, err in results)
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in results]
+    assert [r["process"] for r in reports] == [0, 1]
+    assert not any(r["embed_addressable"] for r in reports)  # the embedding really is split across processes
+    assert not (tmp_path / "out" / "p1").exists()  # process 1 only joined the gathers
+    src = read_folder(tmp_path / "src")
+    for folder in (tmp_path / "out" / "p0", tmp_path / "out" / "p0" / "sync"):
+        got = read_folder(folder)
+        assert sorted(got) == sorted(src), folder
+        for name, value in src.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{folder}: {name}")
+    assert len(list((tmp_path / "out" / "p0").glob("model-*-of-*.safetensors"))) > 1
+    back = hf.from_pretrained(tmp_path / "out" / "p0")
+    ref = torch_logits(torch_qwen2(seed=8, num_key_value_heads=2), TOKENS)
+    assert np.abs(jax_logits(back, TOKENS) - ref).max() <= 1e-4
+
+
 def test_sharding_spec_uses_each_mesh_axis_once_and_only_where_it_divides():
-    from jax.sharding import AbstractMesh
-
-    from mle_jax.sharding import fit_spec, logical_to_spec
-
     mesh = AbstractMesh((2, 2), ("fsdp", "tensor"))
     rules = (("embed", "fsdp"), ("vocab", "fsdp"), ("mlp", "tensor"), ("kv_heads", "tensor"))
     assert fit_spec(logical_to_spec(("vocab", "embed"), rules), (8, 4), mesh) == PartitionSpec("fsdp", None)

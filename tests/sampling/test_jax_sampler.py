@@ -167,6 +167,21 @@ def test_bad_prompts_are_rejected(sampler):
         sampler.generate([[1, 10_000]])
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(temperature=-0.5), "temperature must be >= 0"),
+        (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+        (dict(max_tokens=0), "max_tokens must be an integer >= 1"),
+        (dict(n=0), "n must be >= 1"),
+    ],
+)
+def test_bad_sampling_settings_are_rejected(sampler, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sampler.generate(PROMPTS, **kwargs)
+
+
 def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
     tok = train_bpe_tokenizer(["print('loaded data')\n", "training loss: 0.5\n"] * 20, 300, tmp_path / "tok")
     cfg = Qwen2Config(**{**TINY, "vocab_size": len(tok)})

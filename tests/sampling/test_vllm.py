@@ -6,19 +6,23 @@ same HF folder, before and after in-place weight syncs of every accepted kind.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 from safetensors.numpy import load_file
 
 from mle_jax.models import hf
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.sampling import vllm as vllm_mod
+from mle_jax.sampling import vllm_server
 from mle_jax.sampling.protocol import Completion, Sampler
-from mle_jax.sampling.vllm import VLLMSampler, VLLMServer, VLLMServerError
+from mle_jax.sampling.vllm import VLLMSampler
+from mle_jax.sampling.vllm_server import VLLMServer, VLLMServerError
 from tests.models.reference import jax_logits, torch_qwen2
 
 pytestmark = pytest.mark.integration
@@ -134,7 +138,7 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert max_logprob_error(model_a, top5, top_k=5) < TOL
     assert max_logprob_error(model_a, top5) > 0.05  # and not the full-vocab softmax
 
-    # an nnx.Module (our model B) -> save_pretrained -> reload in place
+    # an nnx.Module (our model B) -> hf.write_weights -> reload in place
     sampler.sync(model_b, version=1)
     after = sample(0)
     assert all(c.version == 1 for c in after)
@@ -143,8 +147,6 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert max_logprob_error(model_b, before) > 0.1
 
     # an nnx.State of the policy (what the learner's policy_state() gives), written by hf's name table
-    from flax import nnx
-
     sampler.sync(nnx.state(model_a), version=2)
     assert max_logprob_error(model_a, sample(2)) < TOL
     assert not (tmp_path / "sync" / "v00000001").exists()  # the previous export is cleaned up
@@ -180,9 +182,24 @@ def test_responses_are_cut_at_the_context_length(server):
 
 def test_missing_venv_fails_loudly_with_the_fix(monkeypatch, tmp_path, checkpoints):
     dirs, _ = checkpoints
-    monkeypatch.setattr(vllm_mod, "VLLM_VENV", tmp_path / "no-venv")
+    monkeypatch.setattr(vllm_server, "VLLM_VENV", tmp_path / "no-venv")
     with pytest.raises(FileNotFoundError, match="make vllm-env"):
         VLLMServer.launch(dirs["a"])
+
+
+def test_server_cli_fails_with_one_line(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "mle_jax.sampling.vllm_server", str(tmp_path)], capture_output=True, text=True
+    )
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == f"vllm_server: {tmp_path} is not an HF model folder (no config.json)\n"
+
+
+def test_bad_sampling_settings_fail_before_any_request(server):
+    sampler = VLLMSampler(server, eos_ids=[0])
+    for kwargs, match in ((dict(temperature=-1.0), "temperature"), (dict(top_p=0.0), "top_p"), (dict(n=0), "n must")):
+        with pytest.raises(ValueError, match=match):
+            sampler.generate(PROMPTS, **kwargs)
 
 
 def test_server_start_failure_reports_log(tmp_path, checkpoints):
@@ -196,8 +213,6 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
     """The async loop syncs while requests are in flight: /pause keeps them, the reload swaps the
     weights, the prefix-cache reset makes them recompute their KV, /resume continues them. The
     sequence's tokens before the sync carry weights A's logprobs, those after carry B's."""
-    import json
-
     dirs, tok = checkpoints
     sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path)
     # ~15 s of decoding at ~17 tokens/s on 2 cores: the sync, sent after 8 tokens, lands mid-sequence

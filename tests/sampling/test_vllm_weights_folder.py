@@ -1,0 +1,56 @@
+"""The vLLM sync's weights folder (no server): our params go through hf.write_weights; a flat {HF name: array}
+mapping is written as is; an HF folder is used as is; anything else fails before the server is touched."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from flax import nnx
+
+from mle_jax.models import hf
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.safetensors_io import SafetensorsReader
+from mle_jax.sampling.vllm import weights_folder
+
+CFG = Qwen2Config(
+    vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=32, tie_word_embeddings=False,
+)  # fmt: skip
+
+
+def read_all(folder) -> dict[str, np.ndarray]:
+    r = SafetensorsReader(folder / "model.safetensors")
+    return {k: np.array(r.get(k)) for k in r.keys()}
+
+
+@pytest.fixture(scope="module")
+def model_and_reference(tmp_path_factory):
+    model = Qwen2ForCausalLM(CFG, nnx.Rngs(0))
+    return model, read_all(hf.save_pretrained(model, tmp_path_factory.mktemp("ref")))
+
+
+def test_our_params_are_written_by_write_weights(model_and_reference, tmp_path):
+    model, ref = model_and_reference
+    out = weights_folder(nnx.state(model), tmp_path / "export")
+    assert out == tmp_path / "export" and not (out / "config.json").exists()  # weights only
+    got = read_all(out)
+    assert sorted(got) == sorted(ref) and len(ref) == 2 + 2 * 12 + 1  # embed, norm, lm_head + 12/layer
+    for name, value in ref.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_mapping_and_folder(model_and_reference, tmp_path):
+    _, ref = model_and_reference
+    out = weights_folder(ref, tmp_path / "from_mapping")
+    assert weights_folder(out, tmp_path / "unused") == out  # a folder is used as is
+    assert not (tmp_path / "unused").exists()
+    got = read_all(out)
+    assert sorted(got) == sorted(ref) and all(np.array_equal(got[k], v) for k, v in ref.items())
+    bf16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in ref.items()}  # safetensors.numpy cannot write these
+    got = read_all(weights_folder(bf16, tmp_path / "bf16"))
+    assert all(got[k].dtype == ml_dtypes.bfloat16 and np.array_equal(got[k], v) for k, v in bf16.items())
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        weights_folder(tmp_path / "unused", tmp_path / "x")
+    with pytest.raises(TypeError, match="sync"):
+        weights_folder(3.0, tmp_path / "x")

@@ -1,0 +1,99 @@
+"""The run config is read in one place (mle_jax.settings): every task config becomes typed settings, an unknown
+field is an error naming it, and the settings' own defaults are the config's (they cannot drift apart)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+from mle_jax.executor.settings import ExecutorSettings
+
+from configs import base, pizza
+from mle_jax.evaluation import EvalSettings
+from mle_jax.instrument import InstrumentSettings
+from mle_jax.models.settings import ModelSettings
+from mle_jax.optim import OptimSettings
+from mle_jax.report import ReportSettings
+from mle_jax.rl.loop import LoopSettings
+from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.sampling.protocol import SamplingSettings
+from mle_jax.settings import ConfigError, RunSettings, SamplerSettings, from_config
+from mle_jax.tasks.prompts import PromptSettings
+from mle_jax.tasks.reward import RewardSettings
+from mle_jax.warmstart.stage import WarmStartSettings
+
+CONFIGS = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
+)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_task_config_becomes_settings(name):
+    mod = importlib.import_module(f"configs.{name}")
+    for arg in ("paper", "cpu"):
+        s = from_config(mod.get_config(arg))
+        assert isinstance(s, RunSettings) and s.task.id == mod.get_config(arg).task.id
+
+
+def test_settings_carry_the_config_values():
+    cfg = pizza.get_config("cpu")
+    cfg.ppo.clip_ratio = 0.1
+    cfg.sampler.temperature = 0.9
+    cfg.checkpoint.every = 3
+    s = from_config(cfg)
+    assert s.learner.ppo.clip_ratio == 0.1 and s.learner.ppo.temperature == 0.9  # the learner's logprobs
+    assert s.rollout.sampling.temperature == 0.9 and s.loop.checkpoint_every == 3
+    assert s.rollout.limits.timeout_s == cfg.executor.timeout_s and s.executor.slots == cfg.executor.slots
+    assert s.warmstart.model == s.model and s.warmstart.prompt == s.rollout.prompt
+    assert s.loop.seed == s.learner.seed == s.eval.seed == cfg.seed
+
+
+def test_an_unknown_field_or_bad_value_is_one_line_naming_it():
+    cfg = pizza.get_config("cpu")
+    cfg.loop.stepz = 3
+    with pytest.raises(ConfigError, match=r"loop\.stepz") as e:
+        from_config(cfg)
+    assert "\n" not in str(e.value)
+    cfg = pizza.get_config("cpu")
+    cfg.ppo.loss_agg = "sum"
+    with pytest.raises(ConfigError, match="loss_agg"):
+        from_config(cfg)
+    cfg = pizza.get_config("cpu")
+    cfg.extra = 1
+    with pytest.raises(ConfigError, match="extra"):
+        from_config(cfg)
+
+
+def _defaults(cls) -> dict:
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING and not isinstance(f.default, dataclasses.Field)
+    }
+
+
+@pytest.mark.parametrize(
+    "cls, section",
+    [
+        (ModelSettings, "tiny_model"),
+        (PPOSettings, "ppo"),
+        (OptimSettings, "optim"),
+        (PromptSettings, "prompt"),
+        (RewardSettings, "reward"),
+        (InstrumentSettings, "instrument"),
+        (ExecutorSettings, "executor"),
+        (LoopSettings, "loop"),
+        (WarmStartSettings, "warmstart"),
+        (EvalSettings, "eval"),
+        (ReportSettings, "report"),
+        (SamplingSettings, "sampler"),
+        (SamplerSettings, "sampler"),
+    ],
+)
+def test_setting_defaults_are_the_config_defaults(cls, section):
+    config = (base.tiny_model() if section == "tiny_model" else base.get_config()[section]).to_dict()
+    for name, default in _defaults(cls).items():
+        if name in config:
+            assert config[name] == default, f"{cls.__name__}.{name}: {default!r} vs configs/base.py {config[name]!r}"
