@@ -27,6 +27,7 @@ from pathlib import Path
 from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.instrument import instrument_batch
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.graders import grade
@@ -123,8 +124,7 @@ def main() -> None:
     prep_s = time.perf_counter() - t0
     if args.sandbox_python:
         cfg.executor.sandbox_python = args.sandbox_python
-    opts = {"python": cfg.executor.sandbox_python} if cfg.executor.sandbox_python else {}
-    sandbox = make_sandbox(cfg.executor.backend, **opts)
+    sandbox = make_sandbox(ExecutorSettings(**cfg.executor.to_dict()))
     packages = (
         args.packages.split(",")
         if args.packages

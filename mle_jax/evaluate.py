@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from mle_jax.executor.fleet import limits_from_config
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.report import markdown_table
 from mle_jax.rl import rollout
 
@@ -81,7 +81,7 @@ def evaluate(
         top_k=cfg.sampler.top_k,
         max_tokens=cfg.sampler.max_tokens,
     )
-    limits = limits_from_config(cfg.executor)
+    limits = ExecutorSettings(**cfg.executor.to_dict()).limits()
     lower = task.lower_is_better
     with Progress() as progress:
         prompts = rollout.make_prompts(
@@ -150,7 +150,7 @@ def main(argv: list[str]) -> None:
     task = run_lib.prepare_task(cfg)
     model, tokenizer = run_lib.load_trained_policy(cfg, task, workdir)
     sampler = run_lib.make_sampler(cfg, model, tokenizer, workdir)
-    fleet = make_fleet(cfg.executor)
+    fleet = make_fleet(ExecutorSettings(**cfg.executor.to_dict()))
     try:
         from functools import partial
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from mle_jax import checkpoint, evaluate, report, sharding
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.instrument import instrument_batch
 from mle_jax.models import hf
 from mle_jax.models import tokenizer as tok_lib
@@ -56,7 +57,7 @@ def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tu
         from mle_jax.executor.sandbox import make_sandbox
         from mle_jax.warmstart.stage import warm_start
 
-        sandbox = make_sandbox(cfg.executor.backend, **sandbox_options(cfg.executor))
+        sandbox = make_sandbox(ExecutorSettings(**cfg.executor.to_dict()))
         ws = warm_start(cfg, task, sandbox, packages, workdir / "warmstart")
         metrics = {
             "corpus_verified": len(ws.verified),
@@ -87,15 +88,6 @@ def build_policy(cfg: Any, task: Task, packages: list[str], workdir: Path) -> tu
             cfg.warmstart.tokenizer_max_token_length,
         )
     return random_policy(cfg.model, len(tokenizer)), tokenizer, {}
-
-
-def sandbox_options(executor_cfg: Any) -> dict:
-    opts = {}
-    if executor_cfg.get("sandbox_python", ""):
-        opts["python"] = executor_cfg.sandbox_python
-    if executor_cfg.backend == "docker":
-        opts["image"] = executor_cfg.image
-    return opts
 
 
 def load_trained_policy(cfg: Any, task: Task, workdir: Path) -> tuple[Any, Any]:
@@ -157,7 +149,7 @@ def run(cfg: Any) -> dict:
     model, tokenizer, ws_metrics = build_policy(cfg, task, packages, workdir)
     summary: dict[str, Any] = {"task": task.id, "workdir": str(workdir)}
     summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
-    fleet = make_fleet(cfg.executor)
+    fleet = make_fleet(ExecutorSettings(**cfg.executor.to_dict()))
     try:
         mesh = sharding.make_mesh(cfg.mesh)
         value = Qwen2ValueModel.from_policy(model, rngs=nnx.Rngs(cfg.seed + 1))

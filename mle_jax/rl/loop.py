@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mle_jax.executor.fleet import limits_from_config
+from mle_jax.executor.fleet import Fleet
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
@@ -92,7 +93,7 @@ class AsyncRLLoop:
         packages: list[str],
         sampler: Sampler,
         instrument_fn: Callable[[list[str]], list[Any]],
-        fleet: Any,
+        fleet: Fleet,
         learner: Any,
         checkpointer: Any,
         writer: MetricsWriter,
@@ -107,7 +108,7 @@ class AsyncRLLoop:
         self.in_flight: list[rollout.Sample] = []
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
-        self.limits = limits_from_config(cfg.executor)
+        self.limits = ExecutorSettings(**cfg.executor.to_dict()).limits()
         self.sampling = dict(
             temperature=cfg.sampler.temperature,
             top_p=cfg.sampler.top_p,

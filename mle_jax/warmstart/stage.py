@@ -24,6 +24,8 @@ from typing import Any
 
 from flax import nnx
 
+from mle_jax.executor.result import Limits
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, generate_corpus, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.improve import improve_count, improve_examples
 from mle_jax.warmstart.sft import run_sft, train_task_tokenizer
@@ -121,7 +123,6 @@ def warm_start(
     sandbox: `make_sandbox(...)` (programs are verified in it); packages: the sandbox's packages
     (they gate model families in the corpus and appear in the prompt, as in RL).
     """
-    from mle_jax.executor.result import Limits
     from mle_jax.models.hf import from_pretrained, runtime_options, save_pretrained
     from mle_jax.models.tokenizer import load_tokenizer
 
@@ -130,12 +131,11 @@ def warm_start(
     workdir.mkdir(parents=True, exist_ok=True)
     policy_dir = workdir / "policy"
     items = generate_corpus(task.spec, int(ws.corpus_size), int(cfg.seed), packages)
+    executor = ExecutorSettings(**cfg.executor.to_dict())
     limits = Limits(
-        timeout_s=float(ws.get("verify_timeout_s", 120.0)),
-        memory_mb=int(cfg.executor.memory_mb),
-        cpus=int(cfg.executor.cpus),
+        timeout_s=float(ws.get("verify_timeout_s", 120.0)), memory_mb=executor.memory_mb, cpus=executor.cpus
     )
-    workers = int(ws.get("verify_workers", 0)) or int(cfg.executor.slots) or 1
+    workers = int(ws.get("verify_workers", 0)) or executor.slots or 1
     run_fn = sandbox_run_fn(
         sandbox,
         task,

@@ -7,9 +7,12 @@ import socket
 
 import pytest
 
+from mle_jax.executor.docker import DockerSandbox
 from mle_jax.executor.podman import PodmanService
 from mle_jax.executor.result import Status
+from mle_jax.executor.runtime import default_venv
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.graders import grade
 from tests.executor import programs
 from tests.executor.conftest import HOSTILE, NORMAL
@@ -26,7 +29,8 @@ def docker_url():
 @pytest.fixture(scope="module")
 def sandbox(docker_url, tmp_path_factory):
     root = tmp_path_factory.mktemp("docker")
-    return make_sandbox("docker", base_url=docker_url, work_root=root / "work", out_root=root / "results")
+    settings = ExecutorSettings(backend="docker", docker_url=docker_url)
+    return make_sandbox(settings, work_root=root / "work", out_root=root / "results")
 
 
 def _normal_run_works(sandbox, task):
@@ -95,3 +99,13 @@ def test_private_answers_shadow_and_writes_outside(sandbox, pizza_task):
     wrote = [x for x in r.stdout_tail.splitlines() if x.startswith("WROTE")]
     assert wrote == ["WROTE /tmp/x"], wrote
     _normal_run_works(sandbox, pizza_task)
+
+
+def test_settings_reach_the_docker_sandbox(docker_url, pizza_task, tmp_path):
+    # docker_url: without it the SDK would look for DOCKER_HOST / a local Docker, and there is none here
+    settings = ExecutorSettings(backend="docker", docker_url=docker_url, max_work_mb=256)
+    sb = make_sandbox(settings, work_root=tmp_path / "work", out_root=tmp_path / "results")
+    assert isinstance(sb, DockerSandbox) and sb.image == settings.image and sb.venv == default_venv()
+    r = sb.run(programs.FILL_DISK, pizza_task, HOSTILE)  # 64 files of 48 MB against a 256 MB work dir cap
+    assert r.status is Status.KILLED and r.extra["killed_reason"] == "disk", (r.status, r.stderr_tail[-300:])
+    assert "file 63" not in r.stdout_tail

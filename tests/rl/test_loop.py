@@ -10,6 +10,7 @@ from flax import nnx
 from configs import base
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.executor.fleet import make_fleet
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
@@ -74,7 +75,7 @@ def _loop(tmp_path, task, script, **loop_overrides):
     value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
     learner = Learner(cfg, policy, value)
     sampler = ScriptedSampler(policy, tok, script)
-    fleet = make_fleet(cfg.executor)
+    fleet = make_fleet(ExecutorSettings(**cfg.executor.to_dict()))
     loop = AsyncRLLoop(
         cfg,
         task,

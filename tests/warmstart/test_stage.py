@@ -11,6 +11,7 @@ import pytest
 
 from configs import pizza as pizza_config
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.corpus import PIZZA
 from mle_jax.warmstart.stage import warm_start
@@ -26,7 +27,7 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     cfg.warmstart.warmup_steps = 1
     cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
     cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
-    sandbox = make_sandbox("bwrap")
+    sandbox = make_sandbox(ExecutorSettings(**cfg.executor.to_dict()))
     packages = ["numpy", "pandas", "scipy", "scikit-learn"]
     ws = warm_start(cfg, task, sandbox, packages, tmp_path / "ws", progress=False)
     assert len(ws.verified) == 3 and all(0.5 < v.score < 0.85 for v in ws.verified)
