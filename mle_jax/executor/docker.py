@@ -64,6 +64,20 @@ def _parse_time(s: str) -> float:
     return t.timestamp() + (float("0." + m.group(2)) if m.group(2) else 0.0)
 
 
+def _is_read_timeout(error: BaseException) -> bool:
+    """Whether a docker SDK call failed because its `timeout` passed: requests' ReadTimeout over TCP, a
+    ConnectionError wrapping urllib3's ReadTimeoutError over a unix socket. Any other error (the API
+    answering an error, the connection reset or refused) is the executor's failure."""
+    import requests  # optional dependency (comes with the docker SDK)
+    from urllib3.exceptions import ReadTimeoutError  # optional dependency (comes with the docker SDK)
+
+    if isinstance(error, requests.exceptions.ReadTimeout):
+        return True
+    return isinstance(error, requests.exceptions.ConnectionError) and any(
+        isinstance(a, ReadTimeoutError) for a in error.args
+    )
+
+
 class DockerSandbox:
     """Runs programs in containers. Thread-safe (one container per run).
 
@@ -157,8 +171,8 @@ class DockerSandbox:
             if container is not None:
                 try:
                     container.remove(force=True)
-                except self._errors.APIError as e:
-                    log.warning("could not remove container %s: %s", container.id[:12], e)
+                except Exception as e:  # an API failure here must not hide the run's own error or result
+                    log.warning("could not remove container %s: %r", container.id[:12], e)
             if not self.keep_work:
                 remove_tree(ws.work_dir)
 
@@ -196,8 +210,10 @@ class DockerSandbox:
         with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
             try:
                 container.wait(timeout=limits.timeout_s)
-            except Exception:  # requests' ReadTimeout / ConnectionError: the wall-clock limit
-                timed_out = True
+            except Exception as e:
+                if not _is_read_timeout(e):
+                    raise  # the Docker API failed, not the program: the fleet retries it on a fresh executor
+                timed_out = True  # the wall-clock limit passed
                 kill("timeout")
                 container.wait(timeout=60)
         t_end = time.monotonic()
