@@ -246,18 +246,21 @@ class RaySlot:
             path.write_bytes(data)
         return replace(result, submission_path=path, extra={**result.extra, "results_dir": str(local)})
 
-    def restart(self) -> None:
+    def _kill(self) -> None:
+        # ray.kill of an actor that is already dead succeeds (it is a request to the GCS), so whatever it
+        # raises is worth seeing; the slot goes on either way (max_restarts=0: the old actor stays dead or
+        # is reaped with the cluster)
         try:
             self.ray.kill(self.actor, no_restart=True)
-        except Exception:
-            pass
+        except Exception as e:
+            log.warning("ray.kill of executor actor %s failed: %r", self.actor, e)
+
+    def restart(self) -> None:
+        self._kill()
         self.actor = self._new_actor()
 
     def close(self) -> None:
-        try:
-            self.ray.kill(self.actor, no_restart=True)
-        except Exception:
-            pass
+        self._kill()
 
 
 class RayFleet(SlotFleet):

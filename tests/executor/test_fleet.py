@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
+import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import replace
@@ -14,6 +16,7 @@ import pytest
 from configs.base import get_config
 from mle_jax.executor.fleet import Fleet, LocalSlot, RayFleet, SlotFleet, local_fleet, make_fleet
 from mle_jax.executor.result import ExecResult, Limits, Status
+from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.task import Task
@@ -164,3 +167,29 @@ def test_make_fleet_from_config(pizza_task, tmp_path):
         assert r.submission_path is not None and r.submission_path.is_relative_to(tmp_path / "r")
     finally:
         fleet.close()
+
+
+# The Ray cluster of a fleet disappears (shut down under it) before the fleet closes: killing its actors
+# then fails, and that must be seen, not swallowed. In a process of its own: this one's Ray is in use.
+RAY_GONE = """
+import logging, sys
+import ray
+from mle_jax.executor.fleet import RayFleet
+from mle_jax.executor.settings import ExecutorSettings
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+fleet = RayFleet(ExecutorSettings(backend="bwrap", fleet="ray", slots=1, ray_actor_cpus=1))
+print("actor pid", fleet.executor_pids()[0], flush=True)
+ray.shutdown()
+fleet.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_failing_ray_kill_is_logged():
+    out = subprocess.run(
+        [sys.executable, "-c", RAY_GONE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "actor pid" in out.stdout and "closed" in out.stdout
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("WARNING mle_jax.executor.fleet: ray.kill")]
+    assert len(warnings) == 1 and "failed" in warnings[0], out.stderr[-2000:]
