@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import as_completed
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.sandbox_overhead import LIMITS, _task  # noqa: E402
 from mle_jax.executor.fleet import RayFleet, local_fleet  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
+from mle_jax.executor.settings import ExecutorSettings  # noqa: E402
 
 PROGRAM = "import sys\nprint('hello', sys.version_info[:2])\n"
 
@@ -43,7 +45,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mle_jax_bench_") as tmp:
         root = Path(tmp)
         task = _task(root)
-        sb = make_sandbox("bwrap", work_root=root / "w", out_root=root / "r")
+        settings = ExecutorSettings(backend="bwrap", slots=args.slots, ray_actor_cpus=1)
+        sb = make_sandbox(settings, work_root=root / "w", out_root=root / "r")
         sb.run(PROGRAM, task, LIMITS)
         single = []
         for _ in range(10):
@@ -55,13 +58,11 @@ def main() -> None:
             f"one run alone: {statistics.median(single) * 1e3:.1f} ms -> ideal {ideal:.2f} programs/s "
             f"with {args.slots} slots"
         )
-        with local_fleet("bwrap", slots=args.slots, work_root=root / "lw", out_root=root / "lr") as fleet:
+        with local_fleet(settings, work_root=root / "lw", out_root=root / "lr") as fleet:
             local = _through(fleet, task, args.programs)
         print(f"local pool: {local:.2f} programs/s = {local / ideal:.0%} of ideal")
         if not args.no_ray:
-            with RayFleet(
-                "bwrap", slots=args.slots, actor_cpus=1, out_root=root / "ray", work_root=root / "rw"
-            ) as fleet:
+            with RayFleet(replace(settings, fleet="ray"), work_root=root / "rw", out_root=root / "ray") as fleet:
                 _through(fleet, task, 2 * args.slots)  # actors up and warm
                 ray = _through(fleet, task, args.programs)
             print(f"ray fleet:  {ray:.2f} programs/s = {ray / ideal:.0%} of ideal, x{ray / local:.2f} vs local")

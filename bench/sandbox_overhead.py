@@ -18,9 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mle_jax.executor.podman import PodmanService  # noqa: E402
 from mle_jax.executor.result import Limits  # noqa: E402
 from mle_jax.executor.runtime import check_venv, default_venv  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
+from mle_jax.executor.settings import ExecutorSettings  # noqa: E402
 from mle_jax.tasks.task import Task, TaskSpec  # noqa: E402
 
 LIMITS = Limits(timeout_s=60, memory_mb=1024, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=4096)
@@ -86,14 +88,13 @@ def main() -> None:
         bare_times = _bare(args.runs)
         bare = statistics.median(bare_times)
         _row("bare", bare_times, bare)
-        bw = make_sandbox("bwrap", work_root=root / "w", out_root=root / "r")
+        bw = make_sandbox(ExecutorSettings(backend="bwrap"), work_root=root / "w", out_root=root / "r")
         walls, deltas = _sandboxed(bw, task, args.runs)
         _row("bwrap", walls, bare, deltas)
         if not args.no_docker:
-            from mle_jax.executor.podman import PodmanService
-
             with PodmanService() as url:
-                dk = make_sandbox("docker", base_url=url, work_root=root / "dw", out_root=root / "dr")
+                settings = ExecutorSettings(backend="docker", docker_url=url)
+                dk = make_sandbox(settings, work_root=root / "dw", out_root=root / "dr")
                 walls, deltas = _sandboxed(dk, task, args.docker_runs)
                 _row("docker", walls, bare, deltas)
 

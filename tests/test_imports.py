@@ -12,7 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mle_jax"
 # Dependencies a module may import inside a function: optional extras, or code that only runs in another
 # interpreter (the vLLM worker runs inside the vLLM server's venv).
-OPTIONAL = {"docker", "ray", "torch", "requests", "gguf", "safetensors", "vllm", "jax.experimental.topologies"}
+OPTIONAL = {
+    "docker",
+    "ray",
+    "torch",
+    "requests",
+    "urllib3",
+    "gguf",
+    "safetensors",
+    "vllm",
+    "jax.experimental.topologies",
+}
 
 
 def module_name(path: Path) -> str:

@@ -20,8 +20,18 @@ import os
 import sys
 from pathlib import Path
 
+from mle_jax.executor.image import ensure_image
+from mle_jax.executor.podman import PodmanService
 from mle_jax.executor.result import Limits, Status
-from mle_jax.executor.runtime import REPO_ROOT
+from mle_jax.executor.runtime import REPO_ROOT, sandbox_packages
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
+from mle_jax.instrument import instrument
+from mle_jax.tasks.graders import grade
+from mle_jax.tasks.prepare import prepare
+from mle_jax.tasks.registry import load_task
+from mle_jax.tasks.reward import compute_reward
+from mle_jax.tasks.task import Task
 
 DEFAULT_RAW = REPO_ROOT.parent / "shared" / "data" / "raw"
 STDOUT_TAIL_CHARS = 2000
@@ -33,16 +43,11 @@ def docker_url(url: str | None):
     if url or os.environ.get("DOCKER_HOST"):
         yield url or os.environ["DOCKER_HOST"]
         return
-    from mle_jax.executor.podman import PodmanService
-
     with PodmanService() as started:
         yield started
 
 
-def _task(task_id: str, prepared: str | None, raw: str):
-    from mle_jax.tasks.prepare import prepare
-    from mle_jax.tasks.registry import load_task
-
+def _task(task_id: str, prepared: str | None, raw: str) -> Task:
     if prepared:
         return load_task(task_id, prepared)
     out = REPO_ROOT / "data" / "tasks" / task_id / "prepared"
@@ -51,24 +56,18 @@ def _task(task_id: str, prepared: str | None, raw: str):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from mle_jax.executor.sandbox import make_sandbox
-    from mle_jax.tasks.graders import grade
-    from mle_jax.tasks.reward import compute_reward
-
     task = _task(args.task, args.prepared, args.raw)
     code = Path(args.code).read_text()
     instrumented_path = None
     if args.instrument:
-        from mle_jax.instrument import instrument
-
         inst = instrument(code, mode="ast")
         code, instrumented_path = inst.code, inst.path
-    limits = Limits(timeout_s=args.timeout, memory_mb=args.memory_mb, cpus=args.cpus)
     with contextlib.ExitStack() as stack:
-        opts = {}
-        if args.backend == "docker":
-            opts["base_url"] = stack.enter_context(docker_url(args.docker_url))
-        result = make_sandbox(args.backend, **opts).run(code, task, limits)
+        url = stack.enter_context(docker_url(args.docker_url)) if args.backend == "docker" else ""
+        settings = ExecutorSettings(
+            backend=args.backend, docker_url=url, timeout_s=args.timeout, memory_mb=args.memory_mb, cpus=args.cpus
+        )
+        result = make_sandbox(settings).run(code, task, settings.limits())
     out: dict = {
         "status": str(result.status),
         "exit_code": result.exit_code,
@@ -97,9 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_image(args: argparse.Namespace) -> int:
-    import docker
-
-    from mle_jax.executor.image import ensure_image
+    import docker  # optional dependency
 
     with docker_url(args.docker_url) as url:
         client = docker.DockerClient(base_url=url)
@@ -109,8 +106,6 @@ def _cmd_build_image(args: argparse.Namespace) -> int:
 
 
 def _cmd_packages(_args: argparse.Namespace) -> int:
-    from mle_jax.executor.runtime import sandbox_packages
-
     print(json.dumps(sandbox_packages()))
     return 0
 
@@ -125,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one program in a sandbox and grade it")
     run.add_argument("--task", required=True)
     run.add_argument("--code", required=True, help="the program (a .py file)")
-    run.add_argument("--backend", choices=("bwrap", "docker"), default="bwrap")
+    run.add_argument("--backend", choices=BACKEND_NAMES, default="bwrap")
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit, seconds")
     run.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     run.add_argument("--cpus", type=int, default=Limits.cpus)

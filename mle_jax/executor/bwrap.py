@@ -34,17 +34,11 @@ import threading
 import time
 from pathlib import Path
 
+from mle_jax.executor.backend import UidPool, data_mount_point, sandbox_env, work_mount
 from mle_jax.executor.capture import BoundedCapture, drain_in_thread
 from mle_jax.executor.cgroups import RunCgroup
-from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import REPO_ROOT, VENV_MOUNT, check_venv, venv_of
-from mle_jax.executor.sandbox import (
-    UidPool,
-    data_mount,
-    sandbox_env,
-    signal_exit_code,
-    work_mount,
-)
 from mle_jax.executor.workspace import (
     CODE_NAME,
     DiskWatchdog,
@@ -257,7 +251,7 @@ class BwrapSandbox:
             VENV_MOUNT,
             "--ro-bind",
             str(sources["public"]),
-            data_mount(task.id).rstrip("/"),
+            data_mount_point(task.id),
             "--bind",
             str(sources["work"]),
             work,

@@ -3,7 +3,7 @@
 The container: image from sandboxes/Dockerfile (built and cached by `image.ensure_image`), no network,
 read-only root, size-capped tmpfs /tmp, memory (no swap) / pids / cpu limits, nofile/nproc/fsize/core
 ulimits, all capabilities dropped, no-new-privileges, an unprivileged user; the task's public data
-read-only at DATA_MOUNT, a fresh work dir read-write as the cwd, the host's sandbox venv read-only at
+read-only at the data mount, a fresh work dir read-write as the cwd, the host's sandbox venv read-only at
 /opt/sandbox-venv. Output is streamed over an attach socket into bounded buffers (the log driver is
 "none", so nothing is written to disk). Δt is the container's StartedAt -> FinishedAt.
 
@@ -22,16 +22,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from mle_jax.executor.backend import data_mount_point, sandbox_env, work_mount
 from mle_jax.executor.capture import BoundedCapture
 from mle_jax.executor.image import ensure_image
-from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import VENV_MOUNT, check_venv, venv_of
-from mle_jax.executor.sandbox import (
-    data_mount,
-    sandbox_env,
-    signal_exit_code,
-    work_mount,
-)
 from mle_jax.executor.workspace import (
     CODE_NAME,
     DiskWatchdog,
@@ -50,7 +45,7 @@ LABEL = "org.mle_jax.sandbox"
 
 def _import_docker():
     try:
-        import docker
+        import docker  # optional dependency
     except ImportError as e:
         raise ImportError("the docker backend needs the docker SDK: .venv/bin/pip install docker") from e
     return docker
@@ -67,6 +62,20 @@ def _parse_time(s: str) -> float:
     tz = m.group(3) or "Z"
     t = datetime.fromisoformat(m.group(1) + ("+00:00" if tz == "Z" else tz))
     return t.timestamp() + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
+def _is_read_timeout(error: BaseException) -> bool:
+    """Whether a docker SDK call failed because its `timeout` passed: requests' ReadTimeout over TCP, a
+    ConnectionError wrapping urllib3's ReadTimeoutError over a unix socket. Any other error (the API
+    answering an error, the connection reset or refused) is the executor's failure."""
+    import requests  # optional dependency (comes with the docker SDK)
+    from urllib3.exceptions import ReadTimeoutError  # optional dependency (comes with the docker SDK)
+
+    if isinstance(error, requests.exceptions.ReadTimeout):
+        return True
+    return isinstance(error, requests.exceptions.ConnectionError) and any(
+        isinstance(a, ReadTimeoutError) for a in error.args
+    )
 
 
 class DockerSandbox:
@@ -106,7 +115,7 @@ class DockerSandbox:
         self.keep_work = keep_work
 
     def _create(self, task: Task, limits: Limits, work_dir: Path):
-        from docker.types import LogConfig, Ulimit
+        from docker.types import LogConfig, Ulimit  # optional dependency
 
         mem = limits.memory_mb << 20
         cpu = int(limits.timeout_s * max(1, limits.cpus)) + 2
@@ -140,7 +149,7 @@ class DockerSandbox:
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             volumes={
-                str(Path(task.public_dir).resolve()): {"bind": data_mount(task.id).rstrip("/"), "mode": "ro"},
+                str(Path(task.public_dir).resolve()): {"bind": data_mount_point(task.id), "mode": "ro"},
                 str(work_dir): {"bind": work_mount(task.id), "mode": "rw"},
                 str(self.venv.resolve()): {"bind": VENV_MOUNT, "mode": "ro"},
             },
@@ -162,8 +171,8 @@ class DockerSandbox:
             if container is not None:
                 try:
                     container.remove(force=True)
-                except self._errors.APIError as e:
-                    log.warning("could not remove container %s: %s", container.id[:12], e)
+                except Exception as e:  # an API failure here must not hide the run's own error or result
+                    log.warning("could not remove container %s: %r", container.id[:12], e)
             if not self.keep_work:
                 remove_tree(ws.work_dir)
 
@@ -201,8 +210,10 @@ class DockerSandbox:
         with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
             try:
                 container.wait(timeout=limits.timeout_s)
-            except Exception:  # requests' ReadTimeout / ConnectionError: the wall-clock limit
-                timed_out = True
+            except Exception as e:
+                if not _is_read_timeout(e):
+                    raise  # the Docker API failed, not the program: the fleet retries it on a fresh executor
+                timed_out = True  # the wall-clock limit passed
                 kill("timeout")
                 container.wait(timeout=60)
         t_end = time.monotonic()

@@ -1,7 +1,8 @@
 """Executor fleets: N concurrent slots behind a bounded queue; `submit` returns a Future[ExecResult].
 
 Futures complete in completion order (use `concurrent.futures.wait(..., FIRST_COMPLETED)` or
-`as_completed`). Two kinds of slot, same interface:
+`as_completed`). `Fleet` is the interface callers use; `make_fleet(settings)` builds a SlotFleet with one
+of two kinds of slot:
 
   local  a thread per slot calling a sandbox in this process
   ray    a thread per slot driving one SandboxActor on a Ray cluster (local `ray.init`, or
@@ -26,16 +27,29 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, runtime_checkable
 
+from mle_jax.executor.backend import Sandbox
 from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 2  # the first try and one retry
+
+
+@runtime_checkable
+class Fleet(Protocol):
+    """What the RL loop and evaluation use of a fleet (both SlotFleet and RayFleet are one)."""
+
+    n_slots: int
+
+    def submit(self, code: str, task: Task, limits: Limits) -> Future[ExecResult]: ...
+
+    def close(self) -> None: ...
 
 
 class Slot(Protocol):
@@ -62,7 +76,7 @@ def infra_result(error: BaseException, attempts: int) -> ExecResult:
     )
 
 
-class Fleet:
+class SlotFleet:
     """N slots (threads) taking (code, task, limits) from a bounded queue. submit() blocks when it is full."""
 
     def __init__(self, make_slot: Callable[[int], Slot], slots: int, queue_size: int = 1024, name: str = "fleet"):
@@ -79,11 +93,11 @@ class Fleet:
         for t in self._threads:
             t.start()
 
-    def submit(self, code: str, task: Task, limits: Limits, timeout: float | None = None) -> Future:
+    def submit(self, code: str, task: Task, limits: Limits, timeout: float | None = None) -> Future[ExecResult]:
         """Queue one run; the Future's result is its ExecResult. Raises queue.Full after `timeout`."""
         if self._closed:
             raise RuntimeError("fleet is closed")
-        fut: Future = Future()
+        fut: Future[ExecResult] = Future()
         self._queue.put((fut, code, task, limits), timeout=timeout)
         return fut
 
@@ -137,7 +151,7 @@ class Fleet:
         for slot in self._slots:
             slot.close()
 
-    def __enter__(self) -> Fleet:
+    def __enter__(self) -> SlotFleet:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -148,7 +162,7 @@ class Fleet:
 class LocalSlot:
     """Runs in this process with a shared sandbox (sandboxes are thread-safe)."""
 
-    def __init__(self, sandbox):
+    def __init__(self, sandbox: Sandbox):
         self.sandbox = sandbox
 
     def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
@@ -161,15 +175,22 @@ class LocalSlot:
         pass
 
 
-def local_fleet(backend: str = "bwrap", slots: int = 0, queue_size: int = 1024, **sandbox_opts) -> Fleet:
-    sandbox = make_sandbox(backend, **sandbox_opts)
-    return Fleet(lambda i: LocalSlot(sandbox), slots or os.cpu_count() or 1, queue_size, name="local")
+def _n_slots(settings: ExecutorSettings) -> int:
+    return settings.slots or os.cpu_count() or 1
+
+
+def local_fleet(
+    settings: ExecutorSettings, work_root: str | Path | None = None, out_root: str | Path | None = None
+) -> SlotFleet:
+    """`settings.slots` threads sharing one sandbox in this process (work_root, out_root: see make_sandbox)."""
+    sandbox = make_sandbox(settings, work_root=work_root, out_root=out_root)
+    return SlotFleet(lambda i: LocalSlot(sandbox), _n_slots(settings), settings.queue_size, name="local")
 
 
 # -- Ray -----------------------------------------------------------------------------------------
 def _import_ray():
     try:
-        import ray
+        import ray  # optional dependency
     except ImportError as e:
         raise ImportError("the ray fleet needs ray: .venv/bin/pip install 'ray' (extra [ray])") from e
     return ray
@@ -178,8 +199,8 @@ def _import_ray():
 class SandboxActorImpl:
     """The body of the Ray actor: a sandbox on the actor's machine."""
 
-    def __init__(self, backend: str, sandbox_opts: dict):
-        self.sandbox = make_sandbox(backend, **sandbox_opts)
+    def __init__(self, settings: ExecutorSettings, work_root: str | None):
+        self.sandbox = make_sandbox(settings, work_root=work_root)
 
     def pid(self) -> int:
         return os.getpid()
@@ -196,14 +217,16 @@ class SandboxActorImpl:
 class RaySlot:
     """One slot = one actor; a dead actor is replaced by a fresh one on restart()."""
 
-    def __init__(self, ray, actor_cls, backend: str, sandbox_opts: dict, out_root: Path, actor_options: dict):
+    def __init__(
+        self, ray, actor_cls, settings: ExecutorSettings, work_root: str | None, out_root: Path, actor_options: dict
+    ):
         self.ray, self.actor_cls = ray, actor_cls
-        self.backend, self.sandbox_opts, self.out_root = backend, sandbox_opts, out_root
+        self.settings, self.work_root, self.out_root = settings, work_root, out_root
         self.actor_options = actor_options
         self.actor = self._new_actor()
 
     def _new_actor(self):
-        actor = self.actor_cls.options(**self.actor_options).remote(self.backend, self.sandbox_opts)
+        actor = self.actor_cls.options(**self.actor_options).remote(self.settings, self.work_root)
         self._pid_ref = actor.pid.remote()  # answered before any run: calls to an actor run in order
         return actor
 
@@ -223,39 +246,41 @@ class RaySlot:
             path.write_bytes(data)
         return replace(result, submission_path=path, extra={**result.extra, "results_dir": str(local)})
 
-    def restart(self) -> None:
+    def _kill(self) -> None:
+        # ray.kill of an actor that is already dead succeeds (it is a request to the GCS), so whatever it
+        # raises is worth seeing; the slot goes on either way (max_restarts=0: the old actor stays dead or
+        # is reaped with the cluster)
         try:
             self.ray.kill(self.actor, no_restart=True)
-        except Exception:
-            pass
+        except Exception as e:
+            log.warning("ray.kill of executor actor %s failed: %r", self.actor, e)
+
+    def restart(self) -> None:
+        self._kill()
         self.actor = self._new_actor()
 
     def close(self) -> None:
-        try:
-            self.ray.kill(self.actor, no_restart=True)
-        except Exception:
-            pass
+        self._kill()
 
 
-class RayFleet(Fleet):
-    """A Fleet whose slots are SandboxActors on a Ray cluster.
+class RayFleet(SlotFleet):
+    """A fleet whose slots are SandboxActors on a Ray cluster.
 
-    address: a cluster to join ("" starts a private local one with `slots` CPUs, shut down on close).
-    actor_cpus: CPUs each actor reserves on the cluster.
+    settings.ray_address: a cluster to join ("" starts a private local one, shut down on close).
+    settings.ray_actor_cpus: CPUs each actor reserves on the cluster (0: settings.cpus).
+    work_root: the actors' work dirs (on their machines); out_root: where results land on this machine.
     """
 
     def __init__(
         self,
-        backend: str = "bwrap",
-        slots: int = 0,
-        queue_size: int = 1024,
-        address: str = "",
-        actor_cpus: float = 1.0,
+        settings: ExecutorSettings,
+        work_root: str | Path | None = None,
         out_root: str | Path | None = None,
-        **sandbox_opts: Any,
     ):
         ray = _import_ray()
-        slots = slots or os.cpu_count() or 1
+        slots = _n_slots(settings)
+        address = settings.ray_address
+        actor_cpus = settings.ray_actor_cpus or settings.cpus
         self._owns_ray = False
         self._ray_tmp: str | None = None
         # the code must import on the workers the same way as here (this checkout first)
@@ -279,8 +304,9 @@ class RayFleet(Fleet):
         actor_cls = ray.remote(SandboxActorImpl)
         out = Path(out_root) if out_root else Path(tempfile.mkdtemp(prefix="mle_jax_ray_results_"))
         options = {"num_cpus": actor_cpus, "max_restarts": 0, "max_concurrency": 1, "runtime_env": {"env_vars": env}}
-        make_slot = lambda i: RaySlot(ray, actor_cls, backend, sandbox_opts, out, options)
-        super().__init__(make_slot, slots, queue_size, name="ray")
+        actor_work = str(work_root) if work_root else None
+        make_slot = lambda i: RaySlot(ray, actor_cls, settings, actor_work, out, options)
+        super().__init__(make_slot, slots, settings.queue_size, name="ray")
 
     def executor_pids(self) -> list[int]:
         """Process ids of the slots' actors (for tests that kill one)."""
@@ -295,42 +321,11 @@ class RayFleet(Fleet):
                 shutil.rmtree(self._ray_tmp, ignore_errors=True)
 
 
-def make_fleet(cfg) -> Fleet:
-    """The fleet of config section `executor` (configs/base.py): backend, fleet, slots, queue_size, ..."""
-    opts: dict[str, Any] = {}
-    if cfg.backend == "bwrap":
-        opts["python"] = cfg.get("sandbox_python", "") or None
-    elif cfg.backend == "docker":
-        opts["image"] = cfg.image
-        if cfg.get("docker_url", ""):
-            opts["base_url"] = cfg.docker_url
-        opts["python"] = cfg.get("sandbox_python", "") or None
-    else:
-        raise ValueError(f"unknown executor backend {cfg.backend!r}")
-    if cfg.get("max_work_mb", 0):
-        opts["max_work_mb"] = cfg.max_work_mb
-    slots = cfg.slots or os.cpu_count() or 1
-    if cfg.fleet == "local":
-        return local_fleet(cfg.backend, slots, cfg.queue_size, **opts)
-    if cfg.fleet == "ray":
-        return RayFleet(
-            cfg.backend,
-            slots,
-            cfg.queue_size,
-            address=cfg.ray_address,
-            actor_cpus=cfg.get("ray_actor_cpus", 0) or cfg.cpus,
-            **opts,
-        )
-    raise ValueError(f"unknown executor fleet {cfg.fleet!r}; choose 'local' or 'ray'")
-
-
-def limits_from_config(cfg) -> Limits:
-    """Limits of config section `executor`."""
-    return Limits(
-        timeout_s=cfg.timeout_s,
-        memory_mb=cfg.memory_mb,
-        cpus=cfg.cpus,
-        max_procs=cfg.max_procs,
-        max_file_mb=cfg.max_file_mb,
-        max_output_bytes=cfg.max_output_bytes,
-    )
+def make_fleet(
+    settings: ExecutorSettings, work_root: str | Path | None = None, out_root: str | Path | None = None
+) -> Fleet:
+    """The fleet `settings.fleet` of `settings.slots` sandboxes of `settings.backend` (see make_sandbox for
+    work_root and out_root)."""
+    if settings.fleet == "ray":
+        return RayFleet(settings, work_root, out_root)
+    return local_fleet(settings, work_root, out_root)

@@ -35,7 +35,7 @@ def dockerfile_hash() -> str:
 
 
 def _has_image(client, tag: str):
-    import docker
+    import docker  # optional dependency
 
     try:
         return client.images.get(tag)

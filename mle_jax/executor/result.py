@@ -1,8 +1,10 @@
-"""What an executor returns for one run of agent code, and the limits it runs under."""
+"""What an executor returns for one run of agent code, the limits it runs under, and how a finished run is
+classified (the rules every backend applies)."""
 
 from __future__ import annotations
 
 import enum
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,3 +43,41 @@ class ExecResult:
     @property
     def infra_failure(self) -> bool:
         return self.status is Status.INFRA
+
+
+# stderr markers of an allocation failure under RLIMIT_AS (the kernel OOM killer leaves none)
+_OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "Unable to allocate")
+
+
+def signal_exit_code(code: int | None) -> int | None:
+    """Shell convention 128+N (what bwrap and docker report for a signalled program) -> -N."""
+    if code is not None and 128 < code <= 128 + 64:
+        return -(code - 128)
+    return code
+
+
+def classify(exit_code: int | None, timed_out: bool, oom: bool, killed_reason: str, stderr_tail: str) -> Status:
+    """Status of a finished run. exit_code < 0 means killed by signal -exit_code."""
+    if timed_out:
+        return Status.TIMEOUT
+    if oom:
+        return Status.OOM
+    if killed_reason:
+        return Status.KILLED
+    if exit_code == 0:
+        return Status.OK
+    if exit_code is not None and exit_code != 0 and any(m in stderr_tail for m in _OOM_MARKERS):
+        return Status.OOM
+    if exit_code is not None and exit_code < 0:
+        return Status.KILLED
+    return Status.ERROR
+
+
+def signal_name(exit_code: int | None) -> str:
+    """ "SIGKILL" for exit code -9; "" for a program that exited."""
+    if exit_code is None or exit_code >= 0:
+        return ""
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"

@@ -16,7 +16,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from mle_jax.executor.capture import BoundedCapture
+from mle_jax.executor.result import ExecResult, Limits, classify, signal_name
 
 SUBMISSION_NAME = "submission.csv"
 CODE_NAME = "solution.py"
@@ -156,17 +158,14 @@ def finish_run(
     timed_out: bool,
     oom: bool,
     killed_reason: str,
-    out: Any,
-    err: Any,
+    out: BoundedCapture,
+    err: BoundedCapture,
     watchdog: DiskWatchdog,
-    limits: Any,
+    limits: Limits,
     extra: dict,
-) -> Any:
+) -> ExecResult:
     """The ExecResult of a run that ended, whichever backend ran it: status from how it ended, the
     captured output saved beside the copied-out submission, and the details every backend reports."""
-    from mle_jax.executor.result import ExecResult
-    from mle_jax.executor.sandbox import classify, signal_name
-
     stdout, stderr = out.text(), err.text()
     status = classify(exit_code, timed_out, oom, "" if timed_out else killed_reason, stderr)
     (ws.out_dir / "stdout.txt").write_text(stdout)

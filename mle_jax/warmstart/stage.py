@@ -15,6 +15,7 @@ Called by the launcher before RL when `cfg.warmstart.enabled`. Everything it wri
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -55,15 +56,14 @@ class WarmStartSettings:
     log_every: int = 10
     checkpoint_every: int = 100
     verify_timeout_s: float = 120.0  # per corpus program
-    verify_workers: int = 1
+    verify_workers: int = 0  # 0: one per executor slot (resolved by mle_jax.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
     # from the rest of the run config
     seed: int = 0
     model: ModelSettings = field(default_factory=ModelSettings)
     prompt: PromptSettings = field(default_factory=PromptSettings)
-    memory_mb: int = 4096  # sandbox limits of a verification run
-    cpus: int = 1
+    limits: Limits = field(default_factory=Limits)  # the run's sandbox limits; verification has its own timeout
     instrument_mode: str = "ast"  # "off" verifies uninstrumented programs; else the AST instrumenter
 
     def sft(self) -> SFTSettings:
@@ -82,7 +82,7 @@ class WarmStartSettings:
         )
 
     def verify_limits(self) -> Limits:
-        return Limits(timeout_s=self.verify_timeout_s, memory_mb=self.memory_mb, cpus=self.cpus)
+        return dataclasses.replace(self.limits, timeout_s=self.verify_timeout_s)
 
 
 @dataclass

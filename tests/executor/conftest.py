@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from mle_jax.executor.result import Limits
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.task import Task
 
 # Short limits for hostile programs: the machine is shared.
 HOSTILE = Limits(timeout_s=6.0, memory_mb=768, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
 NORMAL = Limits(timeout_s=60.0, memory_mb=2048, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
+BWRAP = ExecutorSettings(backend="bwrap")
 
 
 @pytest.fixture(scope="session")

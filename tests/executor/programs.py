@@ -157,18 +157,21 @@ for t in targets:
         print("blocked", t, type(e).__name__)
 """
 
-# The daemon double-forks, survives its parent, and after a while would write a marker in the work dir.
+# The daemon double-forks, says it is up, survives its parent, and a minute later would write a marker in
+# the work dir. The parent exits once the daemon is up.
 DAEMON = """
 import os, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        time.sleep(3)
-        with open("DAEMON_MARKER", "w") as f:
+        with open("DAEMON_STARTED", "w") as f:
             f.write(str(os.getpid()))
         time.sleep(60)
+        with open("DAEMON_MARKER", "w") as f:
+            f.write(str(os.getpid()))
     os._exit(0)
-time.sleep(0.2)
+while not os.path.exists("DAEMON_STARTED"):
+    time.sleep(0.01)
 print("parent exits, daemon left behind", flush=True)
 """
 

@@ -1,4 +1,5 @@
-"""The docker backend via Podman's Docker-compatible socket: the pizza solution, hostile programs."""
+"""The docker backend via Podman's Docker-compatible socket: the pizza solution, hostile programs, the
+Docker API failing mid-run."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import socket
 
 import pytest
 
+from mle_jax.executor.docker import DockerSandbox
+from mle_jax.executor.fleet import local_fleet
 from mle_jax.executor.podman import PodmanService
 from mle_jax.executor.result import Status
+from mle_jax.executor.runtime import default_venv
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.graders import grade
+from mle_jax.tasks.prompts import data_mount
 from tests.executor import programs
 from tests.executor.conftest import HOSTILE, NORMAL
+from tests.executor.unix_proxy import UnixProxy
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +33,8 @@ def docker_url():
 @pytest.fixture(scope="module")
 def sandbox(docker_url, tmp_path_factory):
     root = tmp_path_factory.mktemp("docker")
-    return make_sandbox("docker", base_url=docker_url, work_root=root / "work", out_root=root / "results")
+    settings = ExecutorSettings(backend="docker", docker_url=docker_url)
+    return make_sandbox(settings, work_root=root / "work", out_root=root / "results")
 
 
 def _normal_run_works(sandbox, task):
@@ -95,3 +103,51 @@ def test_private_answers_shadow_and_writes_outside(sandbox, pizza_task):
     wrote = [x for x in r.stdout_tail.splitlines() if x.startswith("WROTE")]
     assert wrote == ["WROTE /tmp/x"], wrote
     _normal_run_works(sandbox, pizza_task)
+
+
+def test_settings_reach_the_docker_sandbox(docker_url, pizza_task, tmp_path):
+    # docker_url: without it the SDK would look for DOCKER_HOST / a local Docker, and there is none here
+    settings = ExecutorSettings(backend="docker", docker_url=docker_url, max_work_mb=256)
+    sb = make_sandbox(settings, work_root=tmp_path / "work", out_root=tmp_path / "results")
+    assert isinstance(sb, DockerSandbox) and sb.image == settings.image and sb.venv == default_venv()
+    r = sb.run(programs.FILL_DISK, pizza_task, HOSTILE)  # 64 files of 48 MB against a 256 MB work dir cap
+    assert r.status is Status.KILLED and r.extra["killed_reason"] == "disk", (r.status, r.stderr_tail[-300:])
+    assert "file 63" not in r.stdout_tail
+
+
+def _gated(gate: str) -> str:
+    """programs.NORMAL once the test has created `gate` in the task's public dir."""
+    return f"import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.05)\n" + programs.NORMAL
+
+
+def test_an_api_failure_mid_wait_is_retried_not_a_timeout(docker_url, pizza_task, tmp_path):
+    """The connection of the container's wait call is reset while the program runs (the Podman service
+    behind the proxy and every other call keep working). That is the executor's failure: the run is
+    retried, not reported as a TIMEOUT the agent is punished for."""
+    gate = pizza_task.public_dir / f"gate_{tmp_path.name}"
+    with UnixProxy(docker_url, tmp_path / "api.sock") as proxy:
+        settings = ExecutorSettings(backend="docker", slots=1, docker_url=proxy.url)
+        fleet = local_fleet(settings, work_root=tmp_path / "work", out_root=tmp_path / "results")
+        try:
+            future = fleet.submit(_gated(data_mount(pizza_task.id) + gate.name), pizza_task, NORMAL)
+            assert proxy.wait_seen.wait(120)  # the program runs (held by the gate), its wait call is in flight
+            assert proxy.reset_waits() == 1
+            gate.touch()
+            r = future.result(timeout=300)
+        finally:
+            fleet.close()
+            gate.unlink(missing_ok=True)
+    assert r.status is Status.OK, (r.status, r.stderr_tail[-500:])
+    assert r.extra["attempts"] == 2 and r.extra["retried_after"].startswith("ConnectionError: "), r.extra
+    assert r.submission_path is not None and r.submission_path.is_file()
+
+
+def test_an_api_that_keeps_failing_is_infra(docker_url, pizza_task, tmp_path):
+    """Every wait call's connection is reset: after the retry the result is INFRA (never trained on)."""
+    with UnixProxy(docker_url, tmp_path / "api.sock", reset_every_wait=True) as proxy:
+        settings = ExecutorSettings(backend="docker", slots=1, docker_url=proxy.url)
+        with local_fleet(settings, work_root=tmp_path / "work", out_root=tmp_path / "results") as fleet:
+            r = fleet.submit(programs.NORMAL, pizza_task, NORMAL).result(timeout=300)
+        assert proxy.waits_reset == 2
+    assert r.status is Status.INFRA and r.infra_failure, (r.status, r.stderr_tail)
+    assert r.extra["attempts"] == 2 and r.extra["infra_error"].startswith("ConnectionError: ")

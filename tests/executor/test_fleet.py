@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import time
+import subprocess
+import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import replace
 
 import pytest
 
 from configs.base import get_config
-from mle_jax.executor.fleet import RayFleet, limits_from_config, local_fleet, make_fleet
-from mle_jax.executor.result import Limits, Status
+from mle_jax.executor.fleet import Fleet, LocalSlot, RayFleet, SlotFleet, local_fleet, make_fleet
+from mle_jax.executor.result import ExecResult, Limits, Status
+from mle_jax.executor.runtime import REPO_ROOT
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.tasks.task import Task
 from tests.executor import programs
+from tests.executor.conftest import BWRAP
+from tests.executor.start_signal import StartSignal
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +53,7 @@ def _summary(r):
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     root = tmp_path_factory.mktemp("pool")
-    fleet = local_fleet("bwrap", slots=2, work_root=root / "work", out_root=root / "results")
+    fleet = local_fleet(replace(BWRAP, slots=2), work_root=root / "work", out_root=root / "results")
     yield fleet
     fleet.close()
 
@@ -53,7 +61,7 @@ def pool(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_fleet(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
-    fleet = RayFleet("bwrap", slots=2, actor_cpus=1, out_root=root / "driver")
+    fleet = RayFleet(replace(BWRAP, fleet="ray", slots=2, ray_actor_cpus=1), out_root=root / "driver")
     yield fleet
     fleet.close()
 
@@ -67,22 +75,39 @@ def test_results_come_back_in_completion_order(pool, pizza_task):
     assert slow.result().duration_s > 2.5 > fast.result().duration_s
 
 
+class GatedSlot(LocalSlot):
+    """A real local slot that says when it has taken a run and holds it until the test opens the gate."""
+
+    def __init__(self, sandbox, taken: threading.Event, gate: threading.Event):
+        super().__init__(sandbox)
+        self.taken, self.gate = taken, gate
+
+    def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
+        self.taken.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        return super().run(code, task, limits)
+
+
 def test_bounded_queue_blocks_then_refuses(pizza_task, tmp_path):
-    fleet = local_fleet("bwrap", slots=1, queue_size=1, work_root=tmp_path / "w", out_root=tmp_path / "r")
+    sandbox = make_sandbox(BWRAP, work_root=tmp_path / "w", out_root=tmp_path / "r")
+    taken, gate = threading.Event(), threading.Event()
+    fleet = SlotFleet(lambda i: GatedSlot(sandbox, taken, gate), slots=1, queue_size=1)
     try:
-        running = fleet.submit(SLEEP_THEN_SUBMIT.replace("SECONDS", "1.5"), pizza_task, QUICK)
-        time.sleep(0.5)  # the slot took it; the queue is empty again
+        running = fleet.submit(programs.NORMAL, pizza_task, QUICK)
+        assert taken.wait(60)  # the slot took it; the queue is empty again
         queued = fleet.submit(programs.NORMAL, pizza_task, QUICK)
         with pytest.raises(queue.Full):
             fleet.submit(programs.NORMAL, pizza_task, QUICK, timeout=0.2)
-        assert running.result().status is Status.OK and queued.result().status is Status.OK
+        gate.set()
+        assert running.result(timeout=60).status is Status.OK and queued.result(timeout=60).status is Status.OK
     finally:
+        gate.set()
         fleet.close()
 
 
 def test_executor_failure_retries_once_then_is_infra(pizza_task, tmp_path):
     # a real executor failure: the work root cannot be created (/proc refuses new dirs)
-    fleet = local_fleet("bwrap", slots=1, work_root="/proc/mle_jax_no_such_dir", out_root=tmp_path / "r")
+    fleet = local_fleet(replace(BWRAP, slots=1), work_root="/proc/mle_jax_no_such_dir", out_root=tmp_path / "r")
     try:
         r = fleet.submit(programs.NORMAL, pizza_task, QUICK).result(timeout=60)
     finally:
@@ -111,12 +136,13 @@ def test_ray_fleet_gives_the_same_results_as_the_local_pool(pool, ray_fleet, piz
 
 def test_killing_ray_executors_mid_run_retries_the_samples(ray_fleet, pizza_task):
     limits = Limits(timeout_s=30, memory_mb=1024, max_output_bytes=8192)
-    code = SLEEP_THEN_SUBMIT.replace("SECONDS", "3")
-    futures = [ray_fleet.submit(code, pizza_task, limits) for _ in range(2)]
-    time.sleep(1.5)  # both slots are running
-    for pid in ray_fleet.executor_pids():
-        os.kill(pid, signal.SIGKILL)
-    results = [f.result(timeout=120) for f in futures]
+    with StartSignal(pizza_task) as started:
+        code = started.prefix() + SLEEP_THEN_SUBMIT.replace("SECONDS", "3")
+        futures = [ray_fleet.submit(code, pizza_task, limits) for _ in range(2)]
+        started.wait(2)  # both slots are running
+        for pid in ray_fleet.executor_pids():
+            os.kill(pid, signal.SIGKILL)
+        results = [f.result(timeout=120) for f in futures]
     for r in results:
         assert r.status is Status.OK, (r.status, r.stderr_tail)
         assert r.extra["attempts"] == 2 and "retried_after" in r.extra
@@ -124,13 +150,46 @@ def test_killing_ray_executors_mid_run_retries_the_samples(ray_fleet, pizza_task
         assert "slept 3" in r.stdout_tail
 
 
-def test_make_fleet_from_config(pizza_task):
+def test_both_fleets_are_fleets(pool, ray_fleet):
+    assert isinstance(pool, Fleet) and isinstance(ray_fleet, Fleet)
+    assert pool.n_slots == ray_fleet.n_slots == 2
+
+
+def test_make_fleet_from_config(pizza_task, tmp_path):
     cfg = get_config().executor
     cfg.backend, cfg.fleet, cfg.slots, cfg.timeout_s, cfg.memory_mb = "bwrap", "local", 2, 20.0, 1024
-    fleet = make_fleet(cfg)
+    settings = ExecutorSettings(**cfg.to_dict())
+    fleet = make_fleet(settings, work_root=tmp_path / "w", out_root=tmp_path / "r")
     try:
-        assert fleet.n_slots == 2
-        r = fleet.submit(programs.NORMAL, pizza_task, limits_from_config(cfg)).result(timeout=60)
+        assert isinstance(fleet, SlotFleet) and fleet.n_slots == 2
+        r = fleet.submit(programs.NORMAL, pizza_task, settings.limits()).result(timeout=60)
         assert r.status is Status.OK
+        assert r.submission_path is not None and r.submission_path.is_relative_to(tmp_path / "r")
     finally:
         fleet.close()
+
+
+# The Ray cluster of a fleet disappears (shut down under it) before the fleet closes: killing its actors
+# then fails, and that must be seen, not swallowed. In a process of its own: this one's Ray is in use.
+RAY_GONE = """
+import logging, sys
+import ray
+from mle_jax.executor.fleet import RayFleet
+from mle_jax.executor.settings import ExecutorSettings
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+fleet = RayFleet(ExecutorSettings(backend="bwrap", fleet="ray", slots=1, ray_actor_cpus=1))
+print("actor pid", fleet.executor_pids()[0], flush=True)
+ray.shutdown()
+fleet.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_failing_ray_kill_is_logged():
+    out = subprocess.run(
+        [sys.executable, "-c", RAY_GONE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "actor pid" in out.stdout and "closed" in out.stdout
+    warnings = [x for x in out.stderr.splitlines() if x.startswith("WARNING mle_jax.executor.fleet: ray.kill")]
+    assert len(warnings) == 1 and "failed" in warnings[0], out.stderr[-2000:]

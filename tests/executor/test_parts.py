@@ -1,13 +1,19 @@
-"""Unit tests of the executor's parts: bounded capture, status rules, submission copy-out, cgroups."""
+"""Unit tests of the executor's parts: bounded capture, status rules, submission copy-out, cgroups, settings."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 
+import pytest
+
+from configs.base import get_config
 from mle_jax.executor.capture import BoundedCapture
 from mle_jax.executor.cgroups import RunCgroup
-from mle_jax.executor.result import Status
-from mle_jax.executor.sandbox import classify, signal_exit_code
+from mle_jax.executor.result import Limits, Status, classify, signal_exit_code, signal_name
+from mle_jax.executor.sandbox import BACKENDS, make_sandbox
+from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
 from mle_jax.executor.workspace import collect_submission, disk_usage_bytes
 
 
@@ -32,6 +38,7 @@ def test_status_rules():
     assert classify(-9, False, False, "disk", "") is Status.KILLED
     assert classify(-25, False, False, "", "") is Status.KILLED
     assert signal_exit_code(137) == -9 and signal_exit_code(3) == 3 and signal_exit_code(None) is None
+    assert signal_name(-9) == "SIGKILL" and signal_name(0) == "" and signal_name(None) == ""
 
 
 def test_collect_submission_only_takes_small_regular_files(tmp_path):
@@ -76,3 +83,58 @@ def test_run_cgroup_limits_and_cleanup():
     finally:
         g.destroy()
     assert not any(d.exists() for d in g.dirs.values())
+
+
+def test_settings_are_the_executor_config_section():
+    section = get_config().executor.to_dict()
+    assert {f.name for f in dataclasses.fields(ExecutorSettings)} == set(section)
+    assert ExecutorSettings(**section) == ExecutorSettings()  # same defaults as configs/base.py
+
+
+def test_settings_limits():
+    s = ExecutorSettings(timeout_s=30.0, memory_mb=512, cpus=2, max_procs=7, max_file_mb=3, max_output_bytes=99)
+    assert s.limits() == Limits(timeout_s=30.0, memory_mb=512, cpus=2, max_procs=7, max_file_mb=3, max_output_bytes=99)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("backend", "kvm", "executor.backend='kvm' is unknown: use one of bwrap, docker"),
+        ("fleet", "slurm", "executor.fleet='slurm' is unknown: use one of local, ray"),
+        ("slots", -1, "executor.slots=-1 is too small: it must be at least 0"),
+        ("queue_size", 0, "executor.queue_size=0 is too small: it must be at least 1"),
+        ("memory_mb", 0, "executor.memory_mb=0 is too small: it must be at least 1"),
+        ("max_work_mb", 0, "executor.max_work_mb=0 is too small: it must be at least 1"),
+        ("ray_actor_cpus", -0.5, "executor.ray_actor_cpus=-0.5 is too small: it must be at least 0"),
+        ("timeout_s", 0.0, "executor.timeout_s=0.0 must be a positive number of seconds"),
+    ],
+)
+def test_settings_refuse_bad_values_in_one_line(field, value, message):
+    with pytest.raises(ValueError) as e:
+        ExecutorSettings(**{field: value})
+    assert str(e.value) == message
+
+
+# constructor options that are this host's, not the config's: where runs live, debugging, image building
+_HOST_OPTIONS = {"work_root", "out_root", "keep_work", "use_cgroups", "bwrap", "profile", "build", "base_image"}
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_sandbox_options_cover_every_config_option_of_the_backend(backend):
+    assert tuple(BACKENDS) == BACKEND_NAMES
+    params = set(inspect.signature(BACKENDS[backend].__init__).parameters) - {"self"}
+    settings = ExecutorSettings(backend=backend, sandbox_python="/venv/bin/python", max_work_mb=123)
+    opts = settings.sandbox_options()
+    assert set(opts) == params - _HOST_OPTIONS
+    assert opts["python"] == "/venv/bin/python" and opts["max_work_mb"] == 123
+    if backend == "docker":
+        docker = dataclasses.replace(settings, image="img:1", docker_url="unix:///x.sock").sandbox_options()
+        assert docker["image"] == "img:1" and docker["base_url"] == "unix:///x.sock"
+        assert settings.sandbox_options()["base_url"] is None  # "": DOCKER_HOST / the local Docker
+
+
+def test_make_sandbox_passes_the_settings_on(tmp_path):
+    sb = make_sandbox(ExecutorSettings(backend="bwrap", max_work_mb=321), work_root=tmp_path / "w")
+    assert sb.backend == "bwrap" and sb.max_work_mb == 321 and sb.work_root == tmp_path / "w"
+    with pytest.raises(FileNotFoundError, match="/nonexistent/venv"):
+        make_sandbox(ExecutorSettings(backend="bwrap", sandbox_python="/nonexistent/venv/bin/python"))

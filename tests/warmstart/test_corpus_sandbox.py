@@ -9,6 +9,7 @@ import pytest
 from mle_jax.executor.result import Limits
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.corpus import sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.programs import full_grid, generate_corpus
@@ -36,7 +37,7 @@ def test_corpus_sample_runs_and_grades_in_bwrap(pizza, tmp_path):
         if fam in ("logreg", "naive_bayes", "xgboost" if "xgboost" in packages else "hist_gradient_boosting"):
             picked.setdefault(fam, it)
     assert len(picked) == 3
-    sandbox = make_sandbox("bwrap")
+    sandbox = make_sandbox(ExecutorSettings(backend="bwrap"))
     run_fn = sandbox_run_fn(sandbox, pizza, LIMITS)
     verified = verify_corpus(list(picked.values()), pizza, run_fn, workers=2, progress=False)
     assert len(verified) == 3, "a corpus program failed to run or grade in the sandbox"
@@ -76,7 +77,7 @@ def test_a_spooky_program_runs_and_grades_in_bwrap(raw_data_dir: Path, tmp_path)
         for it in generate_corpus(task.spec, 300, seed=0)
         if it.meta["model"] == "naive_bayes" and it.meta["features"] == "word"
     )
-    run_fn = sandbox_run_fn(make_sandbox("bwrap"), task, LIMITS)
+    run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, LIMITS)
     verified = verify_corpus([item], task, run_fn, progress=False)
     assert len(verified) == 1
     assert 0.2 < verified[0].score < 1.0  # multi-class log loss of naive Bayes on words (uniform: 1.10)

@@ -8,10 +8,10 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mle_jax.executor.settings import ExecutorSettings
 
 from configs import pizza as pizza_config
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.programs.pizza import PIZZA
