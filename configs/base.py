@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from mle_jax.tasks.prepare import RAW_DATA_DIR
+
 
 def tiny_model() -> ml_collections.ConfigDict:
     """A tiny random Qwen2 that runs on 2 CPU cores (embedded run and tests)."""
@@ -56,7 +58,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.task = ml_collections.ConfigDict()
     c.task.id = ""
     c.task.prepared_dir = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
-    c.task.raw_dir = "../shared/data/raw"  # raw Kaggle files, one folder per task id
+    c.task.raw_dir = str(RAW_DATA_DIR)  # raw Kaggle files shipped in data/raw/, one folder per task id
     c.task.data_root = "data/tasks"  # where preparers write <id>/prepared/
 
     c.prompt = ml_collections.ConfigDict()

@@ -35,7 +35,6 @@ def small_config(workdir: Path):
     cfg = pizza.get_config("cpu")
     cfg.workdir = str(workdir)
     cfg.task.data_root = str(workdir.parent / "tasks")
-    cfg.task.raw_dir = str(REPO.parent / "shared" / "data" / "raw")
     for key, value in SMALL.items():
         section, field = key.split(".")
         cfg[section][field] = value

@@ -150,3 +150,20 @@ def test_imports_inside_functions_are_optional_dependencies():
 )
 def test_the_cycle_finder_finds_cycles(edges, expected):
     assert cycles(edges) == expected
+
+
+def test_nothing_reads_the_team_folder_beside_the_repository():
+    """A user's clone has no ../shared: code, configs, tests, benchmarks and scripts read data/raw/ instead."""
+    patterns = ("../shared", 'parent / "shared"', "MLE_JAX_SHARED")
+    files = [
+        p for d in ("mle_jax", "configs", "tests", "bench", "launch") for p in (ROOT / d).rglob("*") if p.is_file()
+    ]
+    files += [ROOT / "Makefile", ROOT / "pyproject.toml"]
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if p.suffix in (".py", ".sh", ".toml", "")
+        and p != Path(__file__)
+        and any(s in p.read_text(errors="ignore") for s in patterns)
+    ]
+    assert hits == []

@@ -28,12 +28,11 @@ from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
 from mle_jax.instrument import instrument
 from mle_jax.tasks.graders import grade
-from mle_jax.tasks.prepare import prepare
+from mle_jax.tasks.prepare import RAW_DATA_DIR, prepare
 from mle_jax.tasks.registry import load_task
 from mle_jax.tasks.reward import compute_reward
 from mle_jax.tasks.task import Task
 
-DEFAULT_RAW = REPO_ROOT.parent / "shared" / "data" / "raw"
 STDOUT_TAIL_CHARS = 2000
 
 
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cpus", type=int, default=Limits.cpus)
     run.add_argument("--instrument", action="store_true", help="insert the progress prints (AST) first")
     run.add_argument("--prepared", help="an MLE-bench prepared/ folder (default: prepare from --raw)")
-    run.add_argument("--raw", default=str(DEFAULT_RAW), help="raw data (folder of tasks or of this task)")
+    run.add_argument("--raw", default=str(RAW_DATA_DIR), help="raw data (folder of tasks or of this task)")
     run.add_argument("--docker-url", help="Docker API socket (default: DOCKER_HOST, else a private Podman)")
     run.set_defaults(func=_cmd_run)
     img = sub.add_parser("build-image", help="build (or find cached) the docker backend's image")

@@ -1,7 +1,7 @@
 """Tasks CLI.
 
 python -m mle_jax.tasks list
-python -m mle_jax.tasks prepare <task-id> --raw DIR --out DIR
+python -m mle_jax.tasks prepare <task-id> [--raw DIR] [--out DIR]
 python -m mle_jax.tasks grade <task-id> <submission.csv> --answers PATH
 """
 
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mle_jax.tasks.graders import grade_csv
-from mle_jax.tasks.prepare import PREPARERS, prepare
+from mle_jax.tasks.prepare import PREPARERS, RAW_DATA_DIR, prepare
 from mle_jax.tasks.registry import all_specs, get_spec
 
 
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="the 12 tasks").set_defaults(fn=_cmd_list)
     p = sub.add_parser("prepare", help="raw Kaggle files -> MLE-bench prepared/ folder (idempotent)")
     p.add_argument("task_id")
-    p.add_argument("--raw", required=True, help="folder of the task's raw files (or of all tasks' folders)")
+    p.add_argument(
+        "--raw", default=str(RAW_DATA_DIR), help="folder of the task's raw files, or of all tasks' (default: data/raw)"
+    )
     p.add_argument("--out", default="", help="prepared/ folder to write (default data/tasks/<id>/prepared)")
     p.set_defaults(fn=_cmd_prepare)
     g = sub.add_parser("grade", help="grade a submission CSV; prints JSON {valid, score, reason}")

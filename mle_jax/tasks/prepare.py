@@ -25,6 +25,8 @@ from sklearn.model_selection import train_test_split
 from mle_jax.tasks.registry import get_spec, load_task
 from mle_jax.tasks.task import Task
 
+# The raw Kaggle files of the tasks with data ship in the repository (data/README.md: provenance, Kaggle's rules).
+RAW_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "raw"
 PREPARER_VERSION = 1
 MARKER = ".mle_jax_prepared.json"
 SPLIT_SEED = 0
@@ -216,7 +218,7 @@ class TaskSettings:
 
     id: str = ""
     prepared_dir: str = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
-    raw_dir: str = "../shared/data/raw"  # raw Kaggle files, one folder per task id
+    raw_dir: str = str(RAW_DATA_DIR)  # raw Kaggle files, one folder per task id
     data_root: str = "data/tasks"  # where preparers write <id>/prepared/
 
     def __post_init__(self) -> None:

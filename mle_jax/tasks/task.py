@@ -22,7 +22,7 @@ class TaskSpec:
     id_column: str
     target_columns: tuple[str, ...]
     data_files: tuple[str, ...]
-    has_data_here: bool = False  # raw data ships in ../shared/data/raw
+    has_data_here: bool = False  # raw data ships in the repository's data/raw/
     sample_submission: str = "sample_submission.csv"  # file name in public/ (MLE-bench's name for the task)
     answers_file: str = "test.csv"  # file name in private/ the grader reads
     exact_columns: bool = False  # MLE-bench rejects any column beyond id + targets for this task

@@ -1,4 +1,4 @@
-"""Fixtures of the executor tests: the real pizza task prepared from ../shared/data/raw, sandboxes."""
+"""Fixtures of the executor tests: the real pizza task prepared from the repository's data/raw, sandboxes."""
 
 from __future__ import annotations
 

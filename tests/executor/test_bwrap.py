@@ -23,6 +23,7 @@ from mle_jax.executor.result import Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.tasks.graders import grade
+from mle_jax.tasks.prepare import RAW_DATA_DIR
 from tests.executor import programs
 from tests.executor.conftest import BWRAP, HOSTILE, NORMAL
 
@@ -177,7 +178,7 @@ def test_cannot_read_etc_shadow(sandbox, pizza_task):
 
 
 def test_cannot_read_private_answers_or_host_dirs(sandbox, pizza_task):
-    raw = REPO_ROOT.parent / "shared" / "data" / "raw" / "random-acts-of-pizza" / "train.json"
+    raw = RAW_DATA_DIR / "random-acts-of-pizza" / "train.json"  # in the repository: the labels of every split
     paths = [
         str(pizza_task.answers_path),
         str(pizza_task.private_dir),
