@@ -13,6 +13,7 @@ from mle_jax import builders
 from mle_jax.evaluation import evaluate, format_table
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.rl.rollout import Environment
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare_task
 
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> None:
     instrument_fn = builders.make_instrumenter(s, initial, tokenizer, workdir)  # the run's mode, its frozen model
     fleet = make_fleet(s.executor)
     try:
-        result = evaluate(s.eval, s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+        result = evaluate(s.eval, Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet))
     finally:
         fleet.close()
     (workdir / "evaluation.json").write_text(json.dumps(result, indent=2))

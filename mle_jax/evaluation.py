@@ -9,17 +9,12 @@ from __future__ import annotations
 
 from concurrent.futures import wait
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from rich.progress import Progress
 
-from mle_jax.executor.fleet import Fleet
 from mle_jax.report import markdown_table
 from mle_jax.rl import rollout
-from mle_jax.sampling.protocol import Sampler
-from mle_jax.tasks import prompts as prompt_lib
-from mle_jax.tasks.task import Task
 
 
 @dataclass(frozen=True)
@@ -48,16 +43,14 @@ PAPER_TABLE1: dict[str, dict[str, float]] = {
 }
 
 
-def _run_all(
-    samples: list[rollout.Sample], env: rollout.RolloutSettings, task: Task, progress: Progress, label: str
-) -> None:
+def _run_all(samples: list[rollout.Sample], env: rollout.Environment, progress: Progress, label: str) -> None:
     job = progress.add_task(label, total=len(samples))
     progress.update(job, advance=sum(s.done for s in samples))
     futures = {s.future: s for s in samples if s.future is not None}
     while futures:
         done, _ = wait(list(futures), return_when="FIRST_COMPLETED")
         for f in done:
-            rollout.finish(futures.pop(f), f.result(), task, env.reward)
+            env.finish(futures.pop(f), f.result())
             progress.advance(job)
 
 
@@ -76,36 +69,20 @@ def _score(s: rollout.Sample) -> float | None:
     return None if s.reward is None or not s.reward.valid else float(s.reward.score)
 
 
-def evaluate(
-    settings: EvalSettings,
-    env: rollout.RolloutSettings,
-    task: Task,
-    tokenizer: Any,
-    packages: list[str],
-    sampler: Sampler,
-    instrument_fn: rollout.InstrumentFn,
-    fleet: Fleet,
-) -> dict:
+def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
     """`settings.samples` scratch samples, then (if settings.improve) one improvement of each; per pair the
     better is kept."""
     rng = np.random.default_rng(settings.seed + 10_000)
-    n, lower = settings.samples, task.lower_is_better
+    n, lower = settings.samples, env.task.lower_is_better
     with Progress() as progress:
-        prompts = rollout.make_prompts(task, tokenizer, packages, n, env.prompt, None, rng, improve_fraction=0.0)
-        scratch = rollout.sample_responses(sampler, prompts, env.sampling, 0)
-        rollout.submit(scratch, instrument_fn, fleet, task, env.limits, env.reward)
-        _run_all(scratch, env, task, progress, "eval: from scratch")
-        out = {"task": task.id, "scratch": _summary([_score(s) for s in scratch], lower)}
+        scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0), 0)
+        env.submit(scratch)
+        _run_all(scratch, env, progress, "eval: from scratch")
+        out = {"task": env.task.id, "scratch": _summary([_score(s) for s in scratch], lower)}
         if settings.improve:
-            parents = [rollout.to_previous(s, env.prompt.output_tail_chars) for s in scratch]
-            items = []
-            for p in parents:
-                msgs = prompt_lib.improve_messages(task, packages, p.plan, p.code, p.output)
-                ids = prompt_lib.render_prompt(msgs, tokenizer, env.prompt.max_prompt_tokens)
-                items.append(rollout.PromptItem("improve", ids, p))
-            improved = rollout.sample_responses(sampler, items, env.sampling, n)
-            rollout.submit(improved, instrument_fn, fleet, task, env.limits, env.reward)
-            _run_all(improved, env, task, progress, "eval: improve")
+            improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], n)
+            env.submit(improved)
+            _run_all(improved, env, progress, "eval: improve")
             out["improved"] = _summary([_score(s) for s in improved], lower)
             better = []
             for a, b in zip(scratch, improved, strict=True):
@@ -113,7 +90,7 @@ def evaluate(
                 cands = [x for x in (sa, sb) if x is not None]
                 better.append((min if lower else max)(cands) if cands else None)
             out["best_of_both"] = _summary(better, lower)
-    paper = PAPER_TABLE1.get(task.id)
+    paper = PAPER_TABLE1.get(env.task.id)
     if paper:
         out["paper"] = paper
     return out

@@ -23,6 +23,7 @@ from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
 from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.rollout import Environment
 from mle_jax.settings import RunSettings, from_config
 from mle_jax.tasks.prepare import prepare_task
 
@@ -58,9 +59,8 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
         instrument_fn = builders.make_instrumenter(s, model, tokenizer, workdir)
         writer = report.MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
-        loop = AsyncRLLoop(
-            s.loop, s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet, learner, ckpt, writer
-        )
+        env = Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+        loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer)
         if s.resume and loop.restore():
             console.print(f"resumed from step {loop.counters.step}")
         t_rl = time.monotonic()
@@ -89,7 +89,7 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
 
         evaluation = None
         if s.eval.samples > 0:
-            evaluation = evaluate(s.eval, s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+            evaluation = evaluate(s.eval, env)
             (workdir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
         nnx.update(model, learner.policy_state())
         hf.save_pretrained(model, workdir / "hf_export")

@@ -12,20 +12,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mle_jax.checkpoint import Checkpointer
-from mle_jax.executor.fleet import Fleet
 from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.improve_buffer import ImproveBuffer
 from mle_jax.rl.learner import Learner
-from mle_jax.sampling.protocol import Sampler
-from mle_jax.tasks.task import Task
 
 
 class ExecutorDown(RuntimeError):
@@ -118,25 +114,18 @@ class AsyncRLLoop:
     def __init__(
         self,
         settings: LoopSettings,
-        env: rollout.RolloutSettings,
-        task: Task,
-        tokenizer: Any,
-        packages: list[str],
-        sampler: Sampler,
-        instrument_fn: rollout.InstrumentFn,
-        fleet: Fleet,
+        env: rollout.Environment,
         learner: Learner,
         checkpointer: Checkpointer,
         writer: MetricsWriter,
     ):
-        self.settings, self.env = settings, env
-        self.task, self.tokenizer, self.packages = task, tokenizer, packages
-        self.sampler, self.instrument_fn, self.fleet, self.learner = sampler, instrument_fn, fleet, learner
+        self.settings, self.env, self.learner = settings, env, learner
+        self.sampler, self.fleet = env.sampler, env.fleet
         self.checkpointer, self.writer = checkpointer, writer
         self.counters = LoopCounters()
         self.buffer = ImproveBuffer(settings.improve_buffer_size)
         self.rng = np.random.default_rng(settings.seed)
-        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        self.pad_id = int(getattr(env.tokenizer, "pad_token_id", None) or 0)
         self.in_flight: list[rollout.Sample] = []
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
@@ -163,13 +152,11 @@ class AsyncRLLoop:
         if need <= 0:
             return
         t0 = time.monotonic()
-        prompts = rollout.make_prompts(
-            self.task, self.tokenizer, self.packages, need, self.env.prompt, self.buffer, self.rng
-        )
-        samples = rollout.sample_responses(self.sampler, prompts, self.env.sampling, self.counters.next_uid)
+        prompts = self.env.prompts(need, self.buffer, self.rng)
+        samples = self.env.sample(prompts, self.counters.next_uid)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
-        rollout.submit(samples, self.instrument_fn, self.fleet, self.task, self.env.limits, self.env.reward)
+        self.env.submit(samples)
         for s in samples:
             (self.finished if s.done else self.in_flight).append(s)
         self.counters.sample_s += time.monotonic() - t0
@@ -183,14 +170,14 @@ class AsyncRLLoop:
         still = []
         for s in self.in_flight:
             if s.future in done:
-                rollout.finish(s, s.future.result(), self.task, self.env.reward)
+                self.env.finish(s, s.future.result())
                 self.counters.exec_busy_s += s.duration_s
                 if s.result.infra_failure:
                     self._infra_failure(s)
                     continue
                 self.infra_streak = 0
                 self.finished.append(s)
-                self.buffer.add(rollout.to_previous(s, self.env.prompt.output_tail_chars), s.reward.n_prints)
+                self.buffer.add(self.env.previous(s), s.reward.n_prints)
             else:
                 still.append(s)
         self.in_flight = still
@@ -225,7 +212,7 @@ class AsyncRLLoop:
             rewards=[s.reward.total for s in samples],
             durations_s=[s.duration_s for s in samples],  # the learner floors them (ppo.duration_weights)
             versions=[s.version for s in samples],
-            pad_to=self.env.max_sequence_tokens,
+            pad_to=self.env.settings.max_sequence_tokens,
             pad_id=self.pad_id,
         )
 

@@ -1,7 +1,4 @@
-"""One sample's path through the environment: prompt → sampler → instrumenter → executor → grader → reward.
-
-The RL loop and the evaluation both use these; neither knows how a box works inside.
-"""
+"""One sample's path through the environment: prompt → sampler → instrumenter → executor → grader → reward."""
 
 from __future__ import annotations
 
@@ -104,92 +101,101 @@ class Sample:
         return untag(self.raw_output, self.tag) if self.tag else self.raw_output
 
 
-def make_prompts(
-    task: Task,
-    tokenizer: Any,
-    packages: Sequence[str],
-    n: int,
-    settings: PromptSettings,
-    buffer: ImproveBuffer | None,
-    rng: np.random.Generator,
-    improve_fraction: float | None = None,
-) -> list[PromptItem]:
-    """n prompts; each asks to improve a buffered solution with probability improve_fraction
-    (default settings.improve_fraction)."""
-    improve_fraction = settings.improve_fraction if improve_fraction is None else improve_fraction
-    max_prompt_tokens, snippet_chars = settings.max_prompt_tokens, settings.snippet_chars
-    items = []
-    scratch_ids: list[int] | None = None
-    for _ in range(n):
-        parent = None
-        if buffer is not None and len(buffer) and rng.random() < improve_fraction:
-            parent = buffer.sample(rng)
-        if parent is None:
-            if scratch_ids is None:  # the scratch prompt is the same every time: render once
-                scratch_ids = prompt_lib.render_prompt(
-                    prompt_lib.scratch_messages(task, packages, snippet_chars), tokenizer, max_prompt_tokens
-                )
-            items.append(PromptItem("scratch", list(scratch_ids)))
-        else:
-            msgs = prompt_lib.improve_messages(task, packages, parent.plan, parent.code, parent.output)
-            items.append(PromptItem("improve", prompt_lib.render_prompt(msgs, tokenizer, max_prompt_tokens), parent))
-    return items
+@dataclass
+class Environment:
+    """The boxes a sample passes through, and how: prompt → sampler → instrumenter → executor fleet → grader →
+    reward. The RL loop and the evaluation both drive one; neither knows how a box works inside."""
 
+    settings: RolloutSettings
+    task: Task
+    tokenizer: Any
+    packages: list[str]
+    sampler: Sampler
+    instrument_fn: InstrumentFn
+    fleet: Fleet
 
-def sample_responses(
-    sampler: Sampler, prompts: Sequence[PromptItem], sampling: SamplingSettings, first_uid: int
-) -> list[Sample]:
-    """Generates one response per prompt and parses plan + code."""
-    completions = sampler.generate([p.prompt_ids for p in prompts], n=1, **sampling.generate_kwargs())
-    out = []
-    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-        parsed = prompt_lib.parse_response(c.text)
-        out.append(Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code))
-    return out
+    def prompts(
+        self,
+        n: int,
+        buffer: ImproveBuffer | None,
+        rng: np.random.Generator,
+        improve_fraction: float | None = None,
+    ) -> list[PromptItem]:
+        """n prompts; each asks to improve a buffered solution with probability improve_fraction
+        (default prompt.improve_fraction)."""
+        p = self.settings.prompt
+        improve_fraction = p.improve_fraction if improve_fraction is None else improve_fraction
+        items = []
+        scratch_ids: list[int] | None = None
+        for _ in range(n):
+            parent = None
+            if buffer is not None and len(buffer) and rng.random() < improve_fraction:
+                parent = buffer.sample(rng)
+            if parent is None:
+                if scratch_ids is None:  # the scratch prompt is the same every time: render once
+                    scratch = prompt_lib.scratch_messages(self.task, self.packages, p.snippet_chars)
+                    scratch_ids = prompt_lib.render_prompt(scratch, self.tokenizer, p.max_prompt_tokens)
+                items.append(PromptItem("scratch", list(scratch_ids)))
+            else:
+                items.append(self.improve_prompt(parent))
+        return items
 
+    def improve_prompt(self, parent: PreviousSolution) -> PromptItem:
+        """The prompt that shows `parent` (plan, code, output) and asks for a better solution."""
+        msgs = prompt_lib.improve_messages(self.task, self.packages, parent.plan, parent.code, parent.output)
+        ids = prompt_lib.render_prompt(msgs, self.tokenizer, self.settings.prompt.max_prompt_tokens)
+        return PromptItem("improve", ids, parent)
 
-def submit(
-    samples: Sequence[Sample],
-    instrument_fn: InstrumentFn,
-    fleet: Fleet,
-    task: Task,
-    limits: Limits,
-    reward: RewardSettings,
-) -> None:
-    """Instruments the samples' code (one batch: the LM instrumenter sees them in one generate call)
-    and submits each program to the executor fleet.
+    def sample(self, prompts: Sequence[PromptItem], first_uid: int) -> list[Sample]:
+        """Generates one response per prompt and parses plan + code."""
+        ids = [p.prompt_ids for p in prompts]
+        completions = self.sampler.generate(ids, n=1, **self.settings.sampling.generate_kwargs())
+        out = []
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+            parsed = prompt_lib.parse_response(c.text)
+            out.append(Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code))
+        return out
 
-    A sample without code never runs: it is finished at once with the total-failure reward.
-    """
-    runnable = [s for s in samples if s.code is not None]
-    for s in samples:
-        if s.code is None:
-            s.reward = compute_reward(None, "", task.lower_is_better, reward.failure, reward.per_print)
-    # the agent's own progress prints earn nothing: removed before instrumenting, and the
-    # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
-    cleaned = [strip_agent_progress(s.code) for s in runnable]
-    for s, inst in zip(runnable, instrument_fn(cleaned) if runnable else [], strict=True):
-        s.tag = new_tag()
-        s.instrumented_code, s.instrument_path = tag_progress(inst.code, s.tag), inst.path
-        s.submitted_at = time.monotonic()
-        s.future = fleet.submit(s.instrumented_code, task, limits)
+    def submit(self, samples: Sequence[Sample]) -> None:
+        """Instruments the samples' code (one batch: the LM instrumenter sees them in one generate call)
+        and submits each program to the executor fleet.
 
+        A sample without code never runs: it is finished at once with the total-failure reward.
+        """
+        reward = self.settings.reward
+        runnable = [s for s in samples if s.code is not None]
+        for s in samples:
+            if s.code is None:
+                s.reward = compute_reward(None, "", self.task.lower_is_better, reward.failure, reward.per_print)
+        # the agent's own progress prints earn nothing: removed before instrumenting, and the
+        # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
+        cleaned = [strip_agent_progress(s.code) for s in runnable]
+        for s, inst in zip(runnable, self.instrument_fn(cleaned) if runnable else [], strict=True):
+            s.tag = new_tag()
+            s.instrumented_code, s.instrument_path = tag_progress(inst.code, s.tag), inst.path
+            s.submitted_at = time.monotonic()
+            s.future = self.fleet.submit(s.instrumented_code, self.task, self.settings.limits)
 
-def finish(sample: Sample, result: ExecResult, task: Task, reward: RewardSettings) -> Sample:
-    """Grades a finished run (outside the sandbox) and computes its reward."""
-    sample.result = result
-    if result.infra_failure:
+    def finish(self, sample: Sample, result: ExecResult) -> Sample:
+        """Grades a finished run (outside the sandbox) and computes its reward."""
+        reward = self.settings.reward
+        sample.result = result
+        if result.infra_failure:
+            return sample
+        graded = None
+        if result.submission_path is not None and Path(result.submission_path).is_file():
+            graded = grade(self.task, Path(result.submission_path))
+        sample.reward = compute_reward(
+            graded, sample.raw_output, self.task.lower_is_better, reward.failure, reward.per_print, tag=sample.tag
+        )
+        results_dir = result.extra.get("results_dir")
+        if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
+            shutil.rmtree(results_dir, ignore_errors=True)
         return sample
-    graded = None
-    if result.submission_path is not None and Path(result.submission_path).is_file():
-        graded = grade(task, Path(result.submission_path))
-    sample.reward = compute_reward(
-        graded, sample.raw_output, task.lower_is_better, reward.failure, reward.per_print, tag=sample.tag
-    )
-    results_dir = result.extra.get("results_dir")
-    if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
-        shutil.rmtree(results_dir, ignore_errors=True)
-    return sample
+
+    def previous(self, sample: Sample) -> PreviousSolution:
+        """A finished sample as an improve prompt shows it."""
+        return to_previous(sample, self.settings.prompt.output_tail_chars)
 
 
 def to_previous(sample: Sample, output_chars: int) -> PreviousSolution:

@@ -16,6 +16,7 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.report import MetricsWriter
 from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.rollout import Environment
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
@@ -75,18 +76,11 @@ def _loop(tmp_path, task, script, **loop_overrides):
     learner = make_learner(s, policy)
     sampler = ScriptedSampler(policy, tok, script)
     fleet = make_fleet(s.executor)
+    env = Environment(
+        s.rollout, task, tok, ["pandas", "numpy"], sampler, lambda codes: instrument_batch(codes, "ast"), fleet
+    )
     loop = AsyncRLLoop(
-        s.loop,
-        s.rollout,
-        task,
-        tok,
-        ["pandas", "numpy"],
-        sampler,
-        lambda codes: instrument_batch(codes, "ast"),
-        fleet,
-        learner,
-        Checkpointer(tmp_path / "ckpt", keep=2),
-        MetricsWriter(tmp_path, tensorboard=False),
+        s.loop, env, learner, Checkpointer(tmp_path / "ckpt", keep=2), MetricsWriter(tmp_path, tensorboard=False)
     )
     return loop, sampler, fleet
 
