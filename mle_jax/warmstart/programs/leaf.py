@@ -68,7 +68,7 @@ _MODELS: dict[str, dict[str, Any]] = {
     ),
     "naive_bayes": dict(
         features=_ALL,
-        grid=grid(var_smoothing=[1e-9, 1e-6, 1e-3]),
+        grid=grid(var_smoothing=[1e-6, 1e-3, 1e-1]),
         ctor="naive_bayes.GaussianNB(var_smoothing={var_smoothing})",
         plan="a Gaussian naive Bayes model with var_smoothing={var_smoothing}",
         scale=False,

@@ -113,7 +113,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     ),
     "position": dict(
         grid=grid(side=["first", "last"], k=[1, 2, 3, 5], short=_SHORT),
-        code="\ndef fit(df):\n    return None\n\n" + _SELECT_START + "    return \" \".join(words[{cut}])\n\n",
+        code="\ndef fit(df):\n    return None\n\n" + _SELECT_START + '    return " ".join(words[{cut}])\n\n',
         plan="I keep neutral tweets and tweets of at most {short} words whole, and of the others only the {side} "
         "{k}. The rule has nothing to learn.",
     ),
