@@ -3,6 +3,9 @@
     PYTHONPATH=. .venv/bin/python bench/corpus_grid.py --task leaf-classification [--limit N] [--workers 2]
         [--cache runs/corpus-grid] [--timeout 120] [--budget-s S]
 
+Without --task (as `make bench` runs it): a balanced sample of --limit (default 16) programs of every task's grid;
+with --task: that task's whole grid unless --limit is given.
+
 Every program runs as the warm start runs it (instrumented with the AST progress prints, bwrap, the task's
 grader). Prints, per model family: programs, valid, score range and median, run time mean and max; and the
 reason of every invalid one. Results are cached per program (JSONL keyed by the code's sha256 under --cache),
@@ -32,30 +35,38 @@ from mle_jax.warmstart.programs import full_grid, generate_corpus, registered_ta
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--task", required=True, choices=registered_tasks())
-    ap.add_argument("--limit", type=int, default=0, help="a balanced sample of this many programs (0: the grid)")
+    ap.add_argument("--task", choices=registered_tasks(), help="default: a sample of every task's grid")
+    ap.add_argument("--limit", type=int, default=None, help="a balanced sample of this many programs (0: the grid)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--cache", default="runs/corpus-grid")
     ap.add_argument("--budget-s", type=float, default=0, help="start no program after this many seconds (0: none)")
     args = ap.parse_args()
+    if args.task:
+        check_grid(args.task, args.limit or 0, args)
+    else:
+        for task_id in registered_tasks():
+            check_grid(task_id, 16 if args.limit is None else args.limit, args)
 
+
+def check_grid(task_id: str, limit: int, args: argparse.Namespace) -> None:
+    """Run `limit` programs of the task's grid (0: all of them) and print the per-family table."""
     packages = sandbox_packages()
-    grid = full_grid(args.task, packages)
-    items = generate_corpus(args.task, args.limit, args.seed, packages) if args.limit else grid
-    task = prepare(args.task, RAW_DATA_DIR / args.task, Path(tempfile.mkdtemp()) / args.task / "prepared")
+    grid = full_grid(task_id, packages)
+    items = generate_corpus(task_id, limit, args.seed, packages) if limit else grid
+    task = prepare(task_id, RAW_DATA_DIR / task_id, Path(tempfile.mkdtemp()) / task_id / "prepared")
     limits = Limits(timeout_s=args.timeout, memory_mb=4096, cpus=1, max_procs=64, max_file_mb=256)
     run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, limits)
 
-    cache_path = Path(args.cache) / f"{args.task}.jsonl"
+    cache_path = Path(args.cache) / f"{task_id}.jsonl"
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     seen = {}
     if cache_path.is_file():
         seen = {r["sha256"]: r for r in map(json.loads, cache_path.read_text().splitlines()) if r}
     sha = {id(it): hashlib.sha256(it.code.encode()).hexdigest() for it in items}
     todo = [it for it in items if sha[id(it)] not in seen]
-    print(f"{args.task}: grid {len(grid)} programs, checking {len(items)} ({len(todo)} not cached)", flush=True)
+    print(f"{task_id}: grid {len(grid)} programs, checking {len(items)} ({len(todo)} not cached)", flush=True)
     lock = threading.Lock()
     t0 = time.monotonic()
 
