@@ -8,8 +8,8 @@
 Without arguments (as `make bench` runs it) it reads every finished runs/*-cpu workdir there is.
 
 Per run: the verified warm-start corpus (programs, score range), the valid fraction of the first RL step's samples
-(the warm-started policy) and of the last, the evaluation after RL (scratch samples: valid fraction, best score),
-and the wall time of the whole run.
+(the warm-started policy) and of the last, the best score seen during RL, the evaluation after RL (scratch samples:
+valid fraction, best score), and the wall time of the whole run.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def row(workdir: Path) -> list[str]:
         f"{scores[0]:.4g} – {scores[-1]:.4g}",
         _pct(steps[0]["valid_fraction"]),
         _pct(steps[-1]["valid_fraction"]),
+        summary.get("score/best_during_rl", "-"),
         f"{_pct(scratch['valid_fraction'])} of {scratch['samples']} (best {best})",
         _minutes(float(summary["wall_s"])),
     ]
@@ -74,6 +75,7 @@ def main() -> None:
         "corpus score range",
         "valid, first RL step (after warm start)",
         "valid, last RL step",
+        "best score during RL",
         "evaluation after RL (scratch)",
         "wall time",
     ]
