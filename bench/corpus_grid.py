@@ -37,6 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", choices=registered_tasks(), help="default: a sample of every task's grid")
     ap.add_argument("--limit", type=int, default=None, help="a balanced sample of this many programs (0: the grid)")
+    ap.add_argument("--family", default="", help="only this model family of the grid (with --task)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120.0)
@@ -55,6 +56,8 @@ def check_grid(task_id: str, limit: int, args: argparse.Namespace) -> None:
     packages = sandbox_packages()
     grid = full_grid(task_id, packages)
     items = generate_corpus(task_id, limit, args.seed, packages) if limit else grid
+    if args.family:
+        grid = items = [it for it in grid if it.meta["model"] == args.family]
     task = prepare(task_id, RAW_DATA_DIR / task_id, Path(tempfile.mkdtemp()) / task_id / "prepared")
     limits = Limits(timeout_s=args.timeout, memory_mb=4096, cpus=1, max_procs=64, max_file_mb=256)
     run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, limits)

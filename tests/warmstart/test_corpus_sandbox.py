@@ -116,3 +116,22 @@ def test_a_sample_of_each_new_grid_runs_and_grades_in_bwrap(task_id, raw_data_di
     for v in verified:
         assert low < v.score < high, (v.item.meta, v.score)
         assert "validation" in v.output and v.output.splitlines()[-1] == "predicted test labels", v.output
+
+
+@pytest.mark.integration
+def test_insults_lightgbm_on_word_counts_runs_in_bwrap(raw_data_dir: Path, tmp_path):
+    """LightGBM refuses integer sparse matrices: the insults grid's count vectorizers must give floats."""
+    task = prepare(INSULTS, raw_data_dir / INSULTS, tmp_path / "prepared")
+    [item] = [
+        it
+        for it in full_grid(INSULTS, ["lightgbm"])
+        if it.meta["model"] == "lightgbm"
+        and it.meta["features"] == "word"
+        and it.meta["hparams"]
+        == dict(
+            n_estimators=200, num_leaves=15, vec_kind="CountVectorizer", vec_ngram_range=(1, 1), vec_max_features=2000
+        )
+    ]
+    run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, LIMITS)
+    [verified] = verify_corpus([item], task, run_fn, workers=1, progress=False)
+    assert 0.70 < verified.score < 0.95, verified.score

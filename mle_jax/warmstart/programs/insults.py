@@ -110,8 +110,8 @@ _MODELS: dict[str, dict[str, Any]] = {
 
 def _vectorizer_code(templates: list[str], vec_hp: dict[str, Any]) -> str:
     vecs = [t.format(**vec_hp) for t in templates]
-    if vec_hp["kind"] == "CountVectorizer":
-        vecs = [v.replace(", sublinear_tf=True", "") for v in vecs]
+    if vec_hp["kind"] == "CountVectorizer":  # float counts: LightGBM refuses integer sparse matrices
+        vecs = [v.replace(", sublinear_tf=True", ", dtype=np.float32") for v in vecs]
     lines = [f'vec{i} = {v}\nvec{i}.fit(train["Comment"])' for i, v in enumerate(vecs)]
     parts = [f'vec{i}.transform(df["Comment"])' for i in range(len(vecs))]
     body = parts[0] if len(parts) == 1 else f"sparse.hstack([{', '.join(parts)}]).tocsr()"
