@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from mle_jax.report import read_metrics
+from mle_jax.tasks.registry import get_spec
 
 
 def _summary(report: Path) -> dict[str, str]:
@@ -41,6 +42,14 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
+def _best_during_rl(summary: dict[str, str], steps: list[dict]) -> str:
+    """The summary's best score during RL; "-" for a lower-is-better task whose run logged no "score/min" (runs
+    before it was logged took the least of the step maxima)."""
+    if get_spec(summary["task"]).lower_is_better and not any("score/min" in r for r in steps):
+        return "-"
+    return summary.get("score/best_during_rl", "-")
+
+
 def row(workdir: Path) -> list[str]:
     summary = _summary(workdir / "report.md")
     corpus = [json.loads(line) for line in (workdir / "warmstart" / "verified.jsonl").read_text().splitlines()]
@@ -55,7 +64,7 @@ def row(workdir: Path) -> list[str]:
         f"{scores[0]:.4g} – {scores[-1]:.4g}",
         _pct(steps[0]["valid_fraction"]),
         _pct(steps[-1]["valid_fraction"]),
-        summary.get("score/best_during_rl", "-"),
+        _best_during_rl(summary, steps),
         f"{_pct(scratch['valid_fraction'])} of {scratch['samples']} (best {best})",
         _minutes(float(summary["wall_s"])),
     ]

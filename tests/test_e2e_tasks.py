@@ -12,6 +12,7 @@ import pytest
 
 from mle_jax.report import read_metrics
 from mle_jax.run import run
+from mle_jax.tasks.registry import get_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +58,8 @@ def test_one_rl_step_end_to_end(name, tmp_path):
     [row] = read_metrics(workdir / "metrics.jsonl")
     assert row["step"] == 1 and 0.0 <= row["valid_fraction"] <= 1.0
     assert row["learner/actor/pg_loss"] == row["learner/actor/pg_loss"]  # finite, not NaN
+    best_key = "score/min" if get_spec(TASKS[name]).lower_is_better else "score/max"  # best in the task's direction
+    assert summary["score/best_during_rl"] == row.get(best_key)
     ev = json.loads((workdir / "evaluation.json").read_text())
     assert ev["task"] == TASKS[name] and ev["scratch"]["samples"] == 1
     assert "## Evaluation" in (workdir / "report.md").read_text()
