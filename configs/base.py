@@ -265,6 +265,16 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.ppo.micro_batch_size = 1
     c.loop.steps = 5
     c.warmstart.max_response_tokens = 768
+    # SFT sized for 2 cores: one forward+backward of SmolLM2 on one 1408-token sequence took 58 s on this
+    # machine under load (README.md, "SmolLM2"), so :cpu's 150 steps x 8 would take days. 16 steps x 4 = 64 of
+    # the 128 examples (scratch and improve) once; a pretrained model fine-tunes at 1e-4, not at the
+    # from-scratch tiny model's 3e-3 (which would wreck its weights).
+    c.warmstart.steps = 16
+    c.warmstart.batch_size = 4
+    c.warmstart.lr = 1e-4
+    c.warmstart.warmup_steps = 2
+    c.warmstart.checkpoint_every = 4
+    c.warmstart.log_every = 2
     return c
 
 

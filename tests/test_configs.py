@@ -27,6 +27,7 @@ def test_smol_config_is_the_embedded_run_with_smollm2():
     assert smol.sampler.backend == cpu.sampler.backend == "jax" and smol.executor.backend == "bwrap"
     assert smol.loop.batch_size == 8 and smol.prompt.max_prompt_tokens == base.get_config().prompt.max_prompt_tokens
     assert smol.workdir == "runs/random-acts-of-pizza-smol"
+    assert smol.warmstart.lr < cpu.warmstart.lr and smol.warmstart.steps * smol.warmstart.batch_size <= 64
 
 
 def test_paper_numbers_in_base_config():
