@@ -164,7 +164,11 @@ def stage_instrument(a) -> dict[str, Any]:
     s = settings("smol", workdir)
     task, packages, ws = prepare_task(s.task), sandbox_packages(), s.warmstart
     run_fn = sandbox_run_fn(
-        make_sandbox(s.executor), task, ws.verify_limits(), "ast", output_chars=ws.prompt.output_tail_chars
+        make_sandbox(s.executor),
+        task,
+        ws.verify_limits(),
+        instrument_mode="ast",
+        output_chars=ws.prompt.output_tail_chars,
     )
     items = generate_corpus(task.spec, ws.corpus_size, ws.seed, packages)
     (workdir / "warmstart").mkdir(parents=True, exist_ok=True)
