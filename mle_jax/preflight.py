@@ -29,7 +29,8 @@ def _model(s: RunSettings) -> list[str]:
     if not (path / "config.json").is_file():
         return [
             f"model.path={s.model.path} is not an HF model folder (no config.json): pass a local folder "
-            "(e.g. Qwen2.5-3B-Instruct downloaded elsewhere), or drop --config.model.path for the tiny model"
+            "(e.g. Qwen2.5-3B-Instruct downloaded elsewhere; `make smol-model` writes "
+            "checkpoints/smollm2-135m-instruct for the :smol configs), or drop --config.model.path for the tiny model"
         ]
     return []
 

@@ -19,6 +19,17 @@ def test_pizza_configs_build():
     assert cpu.sampler.backend == "jax" and paper.sampler.backend == "vllm"
 
 
+def test_smol_config_is_the_embedded_run_with_smollm2():
+    cpu, smol = pizza.get_config("cpu"), pizza.get_config("smol")
+    assert smol.model.path == base.SMOL_DIR == "checkpoints/smollm2-135m-instruct"
+    assert (smol.model.num_hidden_layers, smol.model.hidden_size, smol.model.vocab_size) == (30, 576, 49152)
+    assert smol.warmstart.enabled and smol.instrument.mode == "lm" and cpu.instrument.mode == "ast"
+    assert smol.sampler.backend == cpu.sampler.backend == "jax" and smol.executor.backend == "bwrap"
+    assert smol.loop.batch_size == 8 and smol.prompt.max_prompt_tokens == base.get_config().prompt.max_prompt_tokens
+    assert smol.workdir == "runs/random-acts-of-pizza-smol"
+    assert smol.warmstart.lr < cpu.warmstart.lr and smol.warmstart.steps * smol.warmstart.batch_size <= 64
+
+
 def test_paper_numbers_in_base_config():
     c = base.get_config()
     assert (c.loop.batch_size, c.ppo.mini_batch_size, c.ppo.micro_batch_size) == (128, 128, 8)
@@ -36,7 +47,7 @@ def test_every_task_has_a_config_with_a_known_task_id():
     ids = set()
     for name in CONFIG_FILES:
         mod = importlib.import_module(f"configs.{name}")
-        for arg in ("paper", "cpu"):
+        for arg in ("paper", "cpu", "smol"):
             c = mod.get_config(arg)
             registry.get_spec(c.task.id)  # raises for an unknown id
             ids.add(c.task.id)

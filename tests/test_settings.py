@@ -32,7 +32,7 @@ CONFIGS = sorted(
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_task_config_becomes_settings(name):
     mod = importlib.import_module(f"configs.{name}")
-    for arg in ("paper", "cpu"):
+    for arg in ("paper", "cpu", "smol"):
         s = from_config(mod.get_config(arg))
         assert isinstance(s, RunSettings) and s.task.id == mod.get_config(arg).task.id
 

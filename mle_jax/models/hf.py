@@ -1,14 +1,15 @@
-"""HF Qwen2 checkpoints (config.json + safetensors) <-> our Flax NNX Qwen2ForCausalLM.
+"""HF Qwen2 and Llama checkpoints (config.json + safetensors) <-> our Flax NNX Qwen2ForCausalLM.
 
 The mapping is one table, `HF_RULES`: an HF tensor name pattern, the path of our Param, and a layout
-transform (HF nn.Linear stores [out, in]; we store [in, heads, head_dim] and friends).
+transform (HF nn.Linear stores [out, in]; we store [in, heads, head_dim] and friends). Both families
+use the same tensor names; which biases exist follows the config (`Qwen2Config.attention_bias`, ...).
 
 `from_pretrained` builds the model abstractly (no weights allocated), then reads one tensor at a time
 from the memory-mapped safetensors files and `jax.device_put`s it straight onto its target
 `NamedSharding` (from the Param's logical axes and `rules`) when a mesh is given; the host never holds
 more than one tensor. `write_weights` is the one writer of our params as HF safetensors (the vLLM
 sampler's weight sync uses it too); `save_pretrained` adds config.json, so that
-`transformers.Qwen2ForCausalLM.from_pretrained` loads the folder.
+`transformers.Qwen2ForCausalLM` (or `LlamaForCausalLM`) `.from_pretrained` loads the folder.
 """
 
 from __future__ import annotations
@@ -78,16 +79,20 @@ HF_RULES: tuple[tuple[str, tuple[str, ...], Transform], ...] = (
     (_L + r"self_attn\.k_proj\.bias", ("model", "layers", "{0}", "attn", "k_bias"), BIAS_HEADS),
     (_L + r"self_attn\.v_proj\.bias", ("model", "layers", "{0}", "attn", "v_bias"), BIAS_HEADS),
     (_L + r"self_attn\.o_proj\.weight", ("model", "layers", "{0}", "attn", "o_proj"), OUT_HEADS),
+    (_L + r"self_attn\.o_proj\.bias", ("model", "layers", "{0}", "attn", "o_bias"), IDENTITY),
     (_L + r"mlp\.gate_proj\.weight", ("model", "layers", "{0}", "mlp", "gate_proj"), TRANSPOSE),
     (_L + r"mlp\.up_proj\.weight", ("model", "layers", "{0}", "mlp", "up_proj"), TRANSPOSE),
     (_L + r"mlp\.down_proj\.weight", ("model", "layers", "{0}", "mlp", "down_proj"), TRANSPOSE),
+    (_L + r"mlp\.gate_proj\.bias", ("model", "layers", "{0}", "mlp", "gate_bias"), IDENTITY),
+    (_L + r"mlp\.up_proj\.bias", ("model", "layers", "{0}", "mlp", "up_bias"), IDENTITY),
+    (_L + r"mlp\.down_proj\.bias", ("model", "layers", "{0}", "mlp", "down_bias"), IDENTITY),
 )
 _COMPILED = tuple((re.compile(p + r"$"), path, t) for p, path, t in HF_RULES)
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
 
 def hf_to_ours(name: str) -> tuple[tuple[str | int, ...], Transform] | None:
-    """HF tensor name -> (our Param path, transform); None for a name that is not a Qwen2 weight."""
+    """HF tensor name -> (our Param path, transform); None for a name that is not a Qwen2/Llama weight."""
     for pattern, path, transform in _COMPILED:
         m = pattern.match(name)
         if m:
@@ -120,7 +125,7 @@ def _hf_name_template(rule_path: tuple[str, ...]) -> str:
 def read_config(path: str | Path) -> Qwen2Config:
     cfg_path = Path(path) / "config.json"
     if not cfg_path.is_file():
-        raise FileNotFoundError(f"no config.json in {path} (expected an HF Qwen2 checkpoint folder)")
+        raise FileNotFoundError(f"no config.json in {path} (expected an HF Qwen2 or Llama checkpoint folder)")
     try:
         d = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
@@ -163,7 +168,7 @@ def from_pretrained(
     remat: bool | None = None,
     attn_block: int | None = None,
 ) -> Qwen2ForCausalLM:
-    """Loads an HF Qwen2 checkpoint folder into our model.
+    """Loads an HF Qwen2 or Llama checkpoint folder into our model.
 
     dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block override
     the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
@@ -197,7 +202,7 @@ def from_pretrained(
         if target is None:
             if _IGNORED.match(name):
                 continue
-            raise ValueError(f"{fpath}: tensor {name!r} is not a Qwen2ForCausalLM weight")
+            raise ValueError(f"{fpath}: tensor {name!r} is not a Qwen2/Llama ForCausalLM weight")
         our_path, transform = target
         if our_path not in flat:
             if our_path == ("lm_head",) and cfg.tie_word_embeddings:
@@ -313,7 +318,8 @@ def write_weights(params: Any, path: str | Path, dtype: Any = None, max_shard_by
 def save_pretrained(
     model: Qwen2ForCausalLM, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None
 ) -> Path:
-    """An HF checkpoint folder: `write_weights` + config.json (torch_dtype: the stored dtype).
+    """An HF checkpoint folder of the model's family (Qwen2 or Llama: `Qwen2Config.model_type`):
+    `write_weights` + config.json (torch_dtype: the stored dtype).
 
     dtype: storage dtype (default: the params' own). max_shard_bytes: split into shards of at most this
     size. Multi-host: every process must call it; only process 0 writes.

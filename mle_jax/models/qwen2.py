@@ -1,6 +1,10 @@
-"""Qwen2 decoder in Flax NNX: RMSNorm, RoPE, grouped-query attention with q/k/v biases, SwiGLU.
+"""Qwen2 / Llama decoder in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU.
 
-Matches transformers' `Qwen2ForCausalLM` numerically (tests/models/test_qwen2.py). Every weight is an
+One network for both families (they differ only in which projections carry a bias): Qwen2 has q/k/v
+biases; Llama has none, or, with `attention_bias`, q/k/v/o biases, and with `mlp_bias` biases on the
+three MLP projections. `Qwen2Config.model_type` remembers the family so that a saved folder is the
+family it was loaded from. Matches transformers' `Qwen2ForCausalLM` and `LlamaForCausalLM` numerically
+(tests/models/test_qwen2.py, tests/models/test_llama.py). Every weight is an
 `nnx.Param` whose `out_sharding` metadata holds logical axis names from `LOGICAL_AXES`; a mesh and a
 rules table turn them into `PartitionSpec`s (see `mle_jax.sharding.param_shardings`).
 
@@ -29,9 +33,18 @@ LOGICAL_AXES = ("vocab", "embed", "q_heads", "kv_heads", "head_dim", "mlp", "nor
 _NEG = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: a fully masked (padding) query row stays NaN-free
 
 
+MODEL_TYPES = ("qwen2", "llama")
+ROPE_TYPES = ("default",)  # rope scaling (linear, dynamic, yarn, llama3, ...) is not implemented
+
+
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
-    """The fields of an HF Qwen2 `config.json` that define the network."""
+    """The fields of an HF Qwen2 or Llama `config.json` that define the network.
+
+    attention_bias: biases on q/k/v (Qwen2: always; Llama: its `attention_bias`).
+    attention_out_bias: a bias on o_proj (Llama's `attention_bias` sets both; Qwen2 has none).
+    mlp_bias: biases on gate/up/down (Llama's `mlp_bias`; Qwen2 has none).
+    """
 
     vocab_size: int = 151936
     hidden_size: int = 2048
@@ -44,6 +57,10 @@ class Qwen2Config:
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
+    model_type: str = "qwen2"
+    attention_bias: bool = True
+    attention_out_bias: bool = False
+    mlp_bias: bool = False
     remat: bool = False
     attn_block: int = 64  # causal attention in query blocks of this size when training (0: one block)
     bos_token_id: int | None = None
@@ -57,26 +74,48 @@ class Qwen2Config:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type={self.model_type!r} is not one of {MODEL_TYPES}")
+        biases = (self.attention_bias, self.attention_out_bias, self.mlp_bias)
+        if self.model_type == "qwen2" and biases != (True, False, False):
+            raise ValueError(
+                "a qwen2 model has q/k/v biases and no others (attention_bias=True, attention_out_bias=False, "
+                f"mlp_bias=False), got {biases}; use model_type='llama' for other bias layouts"
+            )
+        if self.model_type == "llama" and self.attention_bias != self.attention_out_bias:
+            raise ValueError(
+                f"a llama model has biases on all of q/k/v/o or on none (attention_bias={self.attention_bias}, "
+                f"attention_out_bias={self.attention_out_bias})"
+            )
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any], source: str = "config") -> Qwen2Config:
-        """Builds from an HF Qwen2 config dict (transformers 4 or 5 layout). Raises on non-Qwen2 configs."""
+        """Builds from an HF Qwen2 or Llama config dict (transformers 4 or 5 layout). Raises on other
+        architectures and on features the network does not implement (rope scaling, sliding windows)."""
         model_type = d.get("model_type")
         archs = d.get("architectures") or []
-        if model_type != "qwen2":
+        if model_type not in MODEL_TYPES:
             raise ValueError(
-                f"{source}: model_type={model_type!r} (architectures={archs}) is not a Qwen2 config; "
-                "expected model_type='qwen2'"
+                f"{source}: model_type={model_type!r} (architectures={archs}) is not a Qwen2 or Llama config; "
+                f"expected model_type in {MODEL_TYPES}"
             )
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"{source}: hidden_act={d['hidden_act']!r}; only 'silu' is supported")
         if d.get("use_sliding_window", False):
             raise ValueError(f"{source}: use_sliding_window=True is not supported")
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ValueError(f"{source}: rope_type={rope_type!r} is not supported (only 'default')")
+        rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(
+                f"{source}: rope_type={rope_type!r} (rope scaling) is not supported; only {ROPE_TYPES} "
+                "(plain RoPE with rope_theta)"
+            )
         theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
+        if model_type == "qwen2":
+            biases = {"attention_bias": True, "attention_out_bias": False, "mlp_bias": False}
+        else:
+            bias = bool(d.get("attention_bias", False))
+            biases = {"attention_bias": bias, "attention_out_bias": bias, "mlp_bias": bool(d.get("mlp_bias", False))}
         try:
             heads = int(d["num_attention_heads"])
             head_dim = d.get("head_dim") or int(d["hidden_size"]) // heads
@@ -92,17 +131,17 @@ class Qwen2Config:
                 rope_theta=float(theta),
                 rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
                 tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+                model_type=model_type,
+                **biases,
                 bos_token_id=d.get("bos_token_id"),
                 eos_token_id=d.get("eos_token_id"),
             )
         except KeyError as e:
-            raise ValueError(f"{source}: Qwen2 config lacks the field {e.args[0]!r}") from None
+            raise ValueError(f"{source}: {model_type} config lacks the field {e.args[0]!r}") from None
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """An HF `config.json` dict that transformers' Qwen2ForCausalLM loads (4.x and 5.x)."""
-        return {
-            "architectures": ["Qwen2ForCausalLM"],
-            "model_type": "qwen2",
+        """An HF `config.json` dict of this family that transformers (4.x and 5.x) and vLLM load."""
+        common = {
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -116,11 +155,20 @@ class Qwen2Config:
             "rope_parameters": {"rope_theta": self.rope_theta, "rope_type": "default"},
             "rms_norm_eps": self.rms_norm_eps,
             "tie_word_embeddings": self.tie_word_embeddings,
-            "use_sliding_window": False,
             "attention_dropout": 0.0,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
         }
+        if self.model_type == "llama":
+            return {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                **common,
+                "attention_bias": self.attention_bias,
+                "mlp_bias": self.mlp_bias,
+                "pretraining_tp": 1,
+            }
+        return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common, "use_sliding_window": False}
 
     @classmethod
     def from_model_config(cls, m: Any) -> Qwen2Config:
@@ -294,19 +342,24 @@ class Attention(nnx.Module):
         d, hq, hkv, dh = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         init = _normal()
         self.q_proj = _param(rngs, init, (d, hq, dh), ("embed", "q_heads", "head_dim"), param_dtype)
-        self.q_bias = _param(rngs, _zeros, (hq, dh), ("q_heads", "head_dim"), param_dtype)
         self.k_proj = _param(rngs, init, (d, hkv, dh), ("embed", "kv_heads", "head_dim"), param_dtype)
-        self.k_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
         self.v_proj = _param(rngs, init, (d, hkv, dh), ("embed", "kv_heads", "head_dim"), param_dtype)
-        self.v_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
         self.o_proj = _param(rngs, init, (hq, dh, d), ("q_heads", "head_dim", "embed"), param_dtype)
+        if cfg.attention_bias:
+            self.q_bias = _param(rngs, _zeros, (hq, dh), ("q_heads", "head_dim"), param_dtype)
+            self.k_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
+            self.v_bias = _param(rngs, _zeros, (hkv, dh), ("kv_heads", "head_dim"), param_dtype)
+        if cfg.attention_out_bias:  # added after the heads are summed: replicated, like a norm scale
+            self.o_bias = _param(rngs, _zeros, (d,), ("norm",), param_dtype)
+        self.qkv_bias, self.out_bias = cfg.attention_bias, cfg.attention_out_bias
+        self.num_heads, self.num_kv_heads = hq, hkv
         self.head_dim = dh
         self.rope_theta = cfg.rope_theta
         self.attn_block = cfg.attn_block or None
         self.dtype = dtype
 
     def _qkv(self, x: Array) -> tuple[Array, Array, Array]:
-        """x [B, T, D] -> q [B, T, Hq, Dh], k, v [B, T, Hkv, Dh], biases added.
+        """x [B, T, D] -> q [B, T, Hq, Dh], k, v [B, T, Hkv, Dh], biases (if any) added.
 
         Three `dense` GEMMs rather than one over concatenated weights: with heads sharded over `tensor`, a
         concatenation would reshard the weights every step, and on CPU the fused form measured no faster.
@@ -314,12 +367,18 @@ class Attention(nnx.Module):
         dt = self.dtype
         b, t, d = x.shape
 
-        def proj(w: nnx.Param, bias: nnx.Param) -> Array:
-            h = bias.shape[0]
-            out = dense(x, w[...].astype(dt).reshape(d, h * self.head_dim)) + bias[...].astype(dt).reshape(-1)
+        def proj(w: nnx.Param, h: int, bias: nnx.Param | None) -> Array:
+            out = dense(x, w[...].astype(dt).reshape(d, h * self.head_dim))
+            if bias is not None:
+                out = out + bias[...].astype(dt).reshape(-1)
             return out.reshape(b, t, h, self.head_dim)
 
-        return proj(self.q_proj, self.q_bias), proj(self.k_proj, self.k_bias), proj(self.v_proj, self.v_bias)
+        qb, kb, vb = (self.q_bias, self.k_bias, self.v_bias) if self.qkv_bias else (None, None, None)
+        return (
+            proj(self.q_proj, self.num_heads, qb),
+            proj(self.k_proj, self.num_kv_heads, kb),
+            proj(self.v_proj, self.num_kv_heads, vb),
+        )
 
     def __call__(
         self,
@@ -345,7 +404,10 @@ class Attention(nnx.Module):
         else:
             out = gqa_attention(q, k, v, mask, self.attn_block)
         b, t, hq, dh = out.shape
-        return dense(out.reshape(b, t, hq * dh), self.o_proj[...].astype(dt).reshape(hq * dh, -1)), new_kv
+        out = dense(out.reshape(b, t, hq * dh), self.o_proj[...].astype(dt).reshape(hq * dh, -1))
+        if self.out_bias:
+            out = out + self.o_bias[...].astype(dt)
+        return out, new_kv
 
 
 class MLP(nnx.Module):
@@ -354,13 +416,21 @@ class MLP(nnx.Module):
         self.gate_proj = _param(rngs, _normal(), (d, f), ("embed", "mlp"), param_dtype)
         self.up_proj = _param(rngs, _normal(), (d, f), ("embed", "mlp"), param_dtype)
         self.down_proj = _param(rngs, _normal(), (f, d), ("mlp", "embed"), param_dtype)
+        if cfg.mlp_bias:  # Llama's mlp_bias
+            self.gate_bias = _param(rngs, _zeros, (f,), ("mlp",), param_dtype)
+            self.up_bias = _param(rngs, _zeros, (f,), ("mlp",), param_dtype)
+            self.down_bias = _param(rngs, _zeros, (d,), ("norm",), param_dtype)
+        self.has_bias = cfg.mlp_bias
         self.dtype = dtype
 
     def __call__(self, x: Array) -> Array:
         dt = self.dtype
         gate = dense(x, self.gate_proj[...].astype(dt))
         up = dense(x, self.up_proj[...].astype(dt))
-        return dense(jax.nn.silu(gate) * up, self.down_proj[...].astype(dt))
+        if self.has_bias:
+            gate, up = gate + self.gate_bias[...].astype(dt), up + self.up_bias[...].astype(dt)
+        out = dense(jax.nn.silu(gate) * up, self.down_proj[...].astype(dt))
+        return out + self.down_bias[...].astype(dt) if self.has_bias else out
 
 
 class DecoderLayer(nnx.Module):

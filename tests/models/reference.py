@@ -1,4 +1,4 @@
-"""transformers' torch Qwen2ForCausalLM as the reference, on tiny random configs."""
+"""transformers' torch Qwen2ForCausalLM and LlamaForCausalLM as the references, on tiny random configs."""
 
 from __future__ import annotations
 
@@ -32,7 +32,18 @@ def torch_qwen2(seed: int = 0, **overrides) -> transformers.Qwen2ForCausalLM:
     torch.manual_seed(seed)
     cfg = transformers.Qwen2Config(**{**TINY, **overrides})
     cfg._attn_implementation = "eager"
-    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    return _randomize(transformers.Qwen2ForCausalLM(cfg).eval())
+
+
+def torch_llama(seed: int = 0, **overrides) -> transformers.LlamaForCausalLM:
+    """A random fp32 torch Llama (no biases unless attention_bias / mlp_bias) with every weight non-trivial."""
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(**{**TINY, **overrides})
+    cfg._attn_implementation = "eager"
+    return _randomize(transformers.LlamaForCausalLM(cfg).eval())
+
+
+def _randomize(model):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):

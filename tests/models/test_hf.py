@@ -235,12 +235,22 @@ def test_corrupt_safetensors_names_file_and_tensor(good_dir, tmp_path):
         hf.from_pretrained(d)
 
 
-def test_non_qwen2_config_is_rejected(good_dir, tmp_path):
+def test_other_family_config_is_rejected(good_dir, tmp_path):
+    d = copy_dir(good_dir, tmp_path / "gemma")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["model_type"] = "gemma"
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"config\.json: model_type='gemma'.*not a Qwen2 or Llama config"):
+        hf.from_pretrained(d)
+
+
+def test_qwen2_weights_under_a_llama_config_are_named(good_dir, tmp_path):
+    """A Llama config without biases over Qwen2 weights: the first bias tensor has no place in the model."""
     d = copy_dir(good_dir, tmp_path / "llama")
     cfg = json.loads((d / "config.json").read_text())
     cfg["model_type"] = "llama"
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"config\.json: model_type='llama'.*not a Qwen2 config"):
+    with pytest.raises(ValueError, match=r"tensor 'model\.layers\.\d\.self_attn\.[qkv]_proj\.bias' has no place"):
         hf.from_pretrained(d)
 
 

@@ -164,5 +164,5 @@ def test_config_round_trips():
     assert Qwen2Config.from_model_config(m) == dataclasses.replace(cfg, remat=True)
     tiny = Qwen2Config.from_model_config(base.tiny_model())
     assert (tiny.hidden_size, tiny.num_key_value_heads, tiny.tie_word_embeddings) == (128, 2, True)
-    with pytest.raises(ValueError, match="not a Qwen2 config"):
-        Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "llama"})
+    with pytest.raises(ValueError, match="not a Qwen2 or Llama config"):
+        Qwen2Config.from_hf_dict({**cfg.to_hf_dict(), "model_type": "gemma"})

@@ -1,0 +1,307 @@
+"""SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of README.md "SmolLM2".
+
+    PYTHONPATH=. .venv/bin/python bench/smollm2_pizza.py STAGE [--samples 128] [--steps 3] [--programs 64]
+        [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1]
+
+STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends it to --out):
+  prompted    --samples scratch-prompt samples from SmolLM2 as converted, no warm start: the paper's prompted
+              setting (the analogue of Table 1's "prompted" column), at the RL temperature and budgets
+  warm        the warm-start stage of :smol in WORKDIR/warmstart (a later RL run in WORKDIR reuses it), then
+              --samples scratch-prompt samples from the fine-tuned policy
+  tiny        the peer: the tiny model of :cpu after its own warm start (in WORKDIR-tiny), --samples samples
+  instrument  the frozen SmolLM2 (as converted, and after the warm start of `warm` when WORKDIR has it) inserts
+              the progress prints into --programs (64) verified corpus programs, as the LM instrumenter of a run
+              does (its temperature and budgets); the share that verification accepts
+  rlstep      --steps RL steps of :smol (B=8) from the warm-started policy, each step's wall time split into
+              sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
+
+Samples are run as RL runs them (AST-instrumented, in the bwrap sandbox with the run's limits) and graded;
+"syntax error" counts programs that do not parse. The JAX sampler decodes 16 rows at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from configs import pizza
+from mle_jax import builders
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.fleet import make_fleet
+from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.instrument import instrument_batch
+from mle_jax.instrument.lm import lm_instrument_batch
+from mle_jax.models.hf import from_pretrained
+from mle_jax.models.tokenizer import load_tokenizer
+from mle_jax.report import MetricsWriter
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.rollout import Environment
+from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.settings import RunSettings, from_config
+from mle_jax.tasks.graders import grade
+from mle_jax.tasks.prepare import prepare_task
+from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages
+from mle_jax.warmstart.corpus import sandbox_run_fn
+from mle_jax.warmstart.programs import generate_corpus
+from mle_jax.warmstart.stage import untrained_policy, verify_cached, warm_start
+
+MAX_BATCH = 16
+
+
+def settings(arg: str, workdir: Path, warm: bool = True) -> RunSettings:
+    cfg = pizza.get_config(arg)
+    cfg.workdir = str(workdir)
+    cfg.warmstart.enabled = warm
+    return from_config(cfg)
+
+
+def outcome(code: str | None, task, sandbox, s: RunSettings) -> tuple[str, float | None]:
+    if code is None:
+        return "no code", None
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return "syntax error", None
+    res = sandbox.run(instrument_batch([code], "ast")[0].code, task, s.rollout.limits)
+    if str(res.status) != "ok":
+        return f"{res.status}: {(res.stderr_tail.strip().splitlines() or [''])[-1][:90]}", None
+    g = grade(task, res.submission_path)
+    return ("valid" if g.valid else f"invalid: {g.reason[:90]}"), (g.score if g.valid else None)
+
+
+def sample_and_run(model, tokenizer, s: RunSettings, task, packages, n: int, seed: int) -> dict[str, Any]:
+    """n scratch-prompt samples at the run's temperature and budgets, each run and graded as in RL."""
+    prompt = render_prompt(
+        scratch_messages(task, packages, s.rollout.prompt.snippet_chars), tokenizer, s.rollout.prompt.max_prompt_tokens
+    )
+    sampler = JaxSampler(model, tokenizer, max_batch=MAX_BATCH)
+    t0 = time.perf_counter()
+    comps = sampler.generate(
+        [prompt] * n,
+        n=1,
+        temperature=s.rollout.sampling.temperature,
+        top_p=s.rollout.sampling.top_p,
+        max_tokens=s.rollout.sampling.max_tokens,
+        seed=seed,
+    )
+    sample_s = time.perf_counter() - t0
+    sandbox = make_sandbox(s.executor)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(s.executor.slots or 2) as pool:
+        results = list(pool.map(lambda c: outcome(parse_response(c.text).code, task, sandbox, s), comps))
+    run_s = time.perf_counter() - t0
+    scores = [x for _, x in results if x is not None]
+    kinds: dict[str, int] = {}
+    for o, _ in results:
+        kinds[o] = kinds.get(o, 0) + 1
+    best = (min if task.lower_is_better else max)(scores) if scores else None
+    return {
+        "samples": n,
+        "prompt_tokens": len(prompt),
+        "valid_fraction": len(scores) / n,
+        "mean_score": statistics.mean(scores) if scores else None,
+        "best_score": best,
+        "with_code": sum(o != "no code" for o, _ in results),
+        "syntax_errors": kinds.get("syntax error", 0),
+        "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
+        "truncated": sum(c.finish_reason == "length" for c in comps),
+        "sample_s": round(sample_s, 1),
+        "run_s": round(run_s, 1),
+        "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        "example": comps[0].text[:1500],
+    }
+
+
+def stage_prompted(a) -> dict[str, Any]:
+    s = settings("smol", Path(a.workdir), warm=False)
+    task, packages = prepare_task(s.task), sandbox_packages()
+    model, tok = untrained_policy(s.warmstart, task, packages, Path(a.workdir))
+    return sample_and_run(model, tok, s, task, packages, a.samples, a.seed)
+
+
+def _warm(arg: str, workdir: Path):
+    s = settings(arg, workdir)
+    task, packages = prepare_task(s.task), sandbox_packages()
+    t0 = time.perf_counter()
+    ws = warm_start(s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart")
+    return s, task, packages, ws, time.perf_counter() - t0
+
+
+def _sft_summary(ws, stage_s: float) -> dict[str, Any]:
+    m = ws.metrics
+    keys = ("steps", "first_loss", "final_loss", "wall_s", "examples", "prompt_len", "response_len")
+    return {"stage_s": round(stage_s, 1), **{k: m.get(k) for k in keys}, "corpus_score_mean": m["corpus_score_mean"]}
+
+
+def stage_warm(a) -> dict[str, Any]:
+    s, task, packages, ws, stage_s = _warm("smol", Path(a.workdir))
+    return {
+        "sft": _sft_summary(ws, stage_s),
+        **sample_and_run(ws.model, ws.tokenizer, s, task, packages, a.samples, a.seed),
+    }
+
+
+def stage_tiny(a) -> dict[str, Any]:
+    s, task, packages, ws, stage_s = _warm("cpu", Path(a.workdir + "-tiny"))
+    return {
+        "sft": _sft_summary(ws, stage_s),
+        **sample_and_run(ws.model, ws.tokenizer, s, task, packages, a.samples, a.seed),
+    }
+
+
+def stage_instrument(a) -> dict[str, Any]:
+    """The frozen SmolLM2 as converted (and, when WORKDIR holds a finished warm start, the warm-started policy)
+    on the first --programs verified corpus programs of the warm start (all valid: they ran and graded)."""
+    workdir = Path(a.workdir)
+    s = settings("smol", workdir)
+    task, packages, ws = prepare_task(s.task), sandbox_packages(), s.warmstart
+    run_fn = sandbox_run_fn(
+        make_sandbox(s.executor),
+        task,
+        ws.verify_limits(),
+        instrument_mode="ast",
+        output_chars=ws.prompt.output_tail_chars,
+    )
+    items = generate_corpus(task.spec, ws.corpus_size, ws.seed, packages)
+    (workdir / "warmstart").mkdir(parents=True, exist_ok=True)
+    verified = verify_cached(items, task, run_fn, workdir / "warmstart" / "verified.jsonl", ws.verify_workers)
+    codes = [v.item.code for v in verified][: a.programs]
+    out: dict[str, Any] = {"programs": len(codes)}
+    models = [("converted", Path(s.model.path))]
+    if (workdir / "warmstart" / "policy" / "DONE").is_file():
+        models.append(("warm_started", workdir / "warmstart" / "policy"))
+    for name, path in models:
+        tok = load_tokenizer(path)
+        sampler = JaxSampler(from_pretrained(path), tok, max_batch=MAX_BATCH)
+        t0 = time.perf_counter()
+        i = s.instrument
+        attempts = lm_instrument_batch(codes, sampler, tok, i.max_tokens, i.max_prompt_tokens, i.temperature)
+        reasons: dict[str, int] = {}
+        for at in attempts:
+            if at.code is None:
+                key = at.reason.split(":")[0][:80]
+                reasons[key] = reasons.get(key, 0) + 1
+        accepted = sum(at.code is not None for at in attempts)
+        out[name] = {
+            "accepted": accepted,
+            "share": accepted / len(codes),
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "rejections": reasons,
+        }
+    return out
+
+
+class TimedSampler:
+    """The run's sampler with the wall time of its generate calls summed (everything else delegated)."""
+
+    def __init__(self, inner):
+        self.inner, self.seconds = inner, 0.0
+
+    def generate(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self.inner.generate(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def stage_rlstep(a) -> dict[str, Any]:
+    """The run's objects as mle_jax.run builds them (warm start reused from WORKDIR), --steps updates."""
+    workdir = Path(a.workdir)
+    s = settings("smol", workdir)
+    task, packages = prepare_task(s.task), sandbox_packages()
+    model, tok, _ = builders.build_policy(s, task, packages, workdir)
+    fleet = make_fleet(s.executor)
+    scratch = Path(tempfile.mkdtemp(prefix="smol-rlstep-"))
+    try:
+        learner = builders.make_learner(s, model)
+        sampler = TimedSampler(builders.make_sampler(s.sampler, model, tok, scratch))
+        instrument = builders.make_instrumenter(s, model, tok, scratch)
+        instr_s = [0.0]
+
+        def timed_instrument(codes):
+            t0 = time.perf_counter()
+            try:
+                return instrument(codes)
+            finally:
+                instr_s[0] += time.perf_counter() - t0
+
+        env = Environment(s.rollout, task, tok, packages, sampler, timed_instrument, fleet)
+        loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(scratch / "ckpt", keep=1), MetricsWriter(scratch))
+
+        def counts() -> tuple[float, ...]:
+            c = loop.counters
+            return c.update_s, c.wait_s, c.exec_busy_s, sampler.seconds, instr_s[0]
+
+        steps = []
+        for _ in range(a.steps):
+            c0 = counts()
+            t0 = time.perf_counter()
+            m = loop.step()
+            wall = time.perf_counter() - t0
+            d = [x - y for x, y in zip(counts(), c0, strict=True)]
+            parts = {"sampling_s": d[3], "instrumentation_s": d[4], "execution_wait_s": d[1], "update_s": d[0]}
+            steps.append(
+                {
+                    "wall_s": round(wall, 1),
+                    **{k: round(v, 1) for k, v in parts.items()},
+                    "other_s": round(wall - sum(parts.values()), 1),
+                    "shares": {k.removesuffix("_s"): round(v / wall, 3) for k, v in parts.items()},
+                    "sandbox_busy_s": round(d[2], 1),
+                    "valid_fraction": m.get("valid_fraction"),
+                    "instrument_lm_fraction": m.get("instrument_lm_fraction"),
+                    "response_tokens": m.get("response_tokens/mean"),
+                }
+            )
+        loop.close()
+    finally:
+        fleet.close()
+    return {
+        "batch_size": s.loop.batch_size,
+        "in_flight": s.loop.batch_size * s.loop.in_flight_multiplier,
+        "steps": steps,
+    }
+
+
+STAGES = {
+    "prompted": stage_prompted,
+    "warm": stage_warm,
+    "tiny": stage_tiny,
+    "instrument": stage_instrument,
+    "rlstep": stage_rlstep,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("stage", choices=sorted(STAGES))
+    ap.add_argument("--samples", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--programs", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workdir", default="runs/random-acts-of-pizza-smol")
+    ap.add_argument("--out", default="runs/smollm2_bench.jsonl")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
+    result["total_s"] = round(time.perf_counter() - t0, 1)
+    line = json.dumps(result)
+    print(line)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(a.out, "a") as f:
+        f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

