@@ -127,6 +127,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.ppo.micro_batch_size = 8
     c.ppo.shuffle = True  # reshuffle the batch into mini-batches every epoch
     c.ppo.seq_bucket = 128  # pad T up to a multiple of this so the update compiles once per bucket (0: off)
+    # logprobs and entropy over this many positions at a time: the [micro, T, V] logits (10 GB in fp32 for the
+    # paper's micro-batch) are never live at once (0: all positions at once)
+    c.ppo.logits_chunk = 512
 
     c.optim = ml_collections.ConfigDict()
     c.optim.actor_lr = 1e-5
