@@ -25,6 +25,7 @@ def tiny_model() -> ml_collections.ConfigDict:
     m.dtype = "float32"
     m.param_dtype = "float32"
     m.remat = False
+    m.scan_layers = False  # one lax.scan over the stacked layers in training (compiles once per model, not per layer)
     m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
     return m
 
