@@ -107,10 +107,21 @@ class UpdateProgram:
     `mle_jax.plan` lowers and compiles it for devices that are not here.
 
     settings: LearnerSettings; policy: Qwen2ForCausalLM; value: Qwen2ValueModel; mesh: (data, fsdp, tensor).
+    donate: whether the update donates the train state (default: on any backend but CPU; a plan for an
+    accelerator compiled on this host passes True).
     """
 
-    def __init__(self, settings: LearnerSettings, policy: nnx.Module, value: nnx.Module, mesh: Mesh):
+    def __init__(
+        self,
+        settings: LearnerSettings,
+        policy: nnx.Module,
+        value: nnx.Module,
+        mesh: Mesh,
+        donate: bool | None = None,
+    ):
         self.mesh = mesh
+        # the update donates the train state (updated in place) except on CPU, which cannot donate
+        self.donate = jax.default_backend() != "cpu" if donate is None else donate
         self.settings = settings.ppo
         self.seed = int(settings.seed)
         optim = settings.optim
@@ -219,12 +230,11 @@ class UpdateProgram:
         rep = shd.replicated(self.mesh)
         batch_sh = {k: shd.batch_sharding(self.mesh, 2 if k not in ("rewards", "durations_s") else 1)
                     for k in BATCH_KEYS}  # fmt: skip
-        donate = (0,) if jax.default_backend() != "cpu" else ()  # CPU cannot donate; avoid the warning
         return jax.jit(
             fn,
             in_shardings=(self.state_shardings, self.ref_shardings, batch_sh),
             out_shardings=(self.state_shardings, rep),
-            donate_argnums=donate,
+            donate_argnums=(0,) if self.donate else (),
         )
 
 
