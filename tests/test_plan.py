@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from configs import pizza
-from mle_jax import plan
+from mle_jax import planning as plan
 from mle_jax.settings import from_config
 
 REPO = Path(__file__).resolve().parents[1]
