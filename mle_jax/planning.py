@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mle_jax import sharding as shd
@@ -158,8 +159,6 @@ def gpu_target(name: str, n: int) -> Target:
     if n % hosts:
         raise PlanError(f"--devices={n} GPUs do not split evenly over {hosts} nodes of at most 8")
     topology = f"1x{hosts}x{n // hosts}"
-    from jax.experimental import topologies  # optional: the compile-only topologies of the AOT plugins
-
     try:
         desc = topologies.get_topology_desc(topology, "cuda", target_config=gpu.target_config(), topology=topology)
     except NotImplementedError:
@@ -173,8 +172,6 @@ def gpu_target(name: str, n: int) -> Target:
 
 def tpu_target(topology: str, n: int) -> Target:
     """The chips of a TPU topology such as v5p:2x2x2, compile-only through libtpu."""
-    from jax.experimental import topologies  # optional: the compile-only topologies of the AOT plugins
-
     try:
         desc = topologies.get_topology_desc(topology, "tpu")
     except RuntimeError as e:
