@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -172,6 +173,7 @@ def gpu_target(name: str, n: int) -> Target:
 
 def tpu_target(topology: str, n: int) -> Target:
     """The chips of a TPU topology such as v5p:2x2x2, compile-only through libtpu."""
+    jax.config.update("jax_platforms", "cpu")  # no device backends (nor the CUDA plugin's checks): compile only
     try:
         desc = topologies.get_topology_desc(topology, "tpu")
     except RuntimeError as e:
@@ -329,12 +331,15 @@ def compile_update(
     policy, value = abstract_models(s, cfg)
     program = UpdateProgram(s.learner, policy, value, mesh, donate=donate)
     state, ref = program.abstract_state(), program.abstract_reference()
+    stack = "scanned" if cfg.scan_layers else "unrolled"
     start = time.perf_counter()
     traced = program.fn.trace(state, ref, program.abstract_batch(batch, seq_len))
     lowered = traced.lower()
     lower_s = time.perf_counter() - start
+    print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
+    print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
     ref_bytes = per_device_bytes(ref)
     return {
