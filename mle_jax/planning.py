@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.experimental import topologies
+from jax.extend import core as jex_core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mle_jax import sharding as shd
@@ -243,17 +244,17 @@ def check_layout(s: RunSettings, cfg: Qwen2Config, mesh_shape: tuple[int, int, i
 # --------------------------------------------------------------------------------------------
 
 
-def _sub_jaxprs(value: Any) -> list[jax.extend.core.Jaxpr]:
-    if isinstance(value, jax.extend.core.ClosedJaxpr):
+def _sub_jaxprs(value: Any) -> list[jex_core.Jaxpr]:
+    if isinstance(value, jex_core.ClosedJaxpr):
         return [value.jaxpr]
-    if isinstance(value, jax.extend.core.Jaxpr):
+    if isinstance(value, jex_core.Jaxpr):
         return [value]
     if isinstance(value, list | tuple):
         return [j for v in value for j in _sub_jaxprs(v)]
     return []
 
 
-def matmul_flops(jaxpr: jax.extend.core.Jaxpr) -> float:
+def matmul_flops(jaxpr: jex_core.Jaxpr) -> float:
     """FLOPs of every dot_general a program executes (2 per multiply-add), each scan's body times its length.
 
     jaxpr: a traced program (`jax.jit(f).trace(...).jaxpr.jaxpr`), before partitioning, so the count is the
