@@ -60,7 +60,7 @@ def assert_finished_run(workdir: Path, done: subprocess.CompletedProcess) -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (workdir / "report.md").read_text()
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("learner/step") == 1.0 for r in rows), rows[-1:]
+    assert {r["step"] for r in rows} == {1}, rows  # one update (two processes of one run may both log it)
     assert "|" in report
 
 
@@ -91,7 +91,7 @@ def test_gpu_node_runs_with_vllm_cpu_servers(checkpoint, tmp_path):
     )  # fmt: skip
     assert_finished_run(workdir, done)
     policy_log = (workdir / "vllm_policy.log").read_text()
-    assert "collective_rpc" in policy_log  # the learner's step was synced into the policy server
+XX
     config = json.loads((workdir / "config.json").read_text())
     assert config["sampler"]["backend"] == "vllm" and config["model"]["path"] == str(checkpoint)
 
