@@ -91,7 +91,7 @@ def test_gpu_node_runs_with_vllm_cpu_servers(checkpoint, tmp_path):
     )  # fmt: skip
     assert_finished_run(workdir, done)
     policy_log = (workdir / "vllm_policy.log").read_text()
-XX
+    assert '"POST /collective_rpc HTTP/1.1" 200' in policy_log  # the step's weights were reloaded into the server
     config = json.loads((workdir / "config.json").read_text())
     assert config["sampler"]["backend"] == "vllm" and config["model"]["path"] == str(checkpoint)
 
