@@ -45,6 +45,9 @@ def qwen25_3b_model() -> ml_collections.ConfigDict:
     m.dtype = "bfloat16"
     m.param_dtype = "bfloat16"
     m.remat = True
+    # one scanned layer body instead of 36 copies, same numerics: the PPO update for 8 x A100 compiles in about
+    # 3 min scanned, many times longer unrolled (python -m mle_jax.plan --compare_scan; figures in BUILD.md)
+    m.scan_layers = True
     return m
 
 
