@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux python3.11 python3.11-venv libgomp1
 
-.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env smol-model clean
+.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env smol-model aot-env clean
 
 install: $(STAMP)
 
@@ -102,5 +102,23 @@ $(SMOL_DIR)/config.json: $(SMOL_GGUF) | $(VPY)
 $(VPY):
 	$(MAKE) install
 
+# Ahead-of-time compilation for hardware that is not here (python -m mle_jax.plan --topology=v5p:2x2x2, or
+# --target=a100-40 ...): .venv's packages (a .pth file) plus libtpu (the version jax 0.10.2's tpu extra pins)
+# and JAX's CUDA PJRT plugin, compile-only, no GPU needed. A venv of their own: with libtpu installed every JAX
+# process probes for TPU hardware at start-up and prints errors to stderr. ~0.9 GB.
+AOT_VENV := .aot-venv
+AOT_PKGS := libtpu==0.0.42.1 jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2
+AOT_STAMP := $(AOT_VENV)/.installed-$(shell echo '$(AOT_PKGS)' | md5sum | cut -c1-12)
+
+aot-env: $(AOT_STAMP)
+
+$(AOT_STAMP): | $(STAMP)
+	@test -x $(AOT_VENV)/bin/python || $(VPY) -m venv $(AOT_VENV)
+	$(AOT_VENV)/bin/python -m pip install -q --no-deps $(AOT_PKGS)
+	$(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  > "$$($(AOT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mle_jax_venv.pth"
+	$(AOT_VENV)/bin/python -c 'import jax_plugins.xla_cuda12, libtpu, mle_jax'
+	@rm -f $(AOT_VENV)/.installed-* && touch $@
+
 clean:
-	rm -rf $(VENV) .sandbox-venv .vllm-venv runs
+	rm -rf $(VENV) .sandbox-venv .vllm-venv $(AOT_VENV) runs

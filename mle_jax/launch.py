@@ -17,10 +17,10 @@ from mle_jax import preflight
 from mle_jax.run import run_settings
 from mle_jax.settings import ConfigError, from_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False)
+CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False)
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -45,7 +45,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except (flags.Error, KeyError, AttributeError, ValueError, TypeError) as e:
-        _fail(_one_line(argv, e))
+        fail(_one_line(argv, e))
         raise  # unreachable: _fail exits
 
 
@@ -53,14 +53,14 @@ def main(argv: list[str]) -> None:
     del argv
     if not flags.FLAGS["verbosity"].present:  # orbax logs every checkpoint step at INFO; keep the progress bar readable
         logging.set_verbosity(logging.WARNING)
-    cfg = _CONFIG.value
+    cfg = CONFIG.value
     if cfg is None:
-        _fail("--config is required, e.g. --config=configs/pizza.py:cpu")
+        fail("--config is required, e.g. --config=configs/pizza.py:cpu")
     try:
         settings = from_config(cfg)
         preflight.check(settings)
     except (ConfigError, preflight.PreflightError) as e:
-        _fail(str(e).replace("\n", "\nerror: "))
+        fail(str(e).replace("\n", "\nerror: "))
     run_settings(settings, config_json=cfg.to_json_best_effort(indent=2))
 
 

@@ -154,9 +154,9 @@ def _weight_files(path: Path) -> dict[str, Path]:
 
 def runtime_options(model_cfg: Any) -> dict[str, Any]:
     """The run config's `model` fields that shape computation but are not in an HF config.json (remat,
-    attn_block), as `from_pretrained` keyword arguments; absent fields are left out."""
+    scan_layers, attn_block), as `from_pretrained` keyword arguments; absent fields are left out."""
     get = model_cfg.get if hasattr(model_cfg, "get") else (lambda k, d=None: getattr(model_cfg, k, d))
-    return {k: get(k) for k in ("remat", "attn_block") if get(k) is not None}
+    return {k: get(k) for k in ("remat", "scan_layers", "attn_block") if get(k) is not None}
 
 
 def from_pretrained(
@@ -167,10 +167,11 @@ def from_pretrained(
     rules: Sequence[tuple[str, Any]] | None = None,
     remat: bool | None = None,
     attn_block: int | None = None,
+    scan_layers: bool | None = None,
 ) -> Qwen2ForCausalLM:
     """Loads an HF Qwen2 or Llama checkpoint folder into our model.
 
-    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block override
+    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block / scan_layers override
     the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
     is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through
     `rules`, default sharding.LOGICAL_RULES).
@@ -184,6 +185,8 @@ def from_pretrained(
         cfg = dataclasses.replace(cfg, remat=remat)
     if attn_block is not None:
         cfg = dataclasses.replace(cfg, attn_block=attn_block)
+    if scan_layers is not None:
+        cfg = dataclasses.replace(cfg, scan_layers=scan_layers)
     param_dtype = param_dtype or dtype
     rules = tuple(rules or LOGICAL_RULES)
     abstract = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))
@@ -232,9 +235,11 @@ def from_pretrained(
 # --------------------------------------------------------------------------------------------
 
 
-def _gather_to_host(x: jax.Array) -> np.ndarray:
+def _gather_to_host(x: jax.Array | np.ndarray) -> np.ndarray:
     """One param on this host as numpy; a sharded multi-host array is all-gathered first, so every
-    process must call this for such an array, in the same order."""
+    process must call this for such an array, in the same order. Host arrays pass through."""
+    if isinstance(x, np.ndarray):
+        return x
     if not x.is_fully_addressable:
         x = multihost_utils.process_allgather(x, tiled=True)
     return np.asarray(jax.device_get(x))
@@ -263,6 +268,24 @@ def _param_leaves(params: Any) -> list[tuple[tuple, jax.Array]]:
             f" got {type(params).__name__}"
         )
     return [(path, v.get_value() if isinstance(v, nnx.Variable) else v) for path, v in flat]
+
+
+def hf_host_tensors(params: Any, dtype: Any = None) -> dict[str, np.ndarray]:
+    """{HF name: host array in HF layout} of our params (model, nnx.State or pure dict, as `write_weights`).
+
+    Each layout transform (transposes, head reshapes) runs where the array lives, so on an accelerator it is a
+    device transpose rather than a host one (on CPU, 6 GB of bf16 transposes take ~13 s), then all tensors are
+    copied to host at once. Needs fully addressable arrays (one process); `write_weights` handles the rest.
+    dtype: convert on the device first (default: each param's own).
+    """
+    out = {}
+    for our_path, value in _param_leaves(params):
+        name, transform = ours_to_hf(our_path)
+        if isinstance(value, jax.Array) and not value.is_fully_addressable:
+            raise ValueError(f"hf_host_tensors: {name} is sharded over several processes; use write_weights")
+        x = transform.to_hf(value)
+        out[name] = x if dtype is None else x.astype(dtype)
+    return {k: np.asarray(v) for k, v in jax.device_get(out).items()}
 
 
 def write_weights(params: Any, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None) -> Path:

@@ -62,6 +62,7 @@ class Qwen2Config:
     attention_out_bias: bool = False
     mlp_bias: bool = False
     remat: bool = False
+    scan_layers: bool = False  # training forward as one lax.scan over the stacked layer weights (compile time)
     attn_block: int = 64  # causal attention in query blocks of this size when training (0: one block)
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -455,6 +456,30 @@ def _layer_forward(layer: DecoderLayer, x: Array, positions: Array, mask: Array)
 _remat_layer_forward = nnx.remat(_layer_forward)
 
 
+def scan_layer_stack(layers: nnx.List, x: Array, positions: Array, mask: Array, dtype: Any, remat: bool) -> Array:
+    """The decoder layers as one `lax.scan` over their weights stacked on a leading layer axis (MaxText's
+    scan_layers): the compiled program holds one layer body instead of L copies, so compile time stops
+    growing with depth. Weights stay stored per layer (checkpoints, HF import/export and shardings are
+    unchanged); the stack is built inside the traced program, cast to the compute dtype first, as every
+    layer casts its weights before use, so the numerics are those of the unrolled loop.
+
+    x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D]. remat: recompute each layer in the backward.
+    """
+    graphdef, _ = nnx.split(layers[0])
+    states = [nnx.state(layer) for layer in layers]
+
+    def stack(*xs: Array) -> Array:
+        return jnp.stack([v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v for v in xs])
+
+    stacked = jax.tree.map(stack, *states)
+
+    def body(h: Array, state: Any) -> tuple[Array, None]:
+        return nnx.merge(graphdef, state)(h, positions, mask)[0], None
+
+    x, _ = jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)
+    return x
+
+
 class Qwen2Model(nnx.Module):
     """The backbone: embeddings, decoder layers, final norm. Shared by policy and value models."""
 
@@ -493,14 +518,17 @@ class Qwen2Model(nnx.Module):
             mask = (slots[None, :] <= q_slots[:, None])[None] & valid[:, None, :]
         x = self.embed_tokens[...].astype(self.dtype)[tokens]
         new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
-            if cache is None:
-                fwd = _remat_layer_forward if self.config.remat else _layer_forward
-                x = fwd(layer, x, positions, mask)
-            else:
-                x, (k, v) = layer(x, positions, mask, (cache.k[i], cache.v[i]), cache.index)
-                new_k.append(k)
-                new_v.append(v)
+        if cache is None and self.config.scan_layers:
+            x = scan_layer_stack(self.layers, x, positions, mask, self.dtype, self.config.remat)
+        else:  # decoding stays unrolled: the per-layer cache is updated in place
+            for i, layer in enumerate(self.layers):
+                if cache is None:
+                    fwd = _remat_layer_forward if self.config.remat else _layer_forward
+                    x = fwd(layer, x, positions, mask)
+                else:
+                    x, (k, v) = layer(x, positions, mask, (cache.k[i], cache.v[i]), cache.index)
+                    new_k.append(k)
+                    new_v.append(v)
         x = self.norm(x)
         if cache is None:
             return x, None

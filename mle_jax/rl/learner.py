@@ -101,6 +101,147 @@ def _cast_tree(tree: Any, dtype: Any) -> Any:
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
+class UpdateProgram:
+    """The jitted PPO update of a policy/critic pair on a mesh, with the shardings of its arguments; it holds
+    no weights, so it builds from concrete models or abstract ones (`nnx.eval_shape`): `Learner` runs it,
+    `mle_jax.plan` lowers and compiles it for devices that are not here.
+
+    settings: LearnerSettings; policy: Qwen2ForCausalLM; value: Qwen2ValueModel; mesh: (data, fsdp, tensor).
+    donate: whether the update donates the train state (default: on any backend but CPU; a plan for an
+    accelerator compiled on this host passes True).
+    """
+
+    def __init__(
+        self,
+        settings: LearnerSettings,
+        policy: nnx.Module,
+        value: nnx.Module,
+        mesh: Mesh,
+        donate: bool | None = None,
+    ):
+        self.mesh = mesh
+        # the update donates the train state (updated in place) except on CPU, which cannot donate
+        self.donate = jax.default_backend() != "cpu" if donate is None else donate
+        self.settings = settings.ppo
+        self.seed = int(settings.seed)
+        optim = settings.optim
+        self.master_dtype = jnp.dtype(optim.master_dtype) if optim.master_dtype else None
+        self.policy_graph, policy_params, self.policy_rest = nnx.split(policy, nnx.Param, ...)
+        self.value_graph, value_params, self.value_rest = nnx.split(value, nnx.Param, ...)
+        self.policy_tree = ParamTree(policy_params)
+        self.value_tree = ParamTree(value_params)
+        self.policy_shardings = self.policy_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
+        self.value_shardings = self.value_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
+        self.policy_tx = optim.optimizer(optim.actor_lr)
+        self.value_tx = optim.optimizer(optim.critic_lr)
+        rep = shd.replicated(mesh)
+        p_opt_sh = self._opt_shardings(self.policy_tx, self.abstract_params(self.policy_tree), self.policy_shardings)
+        v_opt_sh = self._opt_shardings(self.value_tx, self.abstract_params(self.value_tree), self.value_shardings)
+        self.state_shardings = TrainState(rep, self.policy_shardings, self.value_shardings, p_opt_sh, v_opt_sh)
+        self.reference_on_host = settings.reference_on_host
+        self.ref_device_shardings = self.policy_shardings if self.reference_on_host else None
+        self.ref_shardings = self.policy_shardings
+        if self.reference_on_host:
+            self.ref_shardings = jax.tree.map(lambda sh: sh.with_memory_kind("pinned_host"), self.policy_shardings)
+        self.fn = self._build_update()
+
+    # ---------------------------------------------------------------- abstract arguments
+    def abstract_params(self, tree: ParamTree, master: bool = True) -> Nested:
+        """ShapeDtypeStructs of a model's params as the train state holds them (master dtype unless not
+        `master`: then the model's param dtype, as the frozen reference keeps it)."""
+
+        def one(var: nnx.Variable) -> jax.ShapeDtypeStruct:
+            x = var.get_value()
+            dtype = x.dtype
+            if master and self.master_dtype is not None and jnp.issubdtype(dtype, jnp.floating):
+                dtype = self.master_dtype
+            return jax.ShapeDtypeStruct(np.shape(x), dtype)
+
+        return tree.map_variables(one)
+
+    def abstract_state(self) -> TrainState:
+        """The train state as ShapeDtypeStructs with their shardings (no memory allocated)."""
+        policy = self.abstract_params(self.policy_tree)
+        value = self.abstract_params(self.value_tree)
+        state = TrainState(
+            step=jax.ShapeDtypeStruct((), jnp.int32),
+            policy=policy,
+            value=value,
+            policy_opt=jax.eval_shape(self.policy_tx.init, policy),
+            value_opt=jax.eval_shape(self.value_tx.init, value),
+        )
+        return _with_shardings(state, self.state_shardings)
+
+    def abstract_reference(self) -> Nested:
+        return _with_shardings(self.abstract_params(self.policy_tree, master=False), self.ref_shardings)
+
+    def abstract_batch(self, batch_size: int, seq_len: int) -> dict[str, jax.ShapeDtypeStruct]:
+        """The update's batch arguments for B x T tokens (the learner's batch contract), sharded over the batch."""
+        out = {}
+        for k in BATCH_KEYS:
+            shape = (batch_size,) if k in ("rewards", "durations_s") else (batch_size, seq_len)
+            dtype = jnp.int32 if k in ("tokens", "attention_mask", "response_mask") else jnp.float32
+            out[k] = jax.ShapeDtypeStruct(shape, dtype, sharding=shd.batch_sharding(self.mesh, len(shape)))
+        return out
+
+    def lower(self, batch_size: int, seq_len: int) -> jax.stages.Lowered:
+        """The update traced and lowered for a B x T batch (compile it with `.compile()`)."""
+        return self.fn.lower(self.abstract_state(), self.abstract_reference(), self.abstract_batch(batch_size, seq_len))
+
+    # ---------------------------------------------------------------- building blocks
+    def _opt_shardings(self, tx: optax.GradientTransformation, params: Nested, param_sh: Nested) -> Any:
+        abstract = jax.eval_shape(tx.init, params)
+        rep = shd.replicated(self.mesh)
+        return optax.tree_map_params(tx, lambda _, sh: sh, abstract, param_sh, transform_non_params=lambda _: rep)
+
+    def _model(self, graph: Any, tree: ParamTree, rest: Any, params: Nested) -> nnx.Module:
+        return nnx.merge(graph, tree.to_state(params), rest)
+
+    def _policy_apply(self, params: Nested, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        """[b, T] tokens -> [b, T, D] final hidden states of the policy."""
+        model = self._model(self.policy_graph, self.policy_tree, self.policy_rest, params)
+        return model.hidden_states(tokens, attention_mask=attention_mask)[0]
+
+    def _policy_head(self, params: Nested, h: jax.Array) -> jax.Array:
+        """[b, c, D] hidden states -> [b, c, V] float32 logits."""
+        return self._model(self.policy_graph, self.policy_tree, self.policy_rest, params).logits_from_hidden(h)
+
+    def _value_apply(self, params: Nested, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        out = self._model(self.value_graph, self.value_tree, self.value_rest, params)(
+            tokens, attention_mask=attention_mask
+        )
+        if out.ndim != 2:
+            raise ValueError(f"value model returned shape {out.shape}, expected [B, T]")
+        return out
+
+    def _build_update(self):
+        fn = functools.partial(
+            ppo_update,
+            s=self.settings,
+            seed=self.seed,
+            policy_apply=self._policy_apply,
+            policy_head=self._policy_head,
+            value_apply=self._value_apply,
+            policy_tx=self.policy_tx,
+            value_tx=self.value_tx,
+            mesh=self.mesh,
+            ref_device_shardings=self.ref_device_shardings,
+        )
+        rep = shd.replicated(self.mesh)
+        batch_sh = {k: shd.batch_sharding(self.mesh, 2 if k not in ("rewards", "durations_s") else 1)
+                    for k in BATCH_KEYS}  # fmt: skip
+        return jax.jit(
+            fn,
+            in_shardings=(self.state_shardings, self.ref_shardings, batch_sh),
+            out_shardings=(self.state_shardings, rep),
+            donate_argnums=(0,) if self.donate else (),
+        )
+
+
+def _with_shardings(abstract: Any, shardings: Any) -> Any:
+    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), abstract, shardings)
+
+
 class Learner:
     """Policy + critic train states on a mesh; `update(RolloutBatch) -> metrics`.
 
@@ -120,56 +261,31 @@ class Learner:
     ):
         self.mesh = mesh
         self.settings = settings.ppo
-        self._seed = int(settings.seed)
-        optim = settings.optim
-        self._master_dtype = jnp.dtype(optim.master_dtype) if optim.master_dtype else None
-
-        self._policy_graph, policy_params, self._policy_rest = nnx.split(policy, nnx.Param, ...)
-        self._value_graph, value_params, self._value_rest = nnx.split(value, nnx.Param, ...)
-        self.policy_tree = ParamTree(policy_params)
-        self.value_tree = ParamTree(value_params)
-        self._policy_shardings = self._param_shardings(self.policy_tree)
-        self._value_shardings = self._param_shardings(self.value_tree)
-
-        self.policy_tx = optim.optimizer(optim.actor_lr)
-        self.value_tx = optim.optimizer(optim.critic_lr)
-
-        policy_nested = self._master(self.policy_tree.to_nested(policy_params))
-        value_nested = self._master(self.value_tree.to_nested(value_params))
-        policy_nested = self._place(policy_nested, self._policy_shardings)
-        value_nested = self._place(value_nested, self._value_shardings)
-        p_opt_sh = self._opt_shardings(self.policy_tx, policy_nested, self._policy_shardings)
-        v_opt_sh = self._opt_shardings(self.value_tx, value_nested, self._value_shardings)
-        rep = shd.replicated(self.mesh)
-        self._state_shardings = TrainState(rep, self._policy_shardings, self._value_shardings, p_opt_sh, v_opt_sh)
+        self.program = program = UpdateProgram(settings, policy, value, mesh)
+        self.policy_tree, self.value_tree = program.policy_tree, program.value_tree
+        self._master_dtype = program.master_dtype
+        _, policy_params, _ = nnx.split(policy, nnx.Param, ...)
+        _, value_params, _ = nnx.split(value, nnx.Param, ...)
+        policy_nested = self._place(self._master(self.policy_tree.to_nested(policy_params)), program.policy_shardings)
+        value_nested = self._place(self._master(self.value_tree.to_nested(value_params)), program.value_shardings)
+        sh = program.state_shardings
         self.state = TrainState(
-            step=shd.put_global(np.zeros((), np.int32), rep),
+            step=shd.put_global(np.zeros((), np.int32), sh.step),
             policy=policy_nested,
             value=value_nested,
-            policy_opt=jax.jit(self.policy_tx.init, out_shardings=p_opt_sh)(policy_nested),
-            value_opt=jax.jit(self.value_tx.init, out_shardings=v_opt_sh)(value_nested),
+            policy_opt=jax.jit(program.policy_tx.init, out_shardings=sh.policy_opt)(policy_nested),
+            value_opt=jax.jit(program.value_tx.init, out_shardings=sh.value_opt)(value_nested),
         )
-
         # frozen reference: a copy of the initial policy (or the given model), optionally in host memory
         if reference is not None:
             _, ref_state, _ = nnx.split(reference, nnx.Param, ...)
             ref_nested = self.policy_tree.to_nested(ref_state)
         else:
             ref_nested = self.policy_tree.to_nested(policy_params)
-        self._ref_on_host = settings.reference_on_host
-        self._ref_device_shardings = None
-        ref_shardings = self._policy_shardings
-        if self._ref_on_host:
-            self._ref_device_shardings = self._policy_shardings
-            ref_shardings = jax.tree.map(lambda sh: sh.with_memory_kind("pinned_host"), self._policy_shardings)
-        self._ref_shardings = ref_shardings
-        self.reference = self._place(ref_nested, ref_shardings)
-        self._update_fn = self._build_update()
+        self.reference = self._place(ref_nested, program.ref_shardings)
+        self._update_fn = program.fn
 
     # ---------------------------------------------------------------- placement helpers
-    def _param_shardings(self, tree: ParamTree) -> Nested:
-        return tree.map_variables(lambda var: shd.variable_sharding(var, self.mesh))
-
     def _master(self, nested: Nested) -> Nested:
         return nested if self._master_dtype is None else _cast_tree(nested, self._master_dtype)
 
@@ -185,45 +301,6 @@ class Learner:
             return shd.put_global(np.asarray(jax.device_get(x)), sh)  # host copy onto a multi-process mesh
 
         return jax.tree.map(one, tree, shardings)
-
-    def _opt_shardings(self, tx: optax.GradientTransformation, params: Nested, param_sh: Nested) -> Any:
-        abstract = jax.eval_shape(tx.init, params)
-        rep = shd.replicated(self.mesh)
-        return optax.tree_map_params(tx, lambda _, sh: sh, abstract, param_sh, transform_non_params=lambda _: rep)
-
-    def _apply_fn(self, graph: Any, tree: ParamTree, rest: Any, kind: str):
-        def apply(params: Nested, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
-            model = nnx.merge(graph, tree.to_state(params), rest)
-            out = model(tokens, attention_mask=attention_mask)
-            expected = 3 if kind == "policy" else 2
-            if out.ndim != expected:
-                raise ValueError(f"{kind} model returned shape {out.shape}, expected {expected} dims")
-            return out
-
-        return apply
-
-    def _build_update(self):
-        fn = functools.partial(
-            ppo_update,
-            s=self.settings,
-            seed=self._seed,
-            policy_apply=self._apply_fn(self._policy_graph, self.policy_tree, self._policy_rest, "policy"),
-            value_apply=self._apply_fn(self._value_graph, self.value_tree, self._value_rest, "value"),
-            policy_tx=self.policy_tx,
-            value_tx=self.value_tx,
-            mesh=self.mesh,
-            ref_device_shardings=self._ref_device_shardings,
-        )
-        rep = shd.replicated(self.mesh)
-        batch_sh = {k: shd.batch_sharding(self.mesh, 2 if k not in ("rewards", "durations_s") else 1)
-                    for k in BATCH_KEYS}  # fmt: skip
-        donate = (0,) if jax.default_backend() != "cpu" else ()  # CPU cannot donate; avoid the warning
-        return jax.jit(
-            fn,
-            in_shardings=(self._state_shardings, self._ref_shardings, batch_sh),
-            out_shardings=(self._state_shardings, rep),
-            donate_argnums=donate,
-        )
 
     # ---------------------------------------------------------------- public API
     @property
@@ -266,10 +343,10 @@ class Learner:
 
     def policy_model(self) -> nnx.Module:
         """A policy module holding the current params (for sampling, evaluation and HF export)."""
-        return nnx.merge(self._policy_graph, self.policy_state(), self._policy_rest)
+        return nnx.merge(self.program.policy_graph, self.policy_state(), self.program.policy_rest)
 
     def value_model(self) -> nnx.Module:
-        return nnx.merge(self._value_graph, self.value_tree.to_state(self.state.value), self._value_rest)
+        return nnx.merge(self.program.value_graph, self.value_tree.to_state(self.state.value), self.program.value_rest)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the same run: params, optimizer states, step (the update's RNG is
@@ -303,4 +380,4 @@ class Learner:
         state = TrainState(d["step"], d["policy"], d["value"], d["policy_opt"], d["value_opt"])
         if jax.tree.structure(state) != jax.tree.structure(self.state):
             raise ValueError("learner state does not match this learner's structure (different model or optimizer?)")
-        self.state = self._place(state, self._state_shardings)
+        self.state = self._place(state, self.program.state_shardings)

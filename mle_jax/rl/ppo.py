@@ -8,6 +8,8 @@ positions where `response_mask` is 1 take part in any loss; those are contiguous
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax import Array
@@ -218,6 +220,48 @@ def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Ar
     nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)
     picked = jnp.take_along_axis(logp, nxt[..., None], axis=-1)[..., 0]
     return shift_right(picked)
+
+
+def chunked_logprobs_entropy(
+    hidden: Array,
+    tokens: Array,
+    logits_fn: Callable[[Array], Array],
+    temperature: float = 1.0,
+    chunk: int = 512,
+) -> tuple[Array, Array]:
+    """token_logprobs and entropy of softmax(logits / temperature), without the [B, T, V] logits ever live.
+
+    hidden [B, T, D] (final-normed hidden states), tokens [B, T], logits_fn: h [B, c, D] -> logits [B, c, V]
+    (the model's head). Returns (logprobs [B, T], entropy [B, T]), aligned with tokens as `token_logprobs`
+    and `shift_right(entropy_from_logits(logits / temperature))` are: out[:, t] comes from position t-1.
+
+    The sequence is cut into chunks of `chunk` positions (padded up to a multiple); a scan computes each
+    chunk's logits, logprobs and entropy, and the chunk body is rematerialised, so the backward pass also
+    holds one [B, chunk, V] block at a time instead of the whole [B, T, V] (8 x 2048 x 151936 fp32 = 10 GB
+    for the paper's micro-batch). chunk <= 0 or >= T: one block (the direct computation).
+    """
+    b, t, d = hidden.shape
+    nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)  # the rolled-in last column is dropped by shift_right
+
+    def block(h: Array, nx: Array) -> tuple[Array, Array]:
+        logits = logits_fn(h).astype(jnp.float32) / temperature
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        picked = jnp.take_along_axis(logp, nx[..., None], axis=-1)[..., 0]
+        entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+        return picked, entropy
+
+    if chunk <= 0 or chunk >= t:
+        picked, entropy = block(hidden, nxt)
+        return shift_right(picked), shift_right(entropy)
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
+    nx = jnp.pad(nxt, ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
+    remat_block = jax.checkpoint(block)
+    _, (picked, entropy) = jax.lax.scan(lambda c, xs: (c, remat_block(*xs)), None, (h, nx))
+    picked = picked.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
+    entropy = entropy.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
+    return shift_right(picked), shift_right(entropy)
 
 
 def shift_right(x: Array) -> Array:

@@ -11,6 +11,7 @@ run draws the same permutations without carrying an RNG in its checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,6 +62,7 @@ class PPOSettings:
     micro_batch_size: int = 8
     shuffle: bool = True
     seq_bucket: int = 128  # the learner pads T up to a multiple of this (one compile per bucket; 0: off)
+    logits_chunk: int = 512  # logprobs/entropy over this many positions at a time (ppo.chunked_logprobs_entropy)
     temperature: float = 1.0  # the sampler's: logprobs are of logits / temperature, as sampled
 
     def __post_init__(self) -> None:
@@ -74,6 +76,8 @@ class PPOSettings:
             raise ValueError("ppo.epochs, mini_batch_size and micro_batch_size must be >= 1")
         if self.temperature <= 0:
             raise ValueError(f"sampler temperature must be > 0 for logprobs, got {self.temperature}")
+        if self.logits_chunk < 0:
+            raise ValueError(f"ppo.logits_chunk must be >= 0 (0: all positions at once), got {self.logits_chunk}")
         if self.dual_clip and self.dual_clip <= 1.0:
             raise ValueError(f"ppo.dual_clip must be > 1 (or 0 for off), got {self.dual_clip}")
 
@@ -109,6 +113,7 @@ def ppo_update(
     s: PPOSettings,
     seed: int,
     policy_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array],
+    policy_head: Callable[[Nested, jax.Array], jax.Array],
     value_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array],
     policy_tx: optax.GradientTransformation,
     value_tx: optax.GradientTransformation,
@@ -118,7 +123,9 @@ def ppo_update(
     """One PPO update on a batch of B samples (pure; jitted by Learner).
 
     batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s [B].
-    policy_apply(params, tokens, attention_mask) -> logits [b, T, V]; value_apply -> values [b, T].
+    policy_apply(params, tokens, attention_mask) -> final hidden states [b, T, D]; policy_head(params, h [b, c, D])
+    -> logits [b, c, V] float32 (applied `s.logits_chunk` positions at a time: the [b, T, V] logits are never
+    live); value_apply(params, tokens, attention_mask) -> values [b, T].
     seed: with state.step, the key of this update's mini-batch shuffling.
     Returns the new state and scalar metrics.
     """
@@ -133,9 +140,13 @@ def ppo_update(
         ref_params = jax.tree.map(jax.device_put, ref_params, ref_device_shardings)
 
     # ---- forward passes with the frozen reference and the critic, micro-batch by micro-batch
+    def logprobs_entropy(params, tokens, attention_mask):
+        hidden = policy_apply(params, tokens, attention_mask)
+        head = functools.partial(policy_head, params)
+        return ppo.chunked_logprobs_entropy(hidden, tokens, head, s.temperature, s.logits_chunk)
+
     def score(mb):
-        ref_logits = policy_apply(ref_params, mb["tokens"], mb["attention_mask"])
-        ref_lp = ppo.token_logprobs(ref_logits, mb["tokens"], s.temperature)
+        ref_lp, _ = logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])
         values = ppo.shift_right(value_apply(state.value, mb["tokens"], mb["attention_mask"]))
         return ref_lp, values.astype(jnp.float32)
 
@@ -161,13 +172,12 @@ def ppo_update(
     }
 
     def policy_loss_fn(params, mb, denom):
-        logits = policy_apply(params, mb["tokens"], mb["attention_mask"])
-        lp = ppo.token_logprobs(logits, mb["tokens"], s.temperature) * mb["mask"]
+        lp, entropy_tok = logprobs_entropy(params, mb["tokens"], mb["attention_mask"])
+        lp = lp * mb["mask"]
         pg, m = ppo.policy_loss(
             lp, mb["old_logprobs"], mb["advantages"], mb["mask"], mb["weights"],
             s.clip_ratio, s.dual_clip, s.loss_agg, denom,
         )  # fmt: skip
-        entropy_tok = ppo.shift_right(ppo.entropy_from_logits(logits / s.temperature))
         entropy = ppo.aggregate_loss(entropy_tok, mb["mask"], s.loss_agg, denom)
         n_tok = jnp.sum(mb["mask"])
         sums = {"pg_loss": pg, "entropy": entropy}

@@ -3,7 +3,10 @@
 
 `generate` sends `POST /v1/completions` with token-id prompts; `sync()` writes the policy as HF
 safetensors with `mle_jax.models.hf.write_weights` and has the running server load them
-(`VLLMServer.reload_weights`).
+(`VLLMServer.reload_weights`). By default the caller waits only for the weights' HF layouts to be made on
+the device and copied to host memory (`hf.hf_host_tensors`); writing the file and the reload run in a
+background thread while generation goes on with the previous weights (`background_sync=False`: all of it
+before `sync` returns). bench/weight_sync.py measures each part at 3B.
 
 Behaviour logprobs: the server is started with `--logprobs-mode processed_logprobs`, so the logprob
 vLLM returns for a sampled token is log-softmax(logits / temperature) after top-k/top-p masking, i.e.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +34,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from mle_jax.models.hf import write_weights
+from mle_jax.models.hf import hf_host_tensors, write_weights
 from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
@@ -91,7 +95,10 @@ class VLLMSampler:
     export_dir: where `sync` writes weight exports (one folder per version, the previous one deleted
     after a successful reload); it must be readable by the server's workers (same node or shared FS).
     Multi-host: call `sync` on every process (sharded params are gathered); process 0 writes and
-    triggers the reload.
+    triggers the reload (in the foreground: the gathers are collectives of all processes).
+    background_sync: `sync` returns once the weights are in host memory; the export and the reload run in a
+    thread (a request meanwhile is served by the previous weights and tagged with their version). The next
+    `sync` or `wait_sync()` waits for it and raises its error, if any.
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class VLLMSampler:
         version: int = 0,
         request_timeout_s: float = 3600.0,
         max_concurrent_requests: int = 64,
+        background_sync: bool = True,
     ) -> None:
         if eos_ids is None:
             eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
@@ -116,6 +124,9 @@ class VLLMSampler:
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_requests = max_concurrent_requests
         self._last_export: Path | None = None
+        self.background_sync = background_sync
+        self._sync_thread: threading.Thread | None = None
+        self._sync_error: BaseException | None = None
 
     def generate(
         self,
@@ -182,9 +193,44 @@ class VLLMSampler:
             return [c for group in pool.map(one, range(len(prompts))) for c in group]
 
     def sync(self, params: Any, version: int) -> None:
-        """Exports params as HF safetensors and reloads them into the running server; tags `version`."""
+        """Exports params as HF safetensors and reloads them into the running server; tags `version`.
+
+        With background_sync (single process, params not already a folder): returns after copying the
+        weights to host memory; the export and the reload finish in a thread (`wait_sync`).
+        """
+        self.wait_sync()
         if self.export_dir is None:
             self.export_dir = Path(tempfile.mkdtemp(prefix="vllm-sync-"))
+        if isinstance(params, nnx.Module):
+            params = nnx.state(params, nnx.Param)
+        ours = isinstance(params, nnx.State) or (
+            isinstance(params, Mapping) and any(isinstance(v, (Mapping, nnx.Variable)) for v in params.values())
+        )  # our model's params (written by hf.write_weights); folders and HF-named mappings go in the foreground
+        if not (self.background_sync and ours) or jax.process_count() > 1:
+            self._export_and_reload(params, version)
+            return
+        # the one part the caller waits for: HF layouts made on the device, then every tensor copied to host
+        host = hf_host_tensors(params)
+
+        def run() -> None:
+            try:
+                self._export_and_reload(host, version)
+            except BaseException as e:  # noqa: BLE001 (re-raised by wait_sync in the caller's thread)
+                self._sync_error = e
+
+        self._sync_thread = threading.Thread(target=run, name=f"vllm-sync-v{version}", daemon=True)
+        self._sync_thread.start()
+
+    def wait_sync(self) -> None:
+        """Blocks until a background sync has finished; raises the error it ended with."""
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+            self._sync_thread = None
+        if self._sync_error is not None:
+            error, self._sync_error = self._sync_error, None
+            raise error
+
+    def _export_and_reload(self, params: Any, version: int) -> None:
         target = self.export_dir / f"v{version:08d}"
         if target.exists():
             shutil.rmtree(target)

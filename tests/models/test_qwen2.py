@@ -157,6 +157,41 @@ def test_bf16_and_remat_run_and_differentiate():
     assert g.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).sum()) > 0
 
 
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_scanned_layer_stack_equals_unrolled(remat, dtype):
+    """scan_layers (one lax.scan over the stacked layer weights) gives the unrolled loop's logits and gradients;
+    the weights keep their per-layer layout, so a scanned model takes the unrolled model's state as is."""
+    cfg = dataclasses.replace(Qwen2Config(**TINY), num_hidden_layers=3, remat=remat)
+    dt = jnp.dtype(dtype)
+    unrolled = numpy_random_model(Qwen2ForCausalLM, cfg, dtype=dt, param_dtype=jnp.float32)
+    scanned = numpy_random_model(
+        Qwen2ForCausalLM, dataclasses.replace(cfg, scan_layers=True), dtype=dt, param_dtype=jnp.float32
+    )
+    nnx.update(scanned, nnx.state(unrolled))
+    rng = np.random.RandomState(1)
+    tokens = jnp.asarray(rng.randint(0, cfg.vocab_size, (2, 11)), jnp.int32)
+    mask = jnp.asarray(np.arange(11)[None, :] < np.array([[11], [7]]), jnp.int32)  # one right-padded row
+
+    def loss(m):
+        logits = m(tokens, attention_mask=mask)
+        return jnp.sum(jax.nn.log_softmax(logits[:, :-1]) * jax.nn.one_hot(tokens[:, 1:], cfg.vocab_size)), logits
+
+    (l_u, logits_u), g_u = nnx.jit(nnx.value_and_grad(loss, has_aux=True))(unrolled)
+    (l_s, logits_s), g_s = nnx.jit(nnx.value_and_grad(loss, has_aux=True))(scanned)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(np.asarray(logits_s), np.asarray(logits_u), rtol=tol, atol=tol)
+    flat_u, flat_s = dict(nnx.to_flat_state(g_u)), dict(nnx.to_flat_state(g_s))
+    assert flat_u.keys() == flat_s.keys() and ("model", "layers", 2, "mlp", "up_proj") in flat_u
+    # against the largest gradient: some are zero in exact arithmetic (a key bias shifts every score of a query
+    # equally) and differ only by rounding noise
+    scale = max(float(np.abs(np.asarray(g[...], np.float32)).max()) for g in flat_u.values())
+    for path, gu in flat_u.items():
+        gu, gs = np.asarray(gu[...], np.float32), np.asarray(flat_s[path][...], np.float32)
+        assert float(np.abs(gs - gu).max()) <= tol * scale, path
+    assert float(np.abs(np.asarray(flat_u[("model", "layers", 0, "attn", "q_proj")][...])).max()) > 0
+
+
 def test_config_round_trips():
     cfg = Qwen2Config(**TINY)
     assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg

@@ -136,6 +136,43 @@ def test_entropy_and_token_logprobs():
     np.testing.assert_array_equal(np.asarray(ppo.shift_right(jnp.array([[1, 2, 3]]))), [[0, 1, 2]])
 
 
+@pytest.mark.parametrize("chunk", [0, 1, 5, 12, 64])
+def test_chunked_logprobs_entropy_equal_the_direct_computation(chunk):
+    """Chunked over the sequence (with padding when T is not a multiple, and the one-block path) = token_logprobs
+    and shift_right(entropy_from_logits) of the full logits: values and the gradients wrt hidden and head."""
+    rng = np.random.default_rng(0)
+    b, t, d, v, temp = 3, 12, 8, 37, 0.7
+    hidden = jnp.asarray(rng.normal(size=(b, t, d)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(d, v)) * 0.3, jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, v, size=(b, t)), jnp.int32)
+    a_lp = jnp.asarray(rng.normal(size=(b, t)), jnp.float32)
+    a_ent = jnp.asarray(rng.normal(size=(b, t)), jnp.float32)
+
+    def direct(h, w):
+        logits = h @ w
+        lp = ppo.token_logprobs(logits, tokens, temp)
+        ent = ppo.shift_right(ppo.entropy_from_logits(logits / temp))
+        return lp, ent
+
+    def chunked(h, w):
+        return ppo.chunked_logprobs_entropy(h, tokens, lambda x: x @ w, temp, chunk)
+
+    def loss(fn):
+        return lambda h, w: jnp.sum(fn(h, w)[0] * a_lp) + jnp.sum(fn(h, w)[1] * a_ent)
+
+    lp_d, ent_d = direct(hidden, w)
+    lp_c, ent_c = chunked(hidden, w)
+    assert lp_c.shape == ent_c.shape == (b, t)
+    np.testing.assert_allclose(np.asarray(lp_c), np.asarray(lp_d), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent_c), np.asarray(ent_d), rtol=1e-5, atol=1e-5)
+    assert float(jnp.max(jnp.abs(lp_d))) > 1.0 and float(jnp.mean(ent_d[:, 1:])) > 0.5  # non-trivial values
+    g_d = jax.grad(loss(direct), argnums=(0, 1))(hidden, w)
+    g_c = jax.jit(jax.grad(loss(chunked), argnums=(0, 1)))(hidden, w)
+    for gd, gc in zip(g_d, g_c, strict=True):
+        assert float(jnp.max(jnp.abs(gd))) > 1e-2
+        np.testing.assert_allclose(np.asarray(gc), np.asarray(gd), rtol=1e-4, atol=1e-5)
+
+
 def test_masked_whiten():
     x = jnp.array([[9.0, 1.0, 2.0, 3.0], [9.0, 4.0, 9.0, 9.0]])
     mask = jnp.array([[0, 1, 1, 1], [0, 1, 0, 0]], jnp.float32)

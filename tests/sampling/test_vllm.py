@@ -138,8 +138,10 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert max_logprob_error(model_a, top5, top_k=5) < TOL
     assert max_logprob_error(model_a, top5) > 0.05  # and not the full-vocab softmax
 
-    # an nnx.Module (our model B) -> hf.write_weights -> reload in place
+    # an nnx.Module (our model B) -> hf.write_weights -> reload in place, in the background: sync returns once
+    # the weights are copied to host memory; wait_sync waits for the export and the reload
     sampler.sync(model_b, version=1)
+    sampler.wait_sync()
     after = sample(0)
     assert all(c.version == 1 for c in after)
     assert max_logprob_error(model_b, after) < TOL
@@ -148,6 +150,7 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
 
     # an nnx.State of the policy (what the learner's policy_state() gives), written by hf's name table
     sampler.sync(nnx.state(model_a), version=2)
+    sampler.wait_sync()
     assert max_logprob_error(model_a, sample(2)) < TOL
     assert not (tmp_path / "sync" / "v00000001").exists()  # the previous export is cleaned up
 

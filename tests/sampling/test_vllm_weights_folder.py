@@ -3,6 +3,8 @@ mapping is written as is; an HF folder is used as is; anything else fails before
 
 from __future__ import annotations
 
+import socket
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -11,7 +13,8 @@ from flax import nnx
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsReader
-from mle_jax.sampling.vllm import weights_folder
+from mle_jax.sampling.vllm import VLLMSampler, weights_folder
+from mle_jax.sampling.vllm_server import VLLMServer
 
 CFG = Qwen2Config(
     vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -54,3 +57,22 @@ def test_mapping_and_folder(model_and_reference, tmp_path):
         weights_folder(tmp_path / "unused", tmp_path / "x")
     with pytest.raises(TypeError, match="sync"):
         weights_folder(3.0, tmp_path / "x")
+
+
+def test_background_sync_writes_host_copies_and_raises_the_reload_error(model_and_reference, tmp_path):
+    """sync returns once the weights are on the host; the export (what hf.write_weights writes for the model) and
+    the reload run in a thread; the reload's failure (no server listens here) surfaces at wait_sync."""
+    model, ref = model_and_reference
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    sampler = VLLMSampler(VLLMServer(f"http://127.0.0.1:{port}"), eos_ids=[0], export_dir=tmp_path)
+    sampler.sync(nnx.state(model), version=1)
+    with pytest.raises(Exception, match="(?i)connect"):
+        sampler.wait_sync()
+    assert sampler.version == 0  # not tagged: the server never took the weights
+    got = read_all(tmp_path / "v00000001")
+    assert sorted(got) == sorted(ref)
+    for name, value in ref.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    sampler.wait_sync()  # the error was raised once

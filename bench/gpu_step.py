@@ -1,0 +1,147 @@
+"""The paper's PPO update and sampler decode at 3B shape on an accelerator, against the plan's projection.
+
+    python bench/gpu_step.py                          # GPU/TPU: Qwen2.5-3B shape, bf16, all devices (fsdp)
+    python bench/gpu_step.py --shape tiny             # any machine (CPU: this is the default, so it cannot rot)
+    python bench/gpu_step.py --batch 64 --seq 2048 --micro 8 --decode_batch 64 --decode_tokens 256
+
+Measures one PPO update (reference and critic forwards, policy and critic forward + backward, AdamW; the
+learner exactly as a run builds it) in tokens/s and MFU against the devices' dense bf16 peak, and the JAX
+sampler's decode in tokens/s. The peer measured in the same run is the plan (`mle_jax.plan`): the update's
+FLOPs counted from the same traced program, and its projected step time at the MFU given here; the ratio
+measured / projected says how far the plan's assumption is from this device.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from configs import base  # noqa: E402
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
+from mle_jax.optim import OptimSettings  # noqa: E402
+from mle_jax.planning import GPU_TARGETS, TPU_CHIPS, matmul_flops  # noqa: E402
+from mle_jax.rl.batch import RolloutBatch  # noqa: E402
+from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
+from mle_jax.rl.ppo_update import PPOSettings  # noqa: E402
+from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
+from mle_jax.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("shape", "auto", ["auto", "3b", "tiny"], "auto: 3b on an accelerator, tiny on CPU")
+flags.DEFINE_integer("batch", 0, "samples per update (0: 8 x devices at 3b, 8 tiny)")
+flags.DEFINE_integer("seq", 0, "tokens per sample, prompt + response (0: 2048 at 3b, 256 tiny)")
+flags.DEFINE_integer("micro", 0, "micro-batch (0: the number of devices at 3b, 4 tiny)")
+flags.DEFINE_integer("decode_batch", 0, "rows decoded together (0: 64 at 3b, 8 tiny)")
+flags.DEFINE_integer("decode_tokens", 0, "new tokens per row (0: 256 at 3b, 32 tiny)")
+flags.DEFINE_float("mfu", 0.4, "the MFU the plan assumes (configs' default in mle_jax.plan)")
+flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak per device (0: from the device kind; CPU has none)")
+flags.DEFINE_integer("reps", 3, "timed updates after the compile")
+
+
+def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0) -> RolloutBatch:
+    """b random samples of p prompt and r response tokens (every position real: the costliest batch)."""
+    rng = np.random.default_rng(seed)
+    return RolloutBatch.from_sequences(
+        [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
+        [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
+        [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
+        rng.normal(size=b).tolist(),
+        rng.uniform(1.0, 60.0, size=b).tolist(),
+        [0] * b,
+    )
+
+
+def device_peak_tflops(kind: str) -> float:
+    """Dense bf16 peak of a device kind ('NVIDIA A100-SXM4-40GB', 'TPU v5p', ...); 0 when unknown."""
+    for target in GPU_TARGETS.values():
+        if target.name.split()[1].split("-")[0] in kind:
+            return target.peak_bf16_tflops
+    kind = kind.lower().replace(" ", "")
+    for gen, (peak, _, _) in TPU_CHIPS.items():
+        if gen in kind:
+            return peak
+    return 0.0
+
+
+def model_config(shape: str) -> tuple[Qwen2Config, jnp.dtype]:
+    if shape == "3b":
+        return Qwen2Config.from_model_config(base.qwen25_3b_model()), jnp.bfloat16
+    return Qwen2Config.from_model_config(base.tiny_model()), jnp.float32
+
+
+def main(argv) -> None:
+    del argv
+    n = jax.device_count()
+    accel = jax.default_backend() != "cpu"
+    shape = FLAGS.shape if FLAGS.shape != "auto" else ("3b" if accel else "tiny")
+    big = shape == "3b"
+    batch = FLAGS.batch or (8 * n if big else 8)
+    seq = FLAGS.seq or (2048 if big else 256)
+    micro = FLAGS.micro or (n if big else 4)
+    dec_batch = FLAGS.decode_batch or (64 if big else 8)
+    dec_tokens = FLAGS.decode_tokens or (256 if big else 32)
+    cfg, dtype = model_config(shape)
+    kind = jax.devices()[0].device_kind
+    peak = FLAGS.peak_tflops or device_peak_tflops(kind)
+
+    policy = Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=dtype)
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
+    settings = LearnerSettings(
+        ppo=PPOSettings(mini_batch_size=batch, micro_batch_size=micro, seq_bucket=0, temperature=0.7),
+        optim=OptimSettings(master_dtype="float32"),
+    )
+    learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
+    rollout = make_batch(batch, seq // 2, seq - seq // 2, cfg.vocab_size)
+    arrays = put_batch({k: getattr(rollout, k) for k in ("tokens", "attention_mask", "response_mask",
+                        "behaviour_logprobs", "rewards", "durations_s")}, learner.mesh)  # fmt: skip
+    program = learner.program
+    flops = matmul_flops(program.fn.trace(learner.state, learner.reference, arrays).jaxpr.jaxpr)
+
+    start = time.perf_counter()
+    learner.update(rollout)  # compile + first step
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(FLAGS.reps):
+        start = time.perf_counter()
+        learner.update(rollout)
+        times.append(time.perf_counter() - start)
+    step_s = float(np.median(times))
+    tokens = batch * seq
+
+    sampler = JaxSampler(learner.policy_model(), eos_ids=[], min_new_bucket=dec_tokens)
+    prompts = [list(range(1, 1 + seq // 2)) for _ in range(dec_batch)]
+    sampler.generate(prompts, temperature=0.7, max_tokens=dec_tokens, seed=0)  # compile
+    start = time.perf_counter()
+    out = sampler.generate(prompts, temperature=0.7, max_tokens=dec_tokens, seed=1)
+    decode_s = time.perf_counter() - start
+    new_tokens = sum(len(c.token_ids) for c in out)
+
+    n_params = sum(x.size for x in jax.tree.leaves(nnx.state(policy, nnx.Param)))
+    print(f"device: {kind} x{n}; model: {shape} ({n_params / 1e9:.3f} B params, {cfg.num_hidden_layers} layers, "
+          f"{jnp.dtype(dtype).name}); batch {batch} x {seq} tokens, micro-batch {micro}")  # fmt: skip
+    print(f"PPO update: compile+first {compile_s:.1f} s, step {step_s:.3f} s, {tokens / step_s:.0f} tokens/s, "
+          f"{flops:.3e} FLOPs/step")  # fmt: skip
+    if peak:
+        mfu = flops / step_s / (n * peak * 1e12)
+        projected = flops / (n * peak * 1e12 * FLAGS.mfu)
+        print(f"MFU {mfu:.3f} of {peak} TFLOP/s bf16 x{n}; plan's projection at MFU {FLAGS.mfu}: {projected:.3f} s;"
+              f" ratio measured / projected step time: {step_s / projected:.2f}")  # fmt: skip
+    else:
+        print(f"no bf16 peak for {kind}: MFU not defined ({flops / step_s / 1e9:.1f} GFLOP/s achieved)")
+    print(f"decode: {dec_batch} rows x {dec_tokens} new tokens after {seq // 2}-token prompts in {decode_s:.2f} s: "
+          f"{new_tokens / decode_s:.0f} tokens/s")  # fmt: skip
+    print(f"ratio update tokens/s / decode tokens/s: {(tokens / step_s) / (new_tokens / decode_s):.2f}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,591 @@
+"""The compiled plan of a run config (the library behind `python -m mle_jax.plan`).
+
+Will a config fit, and how long will a step take, on hardware that is not here? The plan builds the run's
+learner abstractly (no weights: `nnx.eval_shape`, `jax.ShapeDtypeStruct`), makes the config's mesh over the
+target's devices, lowers and compiles the real PPO update (policy, critic, reference, optimizer states, the
+micro-batch loop) and the sampler's decode step, and reports per device: parameters, optimizer states, XLA's
+memory analysis (arguments, outputs, temporaries), the sampler's share, the total and whether it fits; per
+step: FLOPs and the projected step time at a stated MFU and peak. `--config.a.b=v` overrides work as in
+`mle_jax.launch`.
+
+Targets (`--target`, or `--topology` for a TPU slice) and how each number is produced (the JSON says which):
+
+    cpu (default)   N fake CPU devices. XLA:CPU's memory figures do not transfer to accelerators (it keeps far
+                    more temporaries live); use it for layouts, FLOPs and the embedded CPU run.
+    a100-40, a100-80, h100-80, h200
+                    XLA's deviceless GPU compilation from a GPU target description through the CUDA PJRT
+                    plugin (no GPU needed): buffer assignment as on the real device. Needs `make aot-env`
+                    and the `.aot-venv` interpreter.
+    --topology=v5p:2x2x2 (or any TPU topology)
+                    compiled for the real TPU topology by libtpu on this host (as MaxText's train_compile.py
+                    does). Needs `make aot-env` and the `.aot-venv` interpreter.
+
+FLOPs: XLA's cost analysis counts a loop body once whatever its trip count (the update is loops: epochs,
+mini-batches, micro-batches, scanned layers, logit chunks), so `flops_per_step` counts the matmul FLOPs of
+the traced program with each scan's length (`matmul_flops`); XLA's own figure is reported beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.experimental import topologies
+from jax.extend import core as jex_core
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from mle_jax import sharding as shd
+from mle_jax.models import hf
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.rl.learner import UpdateProgram
+from mle_jax.sampling.jax_sampler import sample_token
+from mle_jax.settings import RunSettings
+
+GIB = 1024**3
+AOT_PYTHON = ".aot-venv/bin/python"  # `make aot-env`: .venv's packages plus libtpu and the CUDA compile plugin
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made as asked; the message is one line naming the numbers that clash."""
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """A GPU model as XLA's GPU compiler needs it (a GpuTargetConfigProto) plus its bf16 peak and memory.
+
+    The fields are the device's public specifications (NVIDIA data sheets; the same numbers XLA keeps in
+    xla/backends/gpu/target_config/specs)."""
+
+    name: str
+    memory_gib: float
+    peak_bf16_tflops: float  # dense
+    hbm_gb_s: float
+    cores: int
+    compute_capability: tuple[int, int]
+    clock_ghz: float
+    l2_bytes: int
+    shared_memory_per_core: int
+    shared_memory_per_block_optin: int
+    fpus_per_core: int
+
+    def target_config(self) -> str:
+        """The GpuTargetConfigProto text that the CUDA plugin compiles for."""
+        memory = int(self.memory_gib * GIB)
+        return f"""gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {self.shared_memory_per_core}
+  threads_per_core_limit: 2048
+  core_count: {self.cores}
+  fpus_per_core: {self.fpus_per_core}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {int(self.hbm_gb_s * 1e9)}
+  l2_cache_size: {self.l2_bytes}
+  clock_rate_ghz: {self.clock_ghz}
+  device_memory_size: {memory}
+  shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
+  cuda_compute_capability {{ major: {self.compute_capability[0]} minor: {self.compute_capability[1]} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+  thread_dim_limit_x: 1024
+  thread_dim_limit_y: 1024
+  thread_dim_limit_z: 64
+  device_vendor: "NVIDIA Corporation"
+  name: "{self.name}"
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 10 }}
+device_description_str: "{self.name}"
+"""
+
+
+GPU_TARGETS = {
+    "a100-40": GpuTarget("NVIDIA A100-SXM4-40GB", 40, 312, 1555, 108, (8, 0), 1.41, 40 << 20, 167936, 166912, 64),
+    "a100-80": GpuTarget("NVIDIA A100-SXM4-80GB", 80, 312, 2039, 108, (8, 0), 1.41, 40 << 20, 167936, 166912, 64),
+    "h100-80": GpuTarget("NVIDIA H100 80GB HBM3", 80, 989, 3352, 132, (9, 0), 1.98, 50 << 20, 233472, 232448, 128),
+    "h200": GpuTarget("NVIDIA H200", 141, 989, 4800, 132, (9, 0), 1.98, 50 << 20, 233472, 232448, 128),
+}
+# TPU generation -> (dense bf16 peak TFLOP/s, HBM GiB, HBM GB/s) per chip, from Google Cloud's TPU pages
+TPU_CHIPS = {"v4": (275, 32, 1200), "v5e": (197, 16, 819), "v5p": (459, 95, 2765), "v6e": (918, 32, 1640)}
+
+
+# --------------------------------------------------------------------------------------------
+# Devices and the model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the plan compiles for: the devices, and what the JSON says about them."""
+
+    devices: list[Any]
+    platform: str  # "cpu" | "gpu" | "tpu"
+    name: str
+    memory_method: str
+    peak_tflops: float  # per device, dense bf16 (0: unknown)
+    hbm_gb_s: float  # per device (0: unknown)
+    memory_gib: float  # the device's own memory (0: unknown)
+
+
+def cpu_target(n: int) -> Target:
+    """n fake CPU devices (XLA:CPU). Must run before anything initialises JAX's CPU backend."""
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+        pass  # the backend is up already (say, in a test process): use the devices it has
+    devices = jax.devices("cpu")
+    if len(devices) < n:
+        raise PlanError(
+            f"--devices={n} but this process has {len(devices)} CPU devices; run the plan in a fresh process"
+        )
+    return Target(devices[:n], "cpu", "cpu", "xla-cpu-compile (XLA:CPU buffer assignment)", 0.0, 0.0, 0.0)
+
+
+def gpu_target(name: str, n: int) -> Target:
+    """n GPUs of model `name` (GPU_TARGETS), compile-only: XLA's deviceless GPU compilation."""
+    gpu = GPU_TARGETS[name]
+    jax.config.update("jax_platforms", "cpu")  # never look for a real GPU: compile only
+    hosts = max(1, math.ceil(n / 8))
+    if n % hosts:
+        raise PlanError(f"--devices={n} GPUs do not split evenly over {hosts} nodes of at most 8")
+    topology = f"1x{hosts}x{n // hosts}"
+    try:
+        desc = topologies.get_topology_desc(topology, "cuda", target_config=gpu.target_config(), topology=topology)
+    except NotImplementedError:
+        raise PlanError(
+            f"--target={name} compiles with JAX's CUDA plugin, which this interpreter lacks: run `make aot-env`, "
+            f"then {AOT_PYTHON} -m mle_jax.plan ..."
+        ) from None
+    method = f"xla-gpu-deviceless-compile ({gpu.name} target description, CUDA PJRT plugin, no GPU)"
+    return Target(list(desc.devices), "gpu", name, method, gpu.peak_bf16_tflops, gpu.hbm_gb_s, gpu.memory_gib)
+
+
+def tpu_target(topology: str, n: int) -> Target:
+    """The chips of a TPU topology such as v5p:2x2x2, compile-only through libtpu."""
+    jax.config.update("jax_platforms", "cpu")  # no device backends (nor the CUDA plugin's checks): compile only
+    try:
+        desc = topologies.get_topology_desc(topology, "tpu")
+    except RuntimeError as e:
+        if "not installed" in str(e):
+            raise PlanError(
+                f"--topology={topology} compiles with libtpu, which this interpreter lacks: run `make aot-env`, "
+                f"then {AOT_PYTHON} -m mle_jax.plan ..."
+            ) from None
+        raise PlanError(f"--topology={topology}: {str(e).splitlines()[0]}") from None
+    devices = list(desc.devices)
+    if n and n != len(devices):
+        raise PlanError(f"--devices={n} but topology {topology} has {len(devices)} chips")
+    chip = next((v for k, v in TPU_CHIPS.items() if topology.lower().startswith(k)), (0.0, 0.0, 0.0))
+    method = f"xla-tpu-compile (libtpu, topology {topology})"
+    return Target(devices, "tpu", topology, method, chip[0], chip[2], chip[1])
+
+
+def model_config(s: RunSettings) -> Qwen2Config:
+    """The architecture the run trains: the checkpoint's config.json, else the config's fresh shape."""
+    if s.model.path:
+        cfg = hf.read_config(s.model.path)
+        return dataclasses.replace(cfg, **s.model.runtime_options())
+    return s.model.architecture()
+
+
+def abstract_models(s: RunSettings, cfg: Qwen2Config) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel]:
+    """Policy and critic as shapes only (nnx.eval_shape: no memory, no RNG work)."""
+    dtype = s.model.compute_dtype
+    param_dtype = jnp.dtype(s.model.param_dtype) if not s.model.path else dtype  # as from_pretrained loads
+    policy = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))
+    value = nnx.eval_shape(lambda: Qwen2ValueModel(cfg, nnx.Rngs(1), dtype=dtype, param_dtype=param_dtype))
+    return policy, value
+
+
+def check_layout(s: RunSettings, cfg: Qwen2Config, mesh_shape: tuple[int, int, int], batch: int) -> list[str]:
+    """Raise PlanError (one line, the clashing numbers) when the mesh cannot hold the model and batch; returns
+    notes on weights that stay replicated along an axis that does not divide them."""
+    data, fsdp, tensor = mesh_shape
+    if cfg.num_attention_heads % tensor:
+        raise PlanError(
+            f"model.num_attention_heads={cfg.num_attention_heads} is not a multiple of mesh.tensor={tensor}: "
+            "pick a tensor size that divides the heads"
+        )
+    if cfg.intermediate_size % tensor:
+        raise PlanError(f"model.intermediate_size={cfg.intermediate_size} is not a multiple of mesh.tensor={tensor}")
+    ppo, div = s.learner.ppo, data * fsdp
+    mini = min(ppo.mini_batch_size, batch)
+    micro = min(ppo.micro_batch_size, mini)
+    if batch % mini or mini % micro:
+        raise PlanError(
+            f"loop.batch_size={batch}, ppo.mini_batch_size={mini}, ppo.micro_batch_size={micro} do not nest"
+        )
+    if micro % div:
+        raise PlanError(f"ppo.micro_batch_size={micro} is not a multiple of mesh data*fsdp = {data}*{fsdp} = {div}")
+    notes = []
+    if cfg.num_key_value_heads % tensor:
+        notes.append(
+            f"{cfg.num_key_value_heads} kv heads over tensor={tensor}: k/v projections stay replicated on that axis"
+        )
+    if cfg.vocab_size % tensor:
+        notes.append(f"vocab {cfg.vocab_size} over tensor={tensor}: embeddings stay replicated on that axis")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# Counting
+# --------------------------------------------------------------------------------------------
+
+
+def _sub_jaxprs(value: Any) -> list[jex_core.Jaxpr]:
+    if isinstance(value, jex_core.ClosedJaxpr):
+        return [value.jaxpr]
+    if isinstance(value, jex_core.Jaxpr):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [j for v in value for j in _sub_jaxprs(v)]
+    return []
+
+
+def matmul_flops(jaxpr: jex_core.Jaxpr) -> float:
+    """FLOPs of every dot_general a program executes (2 per multiply-add), each scan's body times its length.
+
+    jaxpr: a traced program (`jax.jit(f).trace(...).jaxpr.jaxpr`), before partitioning, so the count is the
+    whole program's over all devices. Remat's recomputation is in the jaxpr and counted; a cond counts its
+    costliest branch; a while loop's body counts once (its trip count is not static).
+    """
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            contract = math.prod(lhs[i] for i in lhs_contract)
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * contract
+            continue
+        subs = [j for v in eqn.params.values() for j in _sub_jaxprs(v)]
+        if not subs:
+            continue
+        if name == "cond":
+            total += max(matmul_flops(j) for j in subs)
+        else:
+            trips = eqn.params.get("length", 1) if name == "scan" else 1
+            total += trips * sum(matmul_flops(j) for j in subs)
+    return total
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a tree of ShapeDtypeStructs with shardings (the most any device holds)."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+        total += math.prod(shape) * jnp.dtype(x.dtype).itemsize
+    return total
+
+
+def _memory(compiled: jax.stages.Compiled) -> dict[str, float]:
+    m = compiled.memory_analysis()
+    if m is None:
+        return {}
+    out = {
+        "arguments_gib": m.argument_size_in_bytes / GIB,
+        "outputs_gib": m.output_size_in_bytes / GIB,
+        "aliased_gib": m.alias_size_in_bytes / GIB,
+        "temporaries_gib": m.temp_size_in_bytes / GIB,
+        "code_gib": m.generated_code_size_in_bytes / GIB,
+        "host_arguments_gib": m.host_argument_size_in_bytes / GIB,
+        "host_temporaries_gib": m.host_temp_size_in_bytes / GIB,
+    }
+    # what the program needs on the device while it runs: its inputs, its outputs that do not reuse an input
+    # buffer (donation), its temporaries and its code
+    out["peak_gib"] = out["arguments_gib"] + out["outputs_gib"] - out["aliased_gib"] + out["temporaries_gib"]
+    out["peak_gib"] += out["code_gib"]
+    return out
+
+
+def _xla_flops(compiled: jax.stages.Compiled) -> float | None:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 (backends without a cost model raise various errors)
+        return None
+    if isinstance(cost, list):
+        cost = cost[0] if cost else None
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+# --------------------------------------------------------------------------------------------
+# The two programs
+# --------------------------------------------------------------------------------------------
+
+
+def compile_update(
+    s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, seq_len: int, donate: bool
+) -> dict[str, Any]:
+    """Lower and compile the PPO update for a B x T batch; memory, FLOPs, compile time, state sizes."""
+    policy, value = abstract_models(s, cfg)
+    program = UpdateProgram(s.learner, policy, value, mesh, donate=donate)
+    state, ref = program.abstract_state(), program.abstract_reference()
+    stack = "scanned" if cfg.scan_layers else "unrolled"
+    start = time.perf_counter()
+    traced = program.fn.trace(state, ref, program.abstract_batch(batch, seq_len))
+    lowered = traced.lower()
+    lower_s = time.perf_counter() - start
+    print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start
+    print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
+    ref_bytes = per_device_bytes(ref)
+    return {
+        "compile_s": compile_s,
+        "lower_s": lower_s,
+        "flops": matmul_flops(traced.jaxpr.jaxpr),
+        "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled),
+        "xla": _memory(compiled),
+        "policy_params": n_params,
+        "params_gib": {
+            "policy": per_device_bytes(state.policy) / GIB,
+            "critic": per_device_bytes(state.value) / GIB,
+            "reference": 0.0 if program.reference_on_host else ref_bytes / GIB,
+            "reference_on_host": ref_bytes / GIB if program.reference_on_host else 0.0,
+        },
+        "optimizer_gib": (per_device_bytes(state.policy_opt) + per_device_bytes(state.value_opt)) / GIB,
+    }
+
+
+def compile_decode(s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, max_len: int) -> dict[str, Any]:
+    """Lower and compile one decode step of the JAX sampler (a token for each of `batch` rows against a
+    KV cache of `max_len` slots, then the draw): memory, FLOPs, compile time."""
+    policy, _ = abstract_models(s, dataclasses.replace(cfg, scan_layers=False))
+    graphdef, params = nnx.split(policy)
+    param_sh = shd.param_shardings(params, mesh)
+    cache = jax.eval_shape(lambda: policy.init_cache(batch, max_len))
+
+    def cache_sharding(x: jax.ShapeDtypeStruct) -> NamedSharding:
+        spec = PartitionSpec(shd.BATCH_AXES, *([None] * (x.ndim - 1))) if x.ndim else PartitionSpec()
+        return NamedSharding(mesh, shd.fit_spec(spec, x.shape, mesh))
+
+    cache_sh = jax.tree.map(cache_sharding, cache)
+    row_sh = NamedSharding(mesh, shd.fit_spec(PartitionSpec(shd.BATCH_AXES), (batch,), mesh))
+    rep = shd.replicated(mesh)
+
+    def step(params, cache, tok, key):
+        model = nnx.merge(graphdef, params)
+        logits, cache = model(tok[:, None], attention_mask=jnp.ones((batch, 1), jnp.int32), cache=cache)
+        new, lp = sample_token(logits[:, 0], key, jnp.float32(1.0), jnp.float32(1.0), jnp.int32(-1))
+        return new, lp, cache
+
+    fn = jax.jit(
+        step,
+        in_shardings=(param_sh, cache_sh, row_sh, rep),
+        out_shardings=(row_sh, row_sh, cache_sh),
+        donate_argnums=(1,),
+    )
+    args = (
+        params,
+        cache,
+        jax.ShapeDtypeStruct((batch,), jnp.int32),
+        jax.eval_shape(lambda: jax.random.key(0)),
+    )
+    start = time.perf_counter()
+    traced = fn.trace(*args)
+    compiled = traced.lower().compile()
+    compile_s = time.perf_counter() - start
+    weights = per_device_bytes(jax.tree.map(_abstract_with, nnx.to_pure_dict(params), nnx.to_pure_dict(param_sh)))
+    cache_bytes = per_device_bytes(jax.tree.map(_abstract_with, cache, cache_sh))
+    return {
+        "compile_s": compile_s,
+        "batch": batch,
+        "cache_slots": max_len,
+        "flops_per_step": matmul_flops(traced.jaxpr.jaxpr),
+        "xla": _memory(compiled),
+        "weights_gib": weights / GIB,
+        "kv_cache_gib": cache_bytes / GIB,
+    }
+
+
+def _abstract_with(x: Any, sharding: Any) -> jax.ShapeDtypeStruct:
+    sh = sharding.get_value() if isinstance(sharding, nnx.Variable) else sharding
+    return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sh)
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------
+
+
+def make_plan(
+    s: RunSettings,
+    target: Target,
+    device_memory_gib: float,
+    mfu: float = 0.4,
+    peak_tflops: float | None = None,
+    compare_scan: bool = False,
+    decode: bool = True,
+) -> dict[str, Any]:
+    """The plan of run settings `s` on `target`'s devices (see the module docstring); a JSON-able dict."""
+    cfg = model_config(s)
+    n = len(target.devices)
+    try:
+        mesh_shape = shd.mesh_shape(s.mesh, n)
+    except ValueError as e:
+        raise PlanError(f"mesh: {e}") from None
+    batch = s.loop.batch_size
+    seq_len = s.rollout.prompt.max_prompt_tokens + s.rollout.sampling.max_tokens
+    bucket = s.learner.ppo.seq_bucket
+    if bucket and seq_len % bucket:
+        seq_len += bucket - seq_len % bucket
+    notes = check_layout(s, cfg, mesh_shape, batch)
+    mesh = shd.make_mesh(s.mesh, target.devices)
+    donate = target.platform != "cpu"
+    update = compile_update(s, cfg, mesh, batch, seq_len, donate)
+    layer_stack = {("scanned" if cfg.scan_layers else "unrolled"): _stack_entry(update)}
+    if compare_scan:
+        other = dataclasses.replace(cfg, scan_layers=not cfg.scan_layers)
+        layer_stack[("scanned" if other.scan_layers else "unrolled")] = _stack_entry(
+            compile_update(s, other, mesh, batch, seq_len, donate)
+        )
+    learner_gib = update["xla"].get("peak_gib", 0.0)
+
+    n_servers = 1 + (s.instrument.mode == "lm")
+    sampler: dict[str, Any] = {"backend": s.sampler.backend}
+    dec = compile_decode(s, cfg, mesh, batch, seq_len) if decode else None
+    if s.sampler.backend == "vllm":
+        sampler["servers_per_device"] = n_servers
+        sampler["gpu_memory_utilization"] = s.sampler.vllm_gpu_memory_utilization
+        sampler["gib"] = n_servers * s.sampler.vllm_gpu_memory_utilization * device_memory_gib
+        sampler["method"] = "vllm servers: sampler.vllm_gpu_memory_utilization x device memory, each"
+    else:
+        sampler["gib"] = dec["xla"].get("peak_gib", 0.0) if dec else 0.0
+        sampler["method"] = "the JAX sampler's decode step (XLA memory analysis: its weights, KV cache, temporaries)"
+    total = learner_gib + sampler["gib"]
+
+    peak = peak_tflops if peak_tflops is not None else target.peak_tflops
+    flops = update["flops"]
+    step_s = flops / (n * peak * 1e12 * mfu) if peak else None
+    tokens = batch * seq_len
+    per_device = {
+        "params_gib": update["params_gib"],
+        "optimizer_gib": update["optimizer_gib"],
+        "xla": update["xla"],
+        "learner_gib": learner_gib,
+        "sampler_gib": sampler["gib"],
+        "total_gib": total,
+        "device_memory_gib": device_memory_gib,
+    }
+    plan = {
+        "config": {
+            "batch": batch,
+            "seq_len": seq_len,
+            "micro_batch": s.learner.ppo.micro_batch_size,
+            "mini_batch": s.learner.ppo.mini_batch_size,
+            "epochs": s.learner.ppo.epochs,
+            "logits_chunk": s.learner.ppo.logits_chunk,
+            "remat": cfg.remat,
+            "scan_layers": cfg.scan_layers,
+            "dtype": s.model.dtype,
+            "master_dtype": s.learner.optim.master_dtype,
+            "layers": cfg.num_hidden_layers,
+            "vocab": cfg.vocab_size,
+        },  # fmt: skip
+        "policy_params": update["policy_params"],
+        "devices": n,
+        "target": target.name,
+        "platform": target.platform,
+        "mesh": dict(zip(shd.MESH_AXES, mesh_shape, strict=True)),
+        "fits": total <= device_memory_gib,
+        "per_device": per_device,
+        "sampler": sampler,
+        "flops_per_step": flops,
+        "xla_flops_per_device_loop_bodies_once": update["xla_flops_per_device_loop_bodies_once"],
+        "tokens_per_step": tokens,
+        "mfu": mfu,
+        "peak_tflops_per_device": peak,
+        "projected_step_s": step_s,
+        "projected_tokens_per_s": tokens / step_s if step_s else None,
+        "compile_s": update["compile_s"],
+        "layer_stack": layer_stack,
+        "decode": dec,
+        "method": {
+            "memory": target.memory_method,
+            "params_and_optimizer": "shapes x dtypes / the shards each device holds (exact)",
+            "sampler": sampler["method"],
+            "flops": "matmul FLOPs of the traced update, each scan's body times its length (matmul_flops)",
+            "step_time": f"flops_per_step / (devices x {peak} TFLOP/s peak x MFU {mfu}) (assumed MFU)",
+        },
+        "notes": notes,
+    }
+    if dec and target.hbm_gb_s:
+        step = (dec["weights_gib"] + dec["kv_cache_gib"]) * GIB / (target.hbm_gb_s * 1e9)
+        dec["projected_tokens_per_s_hbm_bound"] = batch / step
+    return plan
+
+
+def _stack_entry(update: dict[str, Any]) -> dict[str, float]:
+    return {
+        "compile_s": update["compile_s"],
+        "lower_s": update["lower_s"],
+        "temporaries_gib": update["xla"].get("temporaries_gib", 0.0),
+        "peak_gib": update["xla"].get("peak_gib", 0.0),
+    }
+
+
+def format_plan(p: dict[str, Any]) -> str:
+    """The plan as a table for the terminal."""
+    d = p["per_device"]
+    x = d["xla"]
+    gib = lambda v: f"{v:8.2f} GiB"  # noqa: E731
+    rows = [
+        f"plan: {p['config']['layers']}-layer model ({p['policy_params'] / 1e9:.2f} B params), {p['devices']} x "
+        f"{p['target']} ({p['platform']}), mesh {p['mesh']}, batch {p['config']['batch']} x {p['config']['seq_len']}",
+        "per device",
+        f"  policy params (master)      {gib(d['params_gib']['policy'])}",
+        f"  critic params (master)      {gib(d['params_gib']['critic'])}",
+        f"  reference params            {gib(d['params_gib']['reference'])}",
+        f"  optimizer states            {gib(d['optimizer_gib'])}",
+        f"  XLA arguments               {gib(x.get('arguments_gib', 0))}",
+        f"  XLA outputs (not aliased)   {gib(x.get('outputs_gib', 0) - x.get('aliased_gib', 0))}",
+        f"  XLA temporaries             {gib(x.get('temporaries_gib', 0))}",
+        f"  learner peak                {gib(d['learner_gib'])}",
+        f"  sampler ({p['sampler']['backend']:>4})               {gib(d['sampler_gib'])}",
+        f"  total                       {gib(d['total_gib'])}  of {d['device_memory_gib']:.1f} GiB: "
+        + ("FITS" if p["fits"] else "DOES NOT FIT"),
+        "per step",
+        f"  FLOPs                       {p['flops_per_step']:.3e}",
+    ]
+    if p["projected_step_s"]:
+        rows.append(
+            f"  projected step              {p['projected_step_s']:8.2f} s at MFU {p['mfu']} of "
+            f"{p['peak_tflops_per_device']} TFLOP/s ({p['projected_tokens_per_s']:.0f} tokens/s)"
+        )
+    for name, e in p["layer_stack"].items():
+        rows.append(
+            f"  compile ({name:>8})          {e['compile_s']:8.1f} s  (temporaries {e['temporaries_gib']:.2f} GiB)"
+        )
+    if p["decode"]:
+        dec = p["decode"]
+        rows.append(
+            f"decode step (batch {dec['batch']}, {dec['cache_slots']} slots): weights {dec['weights_gib']:.2f} GiB, "
+            f"KV cache {dec['kv_cache_gib']:.2f} GiB, temporaries {dec['xla'].get('temporaries_gib', 0):.2f} GiB, "
+            f"compile {dec['compile_s']:.1f} s"
+        )
+    rows += [f"note: {n}" for n in p["notes"]]
+    rows.append(f"memory method: {p['method']['memory']}")
+    return "\n".join(rows)
+
+
+def make_target(target: str, topology: str, devices: int) -> Target:
+    if topology:
+        return tpu_target(topology, devices)
+    if devices < 1:
+        raise PlanError("--devices must be >= 1 (or give --topology)")
+    if target == "cpu":
+        return cpu_target(devices)
+    return gpu_target(target, devices)

@@ -1,0 +1,27 @@
+"""bench/gpu_step.py (the 3B GPU benchmark) runs its tiny shape on CPU, so that it cannot rot before a GPU is here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.model
+
+
+def test_gpu_step_bench_runs_on_cpu():
+    done = subprocess.run(
+        [sys.executable, "bench/gpu_step.py", "--reps=1"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = done.stdout
+    assert "model: tiny" in out and "MFU not defined" in out  # no bf16 peak on CPU
+    update = float(re.search(r"step [\d.]+ s, (\d+) tokens/s, ([\d.e+]+) FLOPs/step", out).group(2))
+    assert update > 1e9
+    decode = int(re.search(r"in [\d.]+ s: (\d+) tokens/s", out).group(1))
+    assert decode > 0 and "ratio update tokens/s / decode tokens/s" in out

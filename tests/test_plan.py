@@ -1,0 +1,116 @@
+"""`python -m mle_jax.plan`: the compiled memory and FLOP plan of a run config, on 4 fake CPU devices (a tiny
+model; the 3B figures are in BUILD.md), and its one-line errors for layouts that cannot work."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs import pizza
+from mle_jax import planning as plan
+from mle_jax.settings import from_config
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--config=configs/pizza.py:cpu", "--config.mesh.fsdp=-1"]
+
+
+def run_plan(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The plan CLI in a fresh process (the fake CPU devices are made before JAX starts)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mle_jax.plan", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("plan") / "plan.json"
+    done = run_plan(*TINY, "--devices=4", "--device_memory_gib=2", f"--out={out}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "FITS" in done.stdout and "XLA temporaries" in done.stdout  # the table
+    return json.loads(out.read_text())
+
+
+def test_plan_reports_memory_flops_and_fit_per_device(tiny_plan):
+    p = tiny_plan
+    s = from_config(pizza.get_config("cpu"))
+    m = s.model
+    assert p["devices"] == 4 and p["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+    d = p["per_device"]
+    # parameters: exact shard sizes. fsdp=4 splits every weight with an "embed" axis; norms are replicated
+    layer = m.hidden_size * m.head_dim * (2 * m.num_attention_heads + 2 * m.num_key_value_heads)
+    layer += 3 * m.hidden_size * m.intermediate_size
+    n_policy = m.num_hidden_layers * layer + m.vocab_size * m.hidden_size
+    split = n_policy * 4 / 4 / 2**30  # float32 master params over 4 devices
+    assert split <= d["params_gib"]["policy"] < 1.05 * split
+    assert d["optimizer_gib"] == pytest.approx(2 * (d["params_gib"]["policy"] + d["params_gib"]["critic"]), rel=0.01)
+    xla = d["xla"]
+    assert xla["temporaries_gib"] > 0 and xla["arguments_gib"] >= d["params_gib"]["policy"]
+    assert d["learner_gib"] == pytest.approx(
+        xla["arguments_gib"] + xla["outputs_gib"] - xla["aliased_gib"] + xla["temporaries_gib"] + xla["code_gib"]
+    )
+    assert d["total_gib"] == pytest.approx(d["learner_gib"] + d["sampler_gib"])
+    assert p["fits"] is (d["total_gib"] <= 2.0) is True
+    # FLOPs: the analytic count of the update's matmuls (2 per multiply-add): per token, the reference and the
+    # critic forward once, then policy and critic forward + backward (3x a forward); plus causal attention in
+    # blocks of attn_block queries (each block sees the keys up to its end); the policy head once more, as the
+    # logit chunks are recomputed in the backward pass
+    b, t = p["config"]["batch"], p["config"]["seq_len"]
+    backbone = 2 * m.num_hidden_layers * layer
+    head = 2 * m.vocab_size * m.hidden_size * math.ceil(t / s.learner.ppo.logits_chunk) * s.learner.ppo.logits_chunk / t
+    keys = sum(min(a + m.attn_block, t) for a in range(0, t, m.attn_block)) * m.attn_block / t
+    attention = m.num_hidden_layers * 4 * keys * m.num_attention_heads * m.head_dim
+    per_token = 4 * (backbone + attention) + 5 * head + 4 * (backbone + attention)  # 5: the chunks are remat
+    assert p["flops_per_step"] == pytest.approx(b * t * per_token, rel=0.05)
+    assert p["xla_flops_per_device_loop_bodies_once"] < p["flops_per_step"] / 4  # why XLA's figure is not used
+    assert p["compile_s"] > 0 and p["decode"]["kv_cache_gib"] > 0
+    assert set(p["method"]) >= {"memory", "flops", "sampler"} and "xla-cpu" in p["method"]["memory"]
+
+
+def test_plan_says_when_it_does_not_fit():
+    """In process, on this process's one CPU device: a device too small for the learner does not fit."""
+    s = from_config(pizza.get_config("cpu"))
+    p = plan.make_plan(s, plan.cpu_target(1), device_memory_gib=0.01, decode=False)
+    assert p["devices"] == 1 and p["fits"] is False and p["per_device"]["total_gib"] > 0.01
+    assert "DOES NOT FIT" in plan.format_plan(p)
+
+
+def settings_with(**overrides: object):
+    cfg = pizza.get_config("cpu")
+    cfg.mesh.fsdp = -1
+    for key, value in overrides.items():
+        section, field = key.split("__")
+        cfg[section][field] = value
+    return from_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        ({"mesh__data": 3}, "mesh: 4 devices cannot be split into data/fsdp/tensor = [3, -1, 1]"),
+        ({"mesh__fsdp": 2}, "mesh: mesh data/fsdp/tensor = [1, 2, 1] needs 2 devices, have 4"),
+        (
+            {"mesh__fsdp": 1, "mesh__tensor": 4, "model__num_attention_heads": 6},
+            "model.num_attention_heads=6 is not a multiple of mesh.tensor=4",
+        ),
+        ({"ppo__micro_batch_size": 2}, "ppo.micro_batch_size=2 is not a multiple of mesh data*fsdp = 1*4 = 4"),
+    ],
+)
+def test_bad_layouts_are_plan_errors(overrides, says):
+    """Checked before any device is touched: the target's devices are only counted here."""
+    target = plan.Target([None] * 4, "cpu", "cpu", "-", 0.0, 0.0, 0.0)
+    with pytest.raises(plan.PlanError) as e:
+        plan.make_plan(settings_with(**overrides), target, device_memory_gib=1.0)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_errors_are_one_line():
+    done = run_plan(*TINY, "--devices=4", "--device_memory_gib=1", "--config.mesh.data=3", timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    err = done.stderr.strip()
+    assert "Traceback" not in done.stderr and len(err.splitlines()) == 1, err
+    assert err == "error: mesh: 4 devices cannot be split into data/fsdp/tensor = [3, -1, 1]", err
