@@ -8,10 +8,10 @@ import importlib
 from pathlib import Path
 
 import pytest
-from mle_jax.executor.settings import ExecutorSettings
 
 from configs import base, pizza
 from mle_jax.evaluation import EvalSettings
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.optim import OptimSettings
