@@ -186,6 +186,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.instrument_examples = 0
     c.warmstart.instrument_redrawn = 0  # more, about those programs with hyperparameter values redrawn at random
     c.warmstart.instrument_eval = 32
+    # steps repeating random token sequences before the SFT of a model from scratch, so it can copy (a tiny model
+    # that never learned to copy writes back the grid's typical program when asked to instrument one); 0: none
+    c.warmstart.copy_steps = 0
+    c.warmstart.copy_length = 96
+    c.warmstart.copy_examples = 0  # SFT examples repeating random texts, so the copying stays
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128

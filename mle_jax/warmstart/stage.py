@@ -40,7 +40,14 @@ from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, v
 from mle_jax.warmstart.improve import improve_count, improve_examples
 from mle_jax.warmstart.instrumentation import heldout_accept_rate, instrument_examples, split_programs
 from mle_jax.warmstart.programs import generate_corpus
-from mle_jax.warmstart.sft import Messages, SFTSettings, run_sft, train_task_tokenizer
+from mle_jax.warmstart.sft import (
+    Messages,
+    SFTSettings,
+    copy_examples,
+    copy_pretrain,
+    run_sft,
+    train_task_tokenizer,
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,11 @@ class WarmStartSettings:
     instrument_examples: int = 0
     instrument_redrawn: int = 0  # more of them, about those programs with their hyperparameter values redrawn
     instrument_eval: int = 32  # held-out grid programs the warm-started model instruments after SFT (a metric)
+    # steps repeating random token sequences before SFT, so a model from scratch learns to copy (sft.copy_pretrain);
+    # only for a fresh model (no model.path), 0: none
+    copy_steps: int = 0
+    copy_length: int = 96
+    copy_examples: int = 0  # SFT examples repeating random texts, mixed in after copy_steps (sft.copy_examples)
     # from the rest of the run config
     seed: int = 0
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -250,13 +262,21 @@ def warm_start(
     examples, chats = sft_examples(
         settings, task, packages, verified, instrument_programs[: settings.instrument_examples]
     )
+    copy_losses: list[float] = []
     if settings.model.path:
         tokenizer = load_tokenizer(settings.model.path)
         model = from_pretrained(settings.model.path, **settings.model.runtime_options())
     else:
         tokenizer = task_tokenizer(settings, [r for _, r in examples], chats, workdir / "tokenizer")
         model = fresh_policy(settings.model, len(tokenizer))
+        if settings.copy_steps and not (workdir / "sft_ckpt").exists():  # a resumed SFT restores its own params
+            copy_losses = copy_pretrain(
+                model, len(tokenizer), settings.copy_steps, settings.copy_length, seed=settings.seed
+            )
+        examples = examples + copy_examples(tokenizer, settings.copy_examples, settings.copy_length, settings.seed)
     metrics = run_sft(model, tokenizer, examples, settings.sft(), workdir, progress=progress)
+    if copy_losses:
+        metrics["copy_first_loss"], metrics["copy_final_loss"] = copy_losses[0], copy_losses[-1]
     metrics["corpus"] = len(verified)
     metrics["improve_examples"] = improve_count(len(verified), settings.improve_fraction)
     metrics["corpus_score_mean"] = sum(v.score for v in verified) / len(verified)
