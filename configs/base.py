@@ -190,7 +190,6 @@ def get_config() -> ml_collections.ConfigDict:
     # that never learned to copy writes back the grid's typical program when asked to instrument one); 0: none
     c.warmstart.copy_steps = 0
     c.warmstart.copy_length = 96
-    c.warmstart.copy_examples = 0  # SFT examples repeating random texts, so the copying stays
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128
@@ -218,6 +217,8 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       corpus program is ~135 tokens, a prompt ~330); the instrumenter's 768 + 400 instead of 4096 + 1536.
     - the instrumenter is the paper's (mode "lm": a frozen copy of the initial, warm-started policy,
       verified, with the AST fallback counted when it is rejected).
+    - m = 4 instead of 2 (m*B runs in flight): the update, the sampler and the instrumenter share the
+      sandboxes' 2 cores, so a longer queue keeps the slots busy while they work.
     - 4 RL steps and 16 evaluation samples in `make run` (the paper: until convergence, 128 samples);
       `python -m mle_jax.experiments.learning` runs the longer experiment.
     """
@@ -237,7 +238,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.executor.memory_mb = 4096
     c.executor.cpus = 1
     c.loop.batch_size = 8
-    c.loop.in_flight_multiplier = 2
+    c.loop.in_flight_multiplier = 4  # the update and the sampler share the 2 cores: 2B runs queued keep slots busy
     c.loop.steps = 4
     c.ppo.mini_batch_size = 8
     c.ppo.micro_batch_size = 4
@@ -245,7 +246,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.optim.critic_lr = 1e-4
     c.warmstart.enabled = c.task.id in registered_tasks()  # tasks with a corpus generator
     c.warmstart.corpus_size = 64
-    c.warmstart.steps = 150  # 128 examples (64 scratch + 64 improve): ~75 s on 2 quiet cores
+    c.warmstart.steps = 150  # 256 examples (64 scratch, 64 improve, 128 instrumentation): ~2 min on 2 quiet cores
     c.warmstart.lr = 3e-3
     c.warmstart.batch_size = 8
     c.warmstart.max_response_tokens = 400

@@ -1,6 +1,7 @@
 """Does RL on the real loop make the agent better, and do the duration weights matter there?
 
     python -m mle_jax.experiments.learning --config=configs/pizza.py:cpu --out DIR [--quick] [--config.x=y ...]
+        [--warm_start OTHER_DIR]   (start from OTHER_DIR's warm-started policy instead of making one)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
 instrumenter, sampler and learner, in two arms with the same seed that differ only in
@@ -60,7 +61,7 @@ class Scale:
     eval_samples: int
 
 
-FULL = Scale(steps=40, eval_samples=64)
+FULL = Scale(steps=20, eval_samples=64)
 QUICK = Scale(steps=6, eval_samples=16)
 
 
@@ -291,6 +292,21 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
     return summary
 
 
+def share_warm_start(source: Path, out: Path) -> None:
+    """Starts `out` from the warm start of the experiment in `source` (its base/ folder, linked): the same
+    initial policy and instrumenter, none of its RL or evaluations."""
+    base = source.resolve() / "base"
+    if not (base / "warmstart" / "policy" / "DONE").is_file():
+        raise app.UsageError(f"--warm_start={source}: no finished warm start in {base} (run that experiment first)")
+    out.mkdir(parents=True, exist_ok=True)
+    link = out / "base"
+    if link.is_symlink() and link.resolve() == base:
+        return
+    if link.exists() or link.is_symlink():
+        raise app.UsageError(f"--warm_start: {link} exists already; use a new --out")
+    link.symlink_to(base)
+
+
 def _pm(e: dict) -> str:
     return f"{e['mean_reward']:.2f} ± {e['se_reward']:.2f}" if e["se_reward"] is not None else "—"
 
@@ -340,6 +356,7 @@ _OUT = flags.DEFINE_string("out", None, "output folder (resumes what is there)")
 _QUICK = flags.DEFINE_bool("quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm")
 _STEPS = flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the scale's)")
 _EVAL = flags.DEFINE_integer("eval_samples", 0, "evaluation samples (0: the scale's)")
+_WARM = flags.DEFINE_string("warm_start", "", "start from this other experiment folder's warm start (its base/)")
 
 
 def main(argv: list[str]) -> None:
@@ -351,7 +368,10 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("--config and --out are required")
     scale = QUICK if _QUICK.value else FULL
     scale = Scale(_STEPS.value or scale.steps, _EVAL.value or scale.eval_samples)
-    summary = experiment(_CONFIG.value, Path(_OUT.value), scale)
+    out = Path(_OUT.value)
+    if _WARM.value:
+        share_warm_start(Path(_WARM.value), out)
+    summary = experiment(_CONFIG.value, out, scale)
     for name, arm in summary["arms"].items():
         print(f"{name}: reward {_pm(arm['before'])} -> {_pm(arm['after'])}, valid "
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip

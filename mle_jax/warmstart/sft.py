@@ -240,20 +240,6 @@ def copy_pretrain(
     return losses
 
 
-def copy_examples(
-    tokenizer: Any, n: int, length: int = 96, seed: int = 0, first_id: int = 3
-) -> list[tuple[Messages, str]]:
-    """`n` SFT examples asking to repeat a text of `length` random tokens (ids >= `first_id`, decoded), answered
-    by that text: mixed into the SFT set, they keep the copying that `copy_pretrain` formed while the model
-    learns the task's programs (without them it fades, and with it the frozen copy's instrumentation)."""
-    rng = np.random.default_rng(seed + 7)
-    out = []
-    for _ in range(n):
-        text = tokenizer.decode(rng.integers(first_id, len(tokenizer), size=length).tolist())
-        out.append(([{"role": "user", "content": f"Repeat this text exactly:\n\n{text}"}], text))
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ run
 
 

@@ -43,7 +43,6 @@ from mle_jax.warmstart.programs import generate_corpus
 from mle_jax.warmstart.sft import (
     Messages,
     SFTSettings,
-    copy_examples,
     copy_pretrain,
     run_sft,
     train_task_tokenizer,
@@ -79,7 +78,6 @@ class WarmStartSettings:
     # only for a fresh model (no model.path), 0: none
     copy_steps: int = 0
     copy_length: int = 96
-    copy_examples: int = 0  # SFT examples repeating random texts, mixed in after copy_steps (sft.copy_examples)
     # from the rest of the run config
     seed: int = 0
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -273,7 +271,6 @@ def warm_start(
             copy_losses = copy_pretrain(
                 model, len(tokenizer), settings.copy_steps, settings.copy_length, seed=settings.seed
             )
-        examples = examples + copy_examples(tokenizer, settings.copy_examples, settings.copy_length, settings.seed)
     metrics = run_sft(model, tokenizer, examples, settings.sft(), workdir, progress=progress)
     if copy_losses:
         metrics["copy_first_loss"], metrics["copy_final_loss"] = copy_losses[0], copy_losses[-1]

@@ -19,7 +19,6 @@ from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.sft import (
     SFTSettings,
     batch_stream,
-    copy_examples,
     copy_pretrain,
     pack_examples,
     response_loss,
@@ -199,12 +198,3 @@ def test_copy_pretraining_teaches_a_fresh_model_to_repeat_unseen_sequences():
     for t in range(17, 33):
         tokens[t] = int(jnp.argmax(forward(model, jnp.asarray(tokens))[t - 1]))  # causal: the padding is unseen
     assert list(tokens[17:]) == list(seq)
-
-
-def test_copy_examples_answer_with_the_random_text_they_show(sft_setup):
-    tokenizer = sft_setup[0]
-    examples = copy_examples(tokenizer, 5, length=24, seed=1)
-    assert len(examples) == 5 and len({r for _, r in examples}) == 5
-    for messages, response in examples:
-        assert messages[-1]["content"].endswith("\n\n" + response) and len(response) > 24
-    assert copy_examples(tokenizer, 5, length=24, seed=1) == examples
