@@ -62,7 +62,7 @@ class Scale:
 
 
 FULL = Scale(steps=20, eval_samples=64)
-QUICK = Scale(steps=6, eval_samples=16)
+QUICK = Scale(steps=4, eval_samples=16)
 
 
 def _cached(path: Path, compute: Callable[[], dict]) -> dict:
