@@ -1,5 +1,6 @@
 """Checks, before a run starts any work, that what its settings need exists: the model folder, the task's
-data, the sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers.
+data (and, for the tiny model, its warm-start corpus), the sandbox runtime (bubblewrap and the sandbox venv, or
+a Docker daemon), the vLLM servers.
 
 Each problem is one line saying what is missing and how to get it; `launch` prints them and exits.
 """
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from mle_jax.executor.runtime import check_venv, venv_of
 from mle_jax.settings import RunSettings
+from mle_jax.tasks.prepare import PREPARERS
+from mle_jax.warmstart.programs import registered_tasks
 
 
 class PreflightError(RuntimeError):
@@ -37,12 +40,29 @@ def _task(s: RunSettings) -> list[str]:
         if not (Path(t.prepared_dir) / "public").is_dir():
             return [f"task.prepared_dir={t.prepared_dir} has no public/ folder: pass an MLE-bench prepared/ folder"]
         return []
+    if t.id not in PREPARERS:
+        return [
+            f"{t.id} has no data in this repository: prepare it with MLE-bench (`mlebench prepare -c {t.id}`) and "
+            f"pass --config.task.prepared_dir=<MLE-bench data dir>/{t.id}/prepared"
+        ]
     if not (Path(t.raw_dir) / t.id).is_dir():
         return [
             f"no data for {t.id} at {Path(t.raw_dir) / t.id}: pass --config.task.prepared_dir=<MLE-bench "
             f"prepared/ folder of {t.id}>"
         ]
     return []
+
+
+def _corpus(s: RunSettings) -> list[str]:
+    """The tiny model (no checkpoint) gets its tokenizer, and with the warm start its first programs, from the
+    task's corpus generator."""
+    if s.model.path or s.task.id in registered_tasks():
+        return []
+    return [
+        f"the tiny model (empty model.path) learns from a warm-start corpus and {s.task.id} has none "
+        f"(mle_jax/warmstart/programs/ has {', '.join(registered_tasks())}): pass --config.model.path=<HF model "
+        "folder>, or add a corpus generator for the task"
+    ]
 
 
 def _executor(s: RunSettings) -> list[str]:
@@ -101,7 +121,8 @@ def _sampler(s: RunSettings) -> list[str]:
 
 def problems(s: RunSettings) -> list[str]:
     """Everything the settings need that is missing, one line each (empty: ready to run)."""
-    return _model(s) + _task(s) + _executor(s) + _sampler(s)
+    task = _task(s)
+    return _model(s) + task + (_corpus(s) if not task else []) + _executor(s) + _sampler(s)
 
 
 def check(s: RunSettings) -> None:

@@ -90,8 +90,9 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
         if rows:
             summary["valid_fraction/first_step"] = rows[0].get("valid_fraction")
             summary["valid_fraction/last_step"] = rows[-1].get("valid_fraction")
-            best = [r["score/max"] for r in rows if r.get("score/max") is not None]
-            summary["score/best_during_rl"] = (min if task.lower_is_better else max)(best) if best else None
+            key, pick = ("score/min", min) if task.lower_is_better else ("score/max", max)  # best, task direction
+            best = [r[key] for r in rows if r.get(key) is not None]
+            summary["score/best_during_rl"] = pick(best) if best else None
 
         evaluation = None
         if s.eval.samples > 0:

@@ -3,11 +3,16 @@ it, before any work starts (no traceback, exit 2)."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from mle_jax import preflight
+from mle_jax.settings import from_config
+from mle_jax.tasks.registry import get_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,3 +61,44 @@ def test_user_errors_are_one_line(args, says, tmp_path):
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     assert err.startswith("error: ") and says in err, err
     assert not (tmp_path / "run").exists()  # nothing started
+
+
+DATA_LESS = {  # config -> task id: the six tasks whose data does not ship in data/raw/
+    "essay_scoring": "learning-agency-lab-automated-essay-scoring-2",
+    "tabular_may2022": "tabular-playground-series-may-2022",
+    "tabular_dec2021": "tabular-playground-series-dec-2021",
+    "us_patent": "us-patent-phrase-to-phrase-matching",
+    "plant_pathology": "plant-pathology-2020-fgvc7",
+    "lmsys_arena": "lmsys-chatbot-arena",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_LESS))
+def test_a_task_without_data_names_the_prepared_folder_to_pass(name):
+    task_id = DATA_LESS[name]
+    assert not get_spec(task_id).has_data_here
+    settings = from_config(importlib.import_module(f"configs.{name}").get_config("cpu"))
+    assert preflight.problems(settings) == [
+        f"{task_id} has no data in this repository: prepare it with MLE-bench (`mlebench prepare -c {task_id}`) "
+        f"and pass --config.task.prepared_dir=<MLE-bench data dir>/{task_id}/prepared"
+    ]
+
+
+def test_a_task_without_a_corpus_needs_a_checkpoint_for_the_cpu_run(tmp_path):
+    """Given its prepared/ folder, a data-less task's :cpu run still has no warm-start corpus for the tiny model."""
+    (tmp_path / "public").mkdir()
+    cfg = importlib.import_module("configs.lmsys_arena").get_config("cpu")
+    cfg.task.prepared_dir = str(tmp_path)
+    [problem] = preflight.problems(from_config(cfg))
+    assert "lmsys-chatbot-arena has none" in problem and "--config.model.path" in problem
+    cfg.model.path = "/no/such/model"
+    assert not any("corpus" in p for p in preflight.problems(from_config(cfg)))
+
+
+@pytest.mark.parametrize("args", [["--config=configs/us_patent.py:cpu"], ["--config=configs/us_patent.py:gpu"]])
+def test_a_task_without_data_fails_in_one_line(args, tmp_path):
+    done = launch(*args, f"--config.workdir={tmp_path / 'run'}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and ("prepared_dir" in line or "unknown config arg 'gpu'" in line), line
+    assert not (tmp_path / "run").exists()

@@ -105,6 +105,7 @@ class StepStats:
             "valid_fraction": valid.mean(),
             "score/mean": scores.mean() if scores.size else None,
             "score/max": scores.max() if scores.size else None,
+            "score/min": scores.min() if scores.size else None,
             "duration_s/mean": durations.mean(),
             "duration_s/max": durations.max(),
             "progress_prints/mean": prints.mean(),

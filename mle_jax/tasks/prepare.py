@@ -2,7 +2,8 @@
 
 Split rules are MLE-bench's (mlebench/competitions/<id>/prepare.py): sklearn's
 train_test_split(..., random_state=0); pizza holds out len(test)/(len(train)+len(test)) of the labelled
-requests, leaf/spooky/nomad2018 10%; insults uses Kaggle's test-with-solutions as the private test.
+requests, leaf/spooky/nomad2018/tweet-sentiment-extraction 10%; insults uses Kaggle's test-with-solutions as the
+private test. data/README.md records which prepared files reproduce the md5 sums of MLE-bench's checksums.yaml.
 Preparing is idempotent: a marker records a hash of the raw files and the preparer version, and a second
 call with the same inputs does nothing.
 """
@@ -143,6 +144,18 @@ def _prepare_nomad(raw: Path, public: Path, private: Path) -> None:
     sample.to_csv(public / spec.sample_submission, index=False)
 
 
+def _prepare_tweet(raw: Path, public: Path, private: Path) -> None:
+    spec = get_spec("tweet-sentiment-extraction")
+    old_train = pd.read_csv(raw / "train.csv")
+    new_train, new_test = _split(old_train, 0.1)
+    new_train.to_csv(public / "train.csv", index=False)
+    new_test.to_csv(private / spec.answers_file, index=False)
+    new_test.drop(columns=list(spec.target_columns)).to_csv(public / "test.csv", index=False)
+    sample = new_test[[spec.id_column, *spec.target_columns]].copy()
+    sample[list(spec.target_columns)] = ""
+    sample.to_csv(public / spec.sample_submission, index=False)
+
+
 PREPARERS: dict[str, tuple[tuple[str, ...], Callable[[Path, Path, Path], None]]] = {
     # task id -> (raw files it reads, preparer)
     "random-acts-of-pizza": (("train.json", "test.json"), _prepare_pizza),
@@ -150,6 +163,7 @@ PREPARERS: dict[str, tuple[tuple[str, ...], Callable[[Path, Path, Path], None]]]
     "leaf-classification": (("train.csv",), _prepare_leaf),
     "spooky-author-identification": (("train.csv",), _prepare_spooky),
     "nomad2018-predict-transparent-conductors": (("train.csv", "train_geometry.tar.gz"), _prepare_nomad),
+    "tweet-sentiment-extraction": (("train.csv",), _prepare_tweet),
 }
 
 

@@ -69,6 +69,7 @@ _SPECS: tuple[TaskSpec, ...] = (
         id_column="textID",
         target_columns=("selected_text",),
         data_files=("train.csv", "test.csv"),
+        has_data_here=True,
     ),
     TaskSpec(
         id="tabular-playground-series-may-2022",
@@ -167,6 +168,7 @@ _SPECS: tuple[TaskSpec, ...] = (
         data_files=("train.csv", "test.csv"),
         has_data_here=True,
         exact_columns=True,
+        id_first=True,
     ),
     TaskSpec(
         id="lmsys-chatbot-arena",
@@ -181,6 +183,7 @@ _SPECS: tuple[TaskSpec, ...] = (
         target_columns=("winner_model_a", "winner_model_b", "winner_tie"),
         data_files=("train.csv", "test.csv"),
         answers_file="answers.csv",
+        row_sum_rule="round6",
     ),
 )
 

@@ -26,6 +26,10 @@ class TaskSpec:
     sample_submission: str = "sample_submission.csv"  # file name in public/ (MLE-bench's name for the task)
     answers_file: str = "test.csv"  # file name in private/ the grader reads
     exact_columns: bool = False  # MLE-bench rejects any column beyond id + targets for this task
+    id_first: bool = False  # MLE-bench reads the targets as every column after the first (spooky's iloc[:, 1:])
+    # log loss: how MLE-bench checks that a row's probabilities sum to 1. "isclose": np.isclose(sum, 1,
+    # atol=1e-6) (so |sum - 1| <= 1e-6 + 1e-5, numpy's rtol); "round6": round(sum, 6) == 1
+    row_sum_rule: str = "isclose"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Real task data prepared once per test session (all five tasks that ship raw data)."""
+"""Real task data prepared once per test session (all six tasks that ship raw data)."""
 
 from __future__ import annotations
 

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from sklearn.model_selection import train_test_split
 
-from mle_jax.tasks.prepare import MARKER, prepare
+from mle_jax.tasks.prepare import MARKER, PREPARERS, prepare
+
+REPO = Path(__file__).resolve().parents[2]
+# MLE-bench's checksums.yaml of each competition (vendored unchanged, tests/mlebench_reference/README.md)
+CHECKSUMS = REPO / "tests" / "mlebench_reference" / "mlebench" / "competitions"
+# Prepared files whose md5 differs from MLE-bench's, because the raw copy here differs from Kaggle's
+# (data/README.md, "Checksums"): every pizza file (the raw train lacks a row and some fields), and insults'
+# private test.csv (the raw solutions file has no Usage column). Everything else must match byte for byte.
+DIFFERS_FROM_MLEBENCH = {
+    ("random-acts-of-pizza", "public/train.json"),
+    ("random-acts-of-pizza", "public/test.json"),
+    ("random-acts-of-pizza", "public/sampleSubmission.csv"),
+    ("random-acts-of-pizza", "private/test.csv"),
+    ("detecting-insults-in-social-commentary", "private/test.csv"),
+}
 
 # test rows by MLE-bench's rules on these raw files (data README): sklearn rounds the test share up
 EXPECTED_TEST_ROWS = {
@@ -20,12 +37,14 @@ EXPECTED_TEST_ROWS = {
     "leaf-classification": math.ceil(990 * 0.1),  # 99
     "spooky-author-identification": math.ceil(19579 * 0.1),  # 1958
     "nomad2018-predict-transparent-conductors": math.ceil(2400 * 0.1),  # 240
+    "tweet-sentiment-extraction": math.ceil(27481 * 0.1),  # 2749
 }
 RAW_ROWS = {
     "random-acts-of-pizza": 4039,
     "leaf-classification": 990,
     "spooky-author-identification": 19579,
     "nomad2018-predict-transparent-conductors": 2400,
+    "tweet-sentiment-extraction": 27481,
 }
 
 
@@ -142,3 +161,53 @@ def test_cli_prepare_twice(raw_data_dir, tmp_path):
     second = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert json.loads(first.stdout) == json.loads(second.stdout)
     assert (tmp_path / "prepared" / "private" / "test.csv").is_file()
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("task_id", sorted(PREPARERS))
+def test_prepared_files_have_mlebench_checksums(prepared, task_id):
+    """Our preparers reproduce MLE-bench's prepared files (md5 of its checksums.yaml) wherever the raw copy
+    is Kaggle's; the files that cannot match are exactly the documented ones."""
+    checksums = yaml.safe_load((CHECKSUMS / task_id / "checksums.yaml").read_text())
+    folder = prepared[task_id].public_dir.parent
+    differ = set()
+    for side in ("public", "private"):
+        for name, md5 in checksums[side].items():
+            path = folder / side / name
+            assert path.is_file(), f"{task_id}: MLE-bench prepares {side}/{name}, we do not"
+            if _md5(path) != md5:
+                differ.add((task_id, f"{side}/{name}"))
+    assert differ == {d for d in DIFFERS_FROM_MLEBENCH if d[0] == task_id}
+
+
+def test_tweet_split_and_sample_submission(prepared, raw_data_dir):
+    task = prepared["tweet-sentiment-extraction"]
+    raw = pd.read_csv(raw_data_dir / task.id / "train.csv")
+    _, held_out = train_test_split(raw, test_size=0.1, random_state=0)
+    answers = pd.read_csv(task.answers_path, keep_default_na=False)
+    assert list(answers.columns) == ["textID", "text", "selected_text", "sentiment"]
+    assert answers["textID"].tolist() == held_out["textID"].tolist()
+    public_test = pd.read_csv(task.public_dir / "test.csv")
+    assert list(public_test.columns) == ["textID", "text", "sentiment"]
+    sample = pd.read_csv(task.sample_submission_path, keep_default_na=False)
+    assert list(sample.columns) == ["textID", "selected_text"] and set(sample["selected_text"]) == {""}
+
+
+def test_cli_prepares_tweet_from_the_shipped_data_by_default(tmp_path):
+    """`python -m mle_jax.tasks prepare tweet-sentiment-extraction` with no --raw: MLE-bench's md5 sums."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mle_jax.tasks", "prepare", "tweet-sentiment-extraction"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = tmp_path / Path(json.loads(done.stdout)["public"]).parent
+    assert out == tmp_path / "data" / "tasks" / "tweet-sentiment-extraction" / "prepared"
+    checksums = yaml.safe_load((CHECKSUMS / "tweet-sentiment-extraction" / "checksums.yaml").read_text())
+    for side in ("public", "private"):
+        assert {name: _md5(out / side / name) for name in checksums[side]} == checksums[side]

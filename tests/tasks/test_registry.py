@@ -35,6 +35,7 @@ def test_the_twelve_tasks_with_their_metric_and_direction():
         "leaf-classification",
         "spooky-author-identification",
         "nomad2018-predict-transparent-conductors",
+        "tweet-sentiment-extraction",
     }
 
 

@@ -7,10 +7,15 @@ from collections import Counter
 
 import pytest
 
+from mle_jax.tasks.registry import all_specs
 from mle_jax.warmstart.corpus import CorpusItem, public_dir_in_sandbox, verify_corpus
 from mle_jax.warmstart.programs import full_grid, generate_corpus, registered_tasks, solution_kind
+from mle_jax.warmstart.programs.insults import INSULTS
+from mle_jax.warmstart.programs.leaf import LEAF
+from mle_jax.warmstart.programs.nomad2018 import NOMAD
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.programs.spooky import SPOOKY
+from mle_jax.warmstart.programs.tweet import TWEET
 
 
 def test_same_seed_same_corpus_other_seed_other_order():
@@ -79,7 +84,54 @@ def test_bad_requests_fail_clearly():
 
 
 def test_every_program_module_is_found_by_name():
-    assert registered_tasks() == sorted([PIZZA, SPOOKY])
+    assert registered_tasks() == sorted([PIZZA, SPOOKY, INSULTS, LEAF, NOMAD, TWEET])
+
+
+def test_every_task_with_data_has_a_corpus():
+    assert set(registered_tasks()) == {s.id for s in all_specs() if s.has_data_here}
+
+
+# task -> (files the programs read, strings every program writes for its submission, model families without and
+# with the optional xgboost/lightgbm, least grid size without them)
+CONTRACTS = {
+    INSULTS: (["train.csv", "test.csv"], ['"Insult"', '"Comment"', '"Date"'], (5, 7), 200),
+    LEAF: (["train.csv", "test.csv"], ['sub.insert(0, "id"', "columns=model.classes_"], (8, 9), 130),
+    NOMAD: (["train.csv", "test.csv"], ['"id"', '"formation_energy_ev_natom"', '"bandgap_energy_ev"'], (7, 9), 140),
+    TWEET: (["train.csv", "test.csv"], ['"textID"', '"selected_text"'], (7, 8), 100),
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(CONTRACTS))
+@pytest.mark.parametrize("packages", [None, ["xgboost", "lightgbm"]])
+def test_new_grids_are_well_formed_and_diverse(task_id, packages):
+    files, writes, n_families, least = CONTRACTS[task_id]
+    grid = full_grid(task_id, packages)
+    assert len({it.key for it in grid}) == len({it.code for it in grid}) == len(grid)
+    families = Counter(it.meta["model"] for it in grid)
+    assert len(families) == n_families[1 if packages else 0]
+    if packages is None:
+        assert len(grid) >= least
+        assert all("xgboost" not in it.code and "lightgbm" not in it.code for it in grid)
+    for it in grid:
+        ast.parse(it.code)
+        assert it.meta["task"] == task_id
+        for name in files:
+            assert f'"{public_dir_in_sandbox(task_id)}{name}"' in it.code
+        assert '.to_csv("submission.csv", index=False)' in it.code and all(w in it.code for w in writes)
+        assert it.code.count("train_test_split(") == 1  # every program validates on a hold-out of train
+        assert 3 <= it.plan.count(". ") + 1 <= 5, it.plan
+        resp = it.response()
+        assert resp.count("```python\n") == 1 and resp.endswith("```")
+    picked = generate_corpus(task_id, len(families), seed=0, packages=packages)
+    assert {it.meta["model"] for it in picked} == set(families)  # n items cover every family first
+
+
+def test_plans_name_the_hyperparameters_the_code_uses():
+    for task_id in CONTRACTS:
+        for it in generate_corpus(task_id, 40, seed=2, packages=["xgboost", "lightgbm"]):
+            for k, v in it.meta["hparams"].items():
+                if k in ("C", "alpha", "n_estimators", "threshold", "n_neighbors", "max_iter", "smooth"):
+                    assert str(v) in it.plan and str(v) in it.code, (task_id, k, v)
 
 
 def test_verify_corpus_keeps_only_valid_programs_in_order():

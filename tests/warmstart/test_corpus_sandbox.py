@@ -13,8 +13,12 @@ from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.corpus import sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.programs import full_grid, generate_corpus
+from mle_jax.warmstart.programs.insults import INSULTS
+from mle_jax.warmstart.programs.leaf import LEAF
+from mle_jax.warmstart.programs.nomad2018 import NOMAD
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.programs.spooky import SPOOKY
+from mle_jax.warmstart.programs.tweet import TWEET
 from mle_jax.warmstart.stage import verify_cached
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
@@ -86,3 +90,48 @@ def test_a_spooky_program_runs_and_grades_in_bwrap(raw_data_dir: Path, tmp_path)
 def test_grid_gates_on_the_sandbox_packages():
     with_boost = {it.meta["model"] for it in full_grid(PIZZA, ["xgboost", "lightgbm"])}
     assert {"xgboost", "lightgbm"} <= with_boost
+
+
+# task -> (families of the programs run in CI, one each: a fast and a learned one; score range of those)
+SAMPLES = {
+    INSULTS: (("naive_bayes", "logreg"), (0.70, 0.95)),  # AUC
+    LEAF: (("logreg", "lda"), (0.01, 6.0)),  # log loss over 99 species (uniform: 4.6)
+    NOMAD: (("ridge", "hist_gradient_boosting"), (0.03, 0.12)),  # mean RMSLE (predicting the mean: ~0.17)
+    TWEET: (("whole_text", "span_lexicon"), (0.55, 0.75)),  # Jaccard (whole tweet: 0.59)
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("task_id", sorted(SAMPLES))
+def test_a_sample_of_each_new_grid_runs_and_grades_in_bwrap(task_id, raw_data_dir: Path, tmp_path):
+    """Two programs of each new grid on the real data (the whole grids are verified by hand with
+    bench/corpus_grid.py: mle_jax/warmstart/README.md)."""
+    families, (low, high) = SAMPLES[task_id]
+    task = prepare(task_id, raw_data_dir / task_id, tmp_path / "prepared")
+    grid = generate_corpus(task.spec, len(full_grid(task_id)), seed=0)
+    items = [next(it for it in grid if it.meta["model"] == fam) for fam in families]
+    run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, LIMITS)
+    verified = verify_corpus(items, task, run_fn, workers=2, progress=False)
+    assert [v.item for v in verified] == items, "a corpus program failed to run or grade in the sandbox"
+    for v in verified:
+        assert low < v.score < high, (v.item.meta, v.score)
+        assert "validation" in v.output and v.output.splitlines()[-1] == "predicted test labels", v.output
+
+
+@pytest.mark.integration
+def test_insults_lightgbm_on_word_counts_runs_in_bwrap(raw_data_dir: Path, tmp_path):
+    """LightGBM refuses integer sparse matrices: the insults grid's count vectorizers must give floats."""
+    task = prepare(INSULTS, raw_data_dir / INSULTS, tmp_path / "prepared")
+    [item] = [
+        it
+        for it in full_grid(INSULTS, ["lightgbm"])
+        if it.meta["model"] == "lightgbm"
+        and it.meta["features"] == "word"
+        and it.meta["hparams"]
+        == dict(
+            n_estimators=200, num_leaves=15, vec_kind="CountVectorizer", vec_ngram_range=(1, 1), vec_max_features=2000
+        )
+    ]
+    run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, LIMITS)
+    [verified] = verify_corpus([item], task, run_fn, workers=1, progress=False)
+    assert 0.70 < verified.score < 0.95, verified.score

@@ -11,6 +11,7 @@ from mle_jax.tasks.graders.frames import (
     check_columns,
     check_rows,
     numeric_values,
+    whole_numbers,
 )
 from mle_jax.tasks.task import TaskSpec
 
@@ -28,7 +29,8 @@ def grade_accuracy(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) -> 
     sub, answers = align_by_id(spec, sub, answers)
     target = spec.target_columns[0]
     if pd.api.types.is_numeric_dtype(answers[target]):
-        return accuracy(answers[target].to_numpy(np.float64), numeric_values(sub, [target])[:, 0])
+        y_pred = whole_numbers(numeric_values(sub, [target])[:, 0], target)
+        return accuracy(answers[target].to_numpy(np.float64), y_pred)
     if sub[target].isna().any():
         raise InvalidSubmission(f"column {target!r} has empty values")
     return accuracy(answers[target].astype(str).to_numpy(), sub[target].astype(str).to_numpy())

@@ -28,6 +28,10 @@ def check_columns(spec: TaskSpec, sub: pd.DataFrame) -> None:
         raise InvalidSubmission(f"unexpected column(s) {extra}: this task needs exactly id + target columns")
     if sub.columns.duplicated().any():
         raise InvalidSubmission("duplicated column names")
+    if spec.id_first and str(sub.columns[0]) != spec.id_column:
+        raise InvalidSubmission(
+            f"the first column must be {spec.id_column!r} (the targets are read as the columns after it)"
+        )
 
 
 def check_rows(sub: pd.DataFrame, answers: pd.DataFrame) -> None:
@@ -63,6 +67,14 @@ def align_by_id(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) -> tup
             f"{len(s_set - a_set)} unknown, {n_dup} duplicated"
         )
     return sub.iloc[s_order].reset_index(drop=True), answers.iloc[a_order].reset_index(drop=True)
+
+
+def whole_numbers(values: np.ndarray, column: str) -> np.ndarray:
+    """[N] predictions of class labels or ratings: whole numbers only (2.0 is fine, 2.5 is not), as sklearn's
+    accuracy and kappa, which MLE-bench calls, refuse a continuous target beside discrete answers."""
+    if not np.array_equal(values, np.round(values)):
+        raise InvalidSubmission(f"column {column!r} must hold whole-number labels, not continuous values")
+    return values
 
 
 def numeric_values(sub: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> np.ndarray:

@@ -10,6 +10,7 @@ from mle_jax.tasks.graders.frames import (
     check_columns,
     check_rows,
     numeric_values,
+    whole_numbers,
 )
 from mle_jax.tasks.task import TaskSpec
 
@@ -39,5 +40,5 @@ def grade_qwk(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) -> float
     check_rows(sub, answers)
     sub, answers = align_by_id(spec, sub, answers)
     target = spec.target_columns[0]
-    y_pred = numeric_values(sub, [target])[:, 0]
+    y_pred = whole_numbers(numeric_values(sub, [target])[:, 0], target)
     return quadratic_weighted_kappa(y_pred, answers[target].to_numpy(np.float64))

@@ -15,7 +15,8 @@ from mle_jax.tasks.graders.frames import (
 )
 from mle_jax.tasks.task import TaskSpec
 
-ROW_SUM_TOLERANCE = 1e-6
+ROW_SUM_ATOL = 1e-6  # MLE-bench's np.isclose(sum, 1, atol=1e-6), with numpy's default rtol=1e-5
+ROW_SUM_RTOL = 1e-5
 
 
 def multiclass_log_loss(y_onehot: np.ndarray, probs: np.ndarray) -> float:
@@ -30,14 +31,27 @@ def multiclass_log_loss(y_onehot: np.ndarray, probs: np.ndarray) -> float:
     return float(np.mean(-(y * np.log(p)).sum(axis=1)))
 
 
+def rows_sum_to_one(probs: np.ndarray, rule: str) -> bool:
+    """[N, K] probabilities -> whether every row sums to 1 by MLE-bench's check for the task.
+
+    "isclose": |sum - 1| <= 1e-6 + 1e-5 (np.isclose with atol=1e-6: leaf, spooky); "round6": the sum rounded
+    to 6 decimals is 1 (lmsys)."""
+    sums = probs.sum(axis=1)
+    if rule == "isclose":
+        return bool(np.isclose(sums, 1.0, atol=ROW_SUM_ATOL, rtol=ROW_SUM_RTOL).all())
+    if rule == "round6":
+        return bool((np.round(sums, 6) == 1.0).all())
+    raise ValueError(f"unknown row_sum_rule {rule!r}; known: 'isclose', 'round6'")
+
+
 def grade_log_loss(spec: TaskSpec, sub: pd.DataFrame, answers: pd.DataFrame) -> float:
-    """MLE-bench: class columns present (exactly, for leaf/spooky), rows, rows sum to 1 within 1e-6, values in
-    [0, 1], ids match. No softmax is applied to a submission."""
+    """MLE-bench: class columns present (exactly, for leaf/spooky; spooky also wants `id` first), rows, each
+    row sums to 1 (`rows_sum_to_one`), values in [0, 1], ids match. No softmax is applied to a submission."""
     check_columns(spec, sub)
     check_rows(sub, answers)
     classes = list(spec.target_columns)
     probs = numeric_values(sub, classes)
-    if not (np.abs(probs.sum(axis=1) - 1.0) <= ROW_SUM_TOLERANCE).all():
+    if not rows_sum_to_one(probs, spec.row_sum_rule):
         raise InvalidSubmission("each row's class probabilities must sum to 1 (within 1e-6)")
     check_probabilities(probs, classes)
     sub, answers = align_by_id(spec, sub, answers)
