@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from absl import app, flags, logging
 from flax import nnx
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from ml_collections import config_flags
 
@@ -181,7 +182,7 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
         shares = np.array([[r["kinds"].get(k, 0.0) for k in kinds] for r in arm["steps"]], float)
         if len(steps):
             smooth = np.stack([_smooth(shares[:, j], 5) for j in range(len(kinds))], axis=1)
-            ax.stackplot(steps, smooth.T, labels=kinds)
+            ax.stackplot(steps, smooth.T, labels=kinds, colors=colormaps["tab20"](np.arange(len(kinds)) % 20))
         ax.set(xlabel="RL step", ylabel="share of the batch (5-step mean)", title=name, ylim=(0, 1))
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("kinds of solution the learner trained on (model families)")
