@@ -352,12 +352,22 @@ def write_report(summary: dict, out: Path) -> Path:
     return path
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False)
-_OUT = flags.DEFINE_string("out", None, "output folder (resumes what is there)")
-_QUICK = flags.DEFINE_bool("quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm")
-_STEPS = flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the scale's)")
-_EVAL = flags.DEFINE_integer("eval_samples", 0, "evaluation samples (0: the scale's)")
-_WARM = flags.DEFINE_string("warm_start", "", "start from this other experiment folder's warm start (its base/)")
+_FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing this module defines no flags
+
+
+def _define_flags() -> dict[str, Any]:
+    return {
+        "config": config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False),
+        "out": flags.DEFINE_string("out", None, "output folder (resumes what is there)"),
+        "quick": flags.DEFINE_bool(
+            "quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm"
+        ),
+        "steps": flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the scale's)"),
+        "eval": flags.DEFINE_integer("eval_samples", 0, "evaluation samples (0: the scale's)"),
+        "warm": flags.DEFINE_string(
+            "warm_start", "", "start from this other experiment folder's warm start (its base/)"
+        ),
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -365,19 +375,20 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    if _CONFIG.value is None or not _OUT.value:
+    if _FLAGS["config"].value is None or not _FLAGS["out"].value:
         raise app.UsageError("--config and --out are required")
-    scale = QUICK if _QUICK.value else FULL
-    scale = Scale(_STEPS.value or scale.steps, _EVAL.value or scale.eval_samples)
-    out = Path(_OUT.value)
-    if _WARM.value:
-        share_warm_start(Path(_WARM.value), out)
-    summary = experiment(_CONFIG.value, out, scale)
+    scale = QUICK if _FLAGS["quick"].value else FULL
+    scale = Scale(_FLAGS["steps"].value or scale.steps, _FLAGS["eval"].value or scale.eval_samples)
+    out = Path(_FLAGS["out"].value)
+    if _FLAGS["warm"].value:
+        share_warm_start(Path(_FLAGS["warm"].value), out)
+    summary = experiment(_FLAGS["config"].value, out, scale)
     for name, arm in summary["arms"].items():
         print(f"{name}: reward {_pm(arm['before'])} -> {_pm(arm['after'])}, valid "
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip
-    print(f"report: {Path(_OUT.value) / 'report.md'}")
+    print(f"report: {Path(_FLAGS['_OUT'].value) / 'report.md'}")
 
 
 if __name__ == "__main__":
+    _FLAGS.update(_define_flags())
     app.run(main)

@@ -115,22 +115,34 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
     return summary
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False)
-_OUT = flags.DEFINE_string("out", None, "output folder")
-_EPOCHS = flags.DEFINE_list("epochs", ["1", "4", "100"], "PPO epochs to compare")
-_SAMPLES = flags.DEFINE_integer("samples", 32, "fresh samples drawn after each update")
+_FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing this module defines no flags
+
+
+def _define_flags() -> dict[str, Any]:
+    return {
+        "config": config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False),
+        "out": flags.DEFINE_string("out", None, "output folder"),
+        "epochs": flags.DEFINE_list("epochs", ["1", "4", "100"], "PPO epochs to compare"),
+        "samples": flags.DEFINE_integer("samples", 32, "fresh samples drawn after each update"),
+    }
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    if _CONFIG.value is None or not _OUT.value:
+    if _FLAGS["config"].value is None or not _FLAGS["out"].value:
         raise app.UsageError("--config and --out are required")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    measure(_CONFIG.value, Path(_OUT.value), [int(e) for e in _EPOCHS.value], _SAMPLES.value)
-    print((Path(_OUT.value) / "ppo_epochs.md").read_text())
+    measure(
+        _FLAGS["config"].value,
+        Path(_FLAGS["out"].value),
+        [int(e) for e in _FLAGS["epochs"].value],
+        _FLAGS["samples"].value,
+    )
+    print((Path(_FLAGS["out"].value) / "ppo_epochs.md").read_text())
 
 
 if __name__ == "__main__":
+    _FLAGS.update(_define_flags())
     app.run(main)
