@@ -132,6 +132,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.reward = ml_collections.ConfigDict()
     c.reward.failure = -10.0
     c.reward.per_print = 0.1
+    # not in the paper: valid signed scores below this are squashed into (valid_floor - 1, valid_floor), so a
+    # valid but terrible submission (log loss 12) never earns less than a crash (mle_jax/tasks/reward.py)
+    c.reward.valid_floor = -8.0
 
     c.ppo = ml_collections.ConfigDict()
     c.ppo.gamma = 1.0
@@ -149,6 +152,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
     # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
     c.ppo.min_duration_s = 1.0
+    # Table 3 lists actor/critic ppo_epochs 100 (beside total_epochs 100). We keep 1, verl's default: 100 epochs
+    # over one batch are 100 optimizer steps on the same B samples; the clipped ratio stops the gradient of
+    # tokens once they leave [0.8, 1.2] but not the others', and the policy walks away from the behaviour
+    # policy that sampled the batch (measured in README.md: "PPO epochs").
     c.ppo.epochs = 1
     c.ppo.mini_batch_size = 128
     c.ppo.micro_batch_size = 8
@@ -176,7 +183,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.loop = ml_collections.ConfigDict()
     c.loop.batch_size = 128  # B: samples per update
     c.loop.in_flight_multiplier = 2  # m: m*B samples kept in flight
-    c.loop.max_version_lag = 4  # samples older than this many versions are dropped
+    # Off: nothing is dropped for being slow (the bias duration weights undo); > 0 re-samples only prompts whose
+    # programs still wait in the executor queue after this many versions (rl/loop.py)
+    c.loop.max_version_lag = 0
     c.loop.steps = 100
     c.loop.improve_buffer_size = 256
     c.loop.max_consecutive_infra_failures = 32  # this many executor failures in a row stop the run
@@ -202,6 +211,15 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
     # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
     c.warmstart.improve_fraction = 0.5
+    # SFT examples on the instrumentation prompt (C.3) so the frozen warm-started model can instrument (0: none;
+    # a pretrained instruct model can already), and held-out programs it instruments after SFT (a metric)
+    c.warmstart.instrument_examples = 0
+    c.warmstart.instrument_redrawn = 0  # more, about those programs with hyperparameter values redrawn at random
+    c.warmstart.instrument_eval = 32
+    # steps repeating random token sequences before the SFT of a model from scratch, so it can copy (a tiny model
+    # that never learned to copy writes back the grid's typical program when asked to instrument one); 0: none
+    c.warmstart.copy_steps = 0
+    c.warmstart.copy_length = 96
 
     c.eval = ml_collections.ConfigDict()
     c.eval.samples = 128
@@ -214,10 +232,25 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The embedded run: same code path as the paper setup, sized for 2 CPU cores and minutes.
+    """The embedded run: the same code path as the paper's setup, sized for 2 CPU cores and minutes.
 
-    The tiny model learns to write programs first by SFT on the task's verified corpus (warm start);
-    settings measured with bench/warmstart_valid_fraction.py (mle_jax/warmstart/README.md).
+    Where it differs from the paper (Table 3, §4.1), and why (README.md repeats this list):
+    - model: a tiny Qwen2 (2 layers, hidden 128, ~0.6 M parameters) with a BPE trained on the task, instead
+      of Qwen2.5-3B-Instruct: what 2 cores train in minutes. It starts from scratch, so a warm start (SFT on
+      the task's sandbox-verified corpus, on scratch, improve and instrumentation prompts) comes first: the
+      paper's instruct model already writes and instruments code.
+    - sampler: the JAX sampler in process instead of a vLLM server (no GPU); executor: bubblewrap sandboxes
+      (no Docker daemon here), 2 slots of 1 CPU and 4 GiB, a 120 s timeout (the solutions run in seconds).
+    - batch B = 8 (mini-batch 8, micro-batch 4) instead of 128 (128, 8): one step in tens of seconds.
+    - learning rates 1e-4 instead of 1e-5: tens of steps instead of thousands.
+    - token budgets: prompt 768 and response 320 task-BPE tokens instead of 1024 + 1024 Qwen tokens (a
+      corpus program is ~135 tokens, a prompt ~330); the instrumenter's 768 + 400 instead of 4096 + 1536.
+    - the instrumenter is the paper's (mode "lm": a frozen copy of the initial, warm-started policy,
+      verified, with the AST fallback counted when it is rejected).
+    - m = 4 instead of 2 (m*B runs in flight): the update, the sampler and the instrumenter share the
+      sandboxes' 2 cores, so a longer queue keeps the slots busy while they work.
+    - 4 RL steps and 16 evaluation samples in `make run` (the paper: until convergence, 128 samples);
+      `python -m mle_jax.experiments.learning` runs the longer experiment.
     """
     from mle_jax.warmstart.programs import registered_tasks
 
@@ -226,14 +259,16 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.sampler.backend = "jax"
     c.sampler.max_tokens = 320  # warm-start programs are ~135 tokens in the task tokenizer
     c.prompt.max_prompt_tokens = 768  # scratch prompt 322 tokens, improve prompts about corpus programs <= 333
-    c.instrument.mode = "ast"
+    c.instrument.mode = "lm"  # the paper's: a frozen copy of the (warm-started) initial policy instruments
+    c.instrument.max_tokens = 400  # an instrumented program: the program (<= 320) plus the seven prints
+    c.instrument.max_prompt_tokens = 768
     c.executor.backend = "bwrap"
     c.executor.slots = 2
     c.executor.timeout_s = 120.0
     c.executor.memory_mb = 4096
     c.executor.cpus = 1
     c.loop.batch_size = 8
-    c.loop.in_flight_multiplier = 2
+    c.loop.in_flight_multiplier = 4  # the update and the sampler share the 2 cores: 2B runs queued keep slots busy
     c.loop.steps = 4
     c.ppo.mini_batch_size = 8
     c.ppo.micro_batch_size = 4
@@ -241,10 +276,11 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.optim.critic_lr = 1e-4
     c.warmstart.enabled = c.task.id in registered_tasks()  # tasks with a corpus generator
     c.warmstart.corpus_size = 64
-    c.warmstart.steps = 150  # 128 examples (64 scratch + 64 improve): ~75 s on 2 quiet cores
+    c.warmstart.steps = 150  # 256 examples (64 scratch, 64 improve, 128 instrumentation): ~2 min on 2 quiet cores
     c.warmstart.lr = 3e-3
     c.warmstart.batch_size = 8
-    c.warmstart.max_response_tokens = 320
+    c.warmstart.max_response_tokens = 400
+    c.warmstart.instrument_examples = 128
     c.eval.samples = 16
     c.mesh.fsdp = 1
     return c

@@ -54,19 +54,29 @@ def _run_all(samples: list[rollout.Sample], env: rollout.Environment, progress: 
             progress.advance(job)
 
 
-def _summary(scores: list[float | None], lower_is_better: bool) -> dict:
+def summarize(scores: list[float | None], rewards: list[float], lower_is_better: bool) -> dict:
+    """Valid fraction, mean and best score over the valid samples, mean reward and its standard error."""
     valid = [s for s in scores if s is not None]
     best = (min if lower_is_better else max)(valid) if valid else None
+    r = np.asarray(rewards, np.float64)
     return {
         "samples": len(scores),
         "valid_fraction": len(valid) / max(len(scores), 1),
         "mean": float(np.mean(valid)) if valid else None,
         "max": best,  # "max" = best in the task's direction, as the paper reports it
+        "mean_reward": float(r.mean()) if r.size else None,
+        "se_reward": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else None,
     }
 
 
 def _score(s: rollout.Sample) -> float | None:
     return None if s.reward is None or not s.reward.valid else float(s.reward.score)
+
+
+def _summary(samples: list[rollout.Sample], lower_is_better: bool) -> dict:
+    out = summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better)
+    out["records"] = [s.record() for s in samples]
+    return out
 
 
 def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
@@ -78,18 +88,18 @@ def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
         scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0), 0)
         env.submit(scratch)
         _run_all(scratch, env, progress, "eval: from scratch")
-        out = {"task": env.task.id, "scratch": _summary([_score(s) for s in scratch], lower)}
+        out = {"task": env.task.id, "scratch": _summary(scratch, lower)}
         if settings.improve:
             improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], n)
             env.submit(improved)
             _run_all(improved, env, progress, "eval: improve")
-            out["improved"] = _summary([_score(s) for s in improved], lower)
-            better = []
+            out["improved"] = _summary(improved, lower)
+            better_scores, better_rewards = [], []
             for a, b in zip(scratch, improved, strict=True):
-                sa, sb = _score(a), _score(b)
-                cands = [x for x in (sa, sb) if x is not None]
-                better.append((min if lower else max)(cands) if cands else None)
-            out["best_of_both"] = _summary(better, lower)
+                cands = [x for x in (_score(a), _score(b)) if x is not None]
+                better_scores.append((min if lower else max)(cands) if cands else None)
+                better_rewards.append(max(a.reward.total, b.reward.total))
+            out["best_of_both"] = summarize(better_scores, better_rewards, lower)
     paper = PAPER_TABLE1.get(env.task.id)
     if paper:
         out["paper"] = paper

@@ -43,10 +43,11 @@ class MetricsWriter:
 
     def truncate_after(self, step: int) -> None:
         """Drops rows past `step` (a resumed run rewrites the steps after its checkpoint)."""
-        rows = [r for r in read_metrics(self.path) if r.get("step", -1) <= step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(self.path)
+        for path in (self.path, self.workdir / "samples.jsonl"):
+            rows = [r for r in read_metrics(path) if r.get("step", -1) <= step]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            tmp.replace(path)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
@@ -57,6 +58,12 @@ class MetricsWriter:
                 if k != "step" and isinstance(v, int | float) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
+
+    def write_samples(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
+        """Appends one line per sample trained on at `step` to samples.jsonl."""
+        with (self.workdir / "samples.jsonl").open("a") as f:
+            for rec in records:
+                f.write(json.dumps({"step": int(step), **{k: _jsonable(v) for k, v in rec.items()}}) + "\n")
 
     def close(self) -> None:
         if self._tb is not None:
@@ -92,6 +99,7 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "valid_fraction": ("valid_fraction", "valid_fraction/scratch", "valid_fraction/improve"),
     "duration": ("duration_s/mean",),
     "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
+    "instrumentation": ("instrument/lm_fraction", "instrument/fallback_fraction"),
 }
 
 
@@ -167,7 +175,16 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
             )
     if rows:
         parts += ["", "## Per step", ""]
-        keys = ["step", "reward/mean", "score/mean", "score/max", "valid_fraction", "duration_s/mean", "dropped_stale"]
+        keys = [
+            "step",
+            "reward/mean",
+            "score/mean",
+            "score/max",
+            "valid_fraction",
+            "duration_s/mean",
+            "version_lag/mean",
+            "instrument/lm_fraction",
+        ]
         parts.append(markdown_table(keys, [[r.get(k) for k in keys] for r in rows]))
     if plots:
         parts += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]

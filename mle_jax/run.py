@@ -75,7 +75,13 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
                 "rl/steps": c.step,
                 "rl/wall_s": round(rl_s, 1),
                 "rl/samples": c.sampled,
-                "rl/dropped_stale": c.dropped_stale,
+                "rl/resampled_stale": c.resampled_stale,
+                "rl/instrument_lm_share": round(
+                    c.instrumented_lm / max(c.instrumented_lm + c.instrumented_fallback, 1), 3
+                ),
+                "rl/instrument_fallback_share": round(
+                    c.instrumented_fallback / max(c.instrumented_lm + c.instrumented_fallback, 1), 3
+                ),
                 "rl/infra_failures": c.infra_failures,
                 "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
                 "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),

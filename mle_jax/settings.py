@@ -159,7 +159,7 @@ def from_config(cfg: Any) -> RunSettings:
             model=model,
             prompt=prompt,
             limits=executor.limits(),
-            instrument_mode=instrument.mode,
+            instrument=instrument,
         ),
         eval=_build(EvalSettings, "eval", _section(cfg, "eval"), seed=seed),
         report=_build(ReportSettings, "report", _section(cfg, "report")),

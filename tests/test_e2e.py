@@ -28,6 +28,9 @@ SMALL = {
     "eval.samples": 4,
     "warmstart.corpus_size": 16,
     "warmstart.steps": 40,
+    "warmstart.instrument_examples": 8,
+    "warmstart.instrument_redrawn": 0,
+    "warmstart.instrument_eval": 4,
 }
 
 
@@ -61,6 +64,11 @@ def test_two_rl_steps_end_to_end(finished_run):
         assert 0.0 <= r["learner_idle_fraction"] <= 1.0 and 0.0 <= r["executor_utilization"] <= 1.0
     assert summary["rl/steps"] == 2 and summary["rl/samples"] >= 8
     assert summary["warmstart/corpus_verified"] >= 1  # the SFT corpus ran and graded in the sandbox
+    # the frozen copy of the warm-started policy instruments (mode "lm"); what it does is counted
+    assert summary["rl/instrument_lm_share"] + summary["rl/instrument_fallback_share"] == pytest.approx(1.0)
+    assert 0.0 <= summary["warmstart/instrument_heldout_accept"] <= 1.0
+    samples = read_metrics(workdir / "samples.jsonl")
+    assert len(samples) == 2 * 4 and {s["instrument"] for s in samples} <= {"lm", "fallback", "off"}
     ev = json.loads((workdir / "evaluation.json").read_text())
     assert ev["scratch"]["samples"] == 4 and ev["improved"]["samples"] == 4
     assert ev["paper"]["qwen2.5-3b-rl"] == pytest.approx(0.663)

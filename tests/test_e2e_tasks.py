@@ -35,6 +35,8 @@ TINY = {
     "warmstart.steps": 4,
     "warmstart.warmup_steps": 1,
     "warmstart.batch_size": 2,
+    "warmstart.instrument_examples": 4,  # the instrumentation task is taught and measured, on a few programs
+    "warmstart.instrument_eval": 2,
 }
 
 

@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from mle_jax.executor.grading import grade_run
 from mle_jax.executor.image import ensure_image
 from mle_jax.executor.podman import PodmanService
 from mle_jax.executor.result import Limits, Status
@@ -27,7 +28,6 @@ from mle_jax.executor.runtime import REPO_ROOT, sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
 from mle_jax.instrument import instrument
-from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import RAW_DATA_DIR, prepare
 from mle_jax.tasks.registry import load_task
 from mle_jax.tasks.reward import compute_reward
@@ -75,7 +75,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if result.status is Status.INFRA:
         out.update(submission_valid=None, score=None, reward=None)
     else:
-        g = grade(task, result.submission_path)
+        g = grade_run(task, result)
         r = compute_reward(g, result.stdout_tail, task.lower_is_better)
         out.update(
             submission_valid=g.valid,

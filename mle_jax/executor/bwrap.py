@@ -395,7 +395,9 @@ class BwrapSandbox:
             ws,
             self.backend,
             exit_code,
-            t_end - t_program,
+            # the reader thread notes the start byte when it is scheduled: on a loaded machine that can be after
+            # a short program has already ended, so the difference can come out slightly negative
+            max(0.0, t_end - t_program),
             timed_out,
             oom,
             killed_reason,

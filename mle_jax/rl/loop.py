@@ -3,8 +3,11 @@
 It only wires the boxes: prompts and rollouts (rl/rollout.py), the sampler, the instrumenter,
 the executor fleet, the learner (rl/learner.py), checkpoints and metrics. Samples still running
 when a batch closes stay in flight and join a later batch with the policy version that produced
-them; PPO's ratio against their stored behaviour logprobs corrects for the lag, and samples more
-than `loop.max_version_lag` versions old are dropped (counted in `dropped_stale`).
+them; PPO's ratio against their stored behaviour logprobs corrects for the lag. Nothing is ever dropped
+because its program ran long: that is exactly the bias the duration weights undo. With
+`loop.max_version_lag` > 0 (off by default), a sample whose program is still *queued* (not yet running)
+when the policy has moved on more than that many versions is taken back and its prompt sampled again
+with the current policy (counted in `resampled_stale`); a run in progress or finished always trains.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class LoopSettings:
 
     batch_size: int = 128  # B: samples per update
     in_flight_multiplier: int = 2  # m: m*B samples kept in flight
-    max_version_lag: int = 4  # samples older than this many versions are dropped
+    max_version_lag: int = 0  # > 0: re-sample prompts whose programs still wait in the queue after this many versions
     steps: int = 100
     improve_buffer_size: int = 256
     max_consecutive_infra_failures: int = 32  # this many executor failures in a row stop the run
@@ -62,8 +65,10 @@ class LoopCounters:
     version: int = 0
     next_uid: int = 0
     sampled: int = 0
-    dropped_stale: int = 0
+    resampled_stale: int = 0
     infra_failures: int = 0
+    instrumented_lm: int = 0  # programs the frozen LM instrumented (accepted by verification)
+    instrumented_fallback: int = 0  # programs the LM's output was rejected for: the AST fallback instrumented them
     update_s: float = 0.0
     wait_s: float = 0.0
     sample_s: float = 0.0
@@ -72,6 +77,10 @@ class LoopCounters:
 
     def state_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def _share(flags: list[bool]) -> float | None:
+    return float(np.mean(flags)) if flags else None
 
 
 @dataclass
@@ -102,7 +111,8 @@ class StepStats:
             "progress_prints/mean": prints.mean(),
             "no_code_fraction": np.mean([s.code is None for s in self.samples]),
             "improve_fraction": np.mean([s.prompt.kind == "improve" for s in self.samples]),
-            "instrument_lm_fraction": np.mean([s.instrument_path == "lm" for s in self.samples]),
+            "instrument/lm_fraction": _share([s.instrument_path == "lm" for s in self.samples if s.code]),
+            "instrument/fallback_fraction": _share([s.instrument_path == "fallback" for s in self.samples if s.code]),
             "response_tokens/mean": np.mean([len(s.completion.token_ids) for s in self.samples]),
         }
         for kind in ("scratch", "improve"):  # self-improvement works only if improve prompts stay valid
@@ -131,6 +141,7 @@ class AsyncRLLoop:
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
         self.finished: list[rollout.Sample] = []  # completion order
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
+        self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued runs, to sample again
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -147,18 +158,22 @@ class AsyncRLLoop:
 
     # ---- the boxes, wired ------------------------------------------------------------------
     def _refill(self) -> None:
-        """Samples prompts until m·B samples are in flight (finished-but-unused ones count)."""
+        """Samples prompts until m·B samples are in flight (finished-but-unused ones count); prompts taken back
+        from stale queued runs are sampled again first."""
         target = self.settings.batch_size * self.settings.in_flight_multiplier
         need = target - len(self.in_flight) - len(self.finished)
         if need <= 0:
             return
         t0 = time.monotonic()
-        prompts = self.env.prompts(need, self.buffer, self.rng)
+        again, self.requeued = self.requeued[:need], self.requeued[need:]
+        prompts = again + self.env.prompts(need - len(again), self.buffer, self.rng)
         samples = self.env.sample(prompts, self.counters.next_uid)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         self.env.submit(samples)
         for s in samples:
+            self.counters.instrumented_lm += s.instrument_path == "lm"
+            self.counters.instrumented_fallback += s.instrument_path == "fallback"
             (self.finished if s.done else self.in_flight).append(s)
         self.counters.sample_s += time.monotonic() - t0
 
@@ -193,16 +208,19 @@ class AsyncRLLoop:
                 f"{sample.result.stderr_tail.strip()[-300:]} (check the sandbox backend / Ray cluster)"
             )
 
-    def _drop_stale(self) -> None:
+    def _resample_stale_queued(self) -> None:
+        """With loop.max_version_lag > 0: a run still waiting in the executor queue whose sample is more than that
+        many versions old is cancelled and its prompt sampled again. Runs in progress and finished ones stay."""
         lag = self.settings.max_version_lag
-        keep = [s for s in self.finished if self.counters.version - s.version <= lag]
-        self.counters.dropped_stale += len(self.finished) - len(keep)
-        self.finished = keep
-        still = [s for s in self.in_flight if self.counters.version - s.version <= lag]
+        if lag <= 0:
+            return
+        still = []
         for s in self.in_flight:
-            if s not in still and s.future is not None:
-                s.future.cancel()  # a queued run is cancelled; a running one finishes and is ignored
-        self.counters.dropped_stale += len(self.in_flight) - len(still)
+            if self.counters.version - s.version > lag and s.future is not None and s.future.cancel():
+                self.requeued.append(s.prompt)  # cancel() succeeds only for a run that has not started
+                self.counters.resampled_stale += 1
+            else:
+                still.append(s)
         self.in_flight = still
 
     def _batch(self, samples: list[rollout.Sample]) -> RolloutBatch:
@@ -222,13 +240,13 @@ class AsyncRLLoop:
         B = self.settings.batch_size
         t_start = time.monotonic()
         self._collect(block=False)
-        self._drop_stale()
+        self._resample_stale_queued()
         self._refill()
         t0 = time.monotonic()
         while len(self.finished) < B:
             self._collect(block=True)
-            self._drop_stale()
-            if len(self.finished) + len(self.in_flight) < B:  # stale drops or infra failures left a hole
+            self._resample_stale_queued()
+            if len(self.finished) + len(self.in_flight) < B:  # re-sampled prompts or infra failures left a hole
                 self._refill()
         self._collect(block=False)
         self.counters.wait_s += time.monotonic() - t0
@@ -252,7 +270,7 @@ class AsyncRLLoop:
         m.update(
             {
                 "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
-                "dropped_stale": c.dropped_stale,
+                "resampled_stale": c.resampled_stale,
                 "infra_failures": c.infra_failures,
                 "in_flight": len(self.in_flight),
                 "learner_idle_fraction": 1.0 - c.update_s / max(c.wall_s, 1e-9),
@@ -263,6 +281,7 @@ class AsyncRLLoop:
             }
         )
         self.writer.write(c.step, m)
+        self.writer.write_samples(c.step, [{**s.record(), "lag": c.version - 1 - s.version} for s in used])
         if c.step % self.settings.checkpoint_every == 0:
             self.save()
         return m

@@ -7,18 +7,17 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mle_jax.executor.fleet import Fleet
+from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings
 from mle_jax.tasks import prompts as prompt_lib
-from mle_jax.tasks.graders import grade
 from mle_jax.tasks.progress import new_tag, untag
 from mle_jax.tasks.prompts import PromptSettings
 from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward
@@ -100,6 +99,23 @@ class Sample:
         """The terminal output as the paper shows it (progress prints untagged)."""
         return untag(self.raw_output, self.tag) if self.tag else self.raw_output
 
+    def record(self) -> dict:
+        """The sample as one JSON line (samples.jsonl, evaluation.json): for analysis of kinds, lags, Δt."""
+        r = self.reward
+        return {
+            "uid": self.uid,
+            "version": self.version,
+            "prompt": self.prompt.kind,
+            "duration_s": round(self.duration_s, 3),
+            "status": None if self.result is None else str(self.result.status),
+            "reward": None if r is None else r.total,
+            "valid": None if r is None else r.valid,
+            "score": None if r is None else r.score,
+            "prints": None if r is None else r.n_prints,
+            "instrument": self.instrument_path,
+            "code": self.code,
+        }
+
 
 @dataclass
 class Environment:
@@ -166,7 +182,7 @@ class Environment:
         runnable = [s for s in samples if s.code is not None]
         for s in samples:
             if s.code is None:
-                s.reward = compute_reward(None, "", self.task.lower_is_better, reward.failure, reward.per_print)
+                s.reward = compute_reward(None, "", self.task.lower_is_better, reward)
         # the agent's own progress prints earn nothing: removed before instrumenting, and the
         # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
         cleaned = [strip_agent_progress(s.code) for s in runnable]
@@ -182,12 +198,8 @@ class Environment:
         sample.result = result
         if result.infra_failure:
             return sample
-        graded = None
-        if result.submission_path is not None and Path(result.submission_path).is_file():
-            graded = grade(self.task, Path(result.submission_path))
-        sample.reward = compute_reward(
-            graded, sample.raw_output, self.task.lower_is_better, reward.failure, reward.per_print, tag=sample.tag
-        )
+        graded = grade_run(self.task, result)
+        sample.reward = compute_reward(graded, sample.raw_output, self.task.lower_is_better, reward, tag=sample.tag)
         results_dir = result.extra.get("results_dir")
         if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
             shutil.rmtree(results_dir, ignore_errors=True)

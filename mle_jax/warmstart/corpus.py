@@ -32,9 +32,10 @@ from typing import Any, Protocol
 
 from rich.progress import Progress
 
+from mle_jax.executor.grading import grade_run
 from mle_jax.instrument import instrument_batch, pyast
 from mle_jax.rl.rollout import previous_output
-from mle_jax.tasks.graders import grade
+from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.prompts import data_mount
 
 # ------------------------------------------------------------------------------------------------ records
@@ -163,34 +164,26 @@ def sandbox_run_fn(
     sandbox: Any,
     task: Any,
     limits: Any,
-    grade_fn: Callable[[Any, Any], GradeLike] | None = None,
     instrument_mode: str = "ast",
     output_chars: int = 1500,
 ) -> RunFn:
-    """A RunFn over a real sandbox (`make_sandbox(...)`) and the task's grader.
+    """A RunFn over a real sandbox (`make_sandbox(...)`) and the task's grader (`executor.grading.grade_run`).
 
     The program runs as RL runs it: instrumented with the progress prints (`instrument_mode`: "ast" or
     "off"; the LM instrumenter needs a model, which the warm start is still building), so the returned
     output is what an improve prompt about this program shows (`rollout.previous_output`, the last
-    `output_chars` characters). A run that does not exit ok or writes no submission grades invalid with
-    the sandbox's stderr tail.
+    `output_chars` characters). A run that does not exit ok or writes no submission grades invalid, with
+    the sandbox's stderr tail in the reason.
     """
-    grade_fn = grade if grade_fn is None else grade_fn
     if instrument_mode not in ("ast", "off"):
         raise ValueError(f"instrument_mode must be 'ast' or 'off' for corpus verification, got {instrument_mode!r}")
 
-    @dataclass
-    class _Failed:
-        valid: bool
-        score: float | None
-        reason: str
-
     def run(code: str) -> tuple[GradeLike, float, str]:
         res = sandbox.run(instrument_batch([code], instrument_mode)[0].code, task, limits)
-        output = previous_output(res, output_chars)
-        if str(res.status) != "ok" or res.submission_path is None:
-            return _Failed(False, None, f"{res.status}: {res.stderr_tail[-500:]}"), res.duration_s, output
-        return grade_fn(task, res.submission_path), res.duration_s, output
+        graded = grade_run(task, res)
+        if not graded.valid and res.stderr_tail:
+            graded = GradeResult(False, None, f"{graded.reason}: {res.stderr_tail[-500:]}")
+        return graded, res.duration_s, previous_output(res, output_chars)
 
     return run
 

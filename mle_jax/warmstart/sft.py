@@ -199,6 +199,47 @@ def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, 
     return step
 
 
+def copy_pretrain(
+    model: nnx.Module,
+    vocab_size: int,
+    steps: int,
+    length: int = 96,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    first_id: int = 3,
+) -> list[float]:
+    """Trains `model` in place to repeat random token sequences ([a_1..a_n, SEP, a_1..a_n] with n = `length`,
+    loss on the repeat); returns the loss every 50 steps.
+
+    A tiny model trained from scratch learns the task's programs but not to copy: asked to instrument a
+    program it writes back the grid's typical program with typical values. Random sequences can only be
+    predicted by copying, so a few hundred steps form the attention circuit that copies (induction heads;
+    measured: the loss falls from 7.6 to < 0.05 within 150 steps at n = 48 or 96 on the tiny model, while
+    lengths drawn anew each step had not learned by step 250); the instrumentation SFT that follows then
+    learns to use it. Token ids below `first_id` (the special tokens) are not drawn; SEP is the last of them.
+    """
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = make_optimizer(lr, grad_clip=1.0, warmup_steps=min(20, steps // 10), decay_steps=steps)
+    opt_state = tx.init(params)
+    step = make_train_step(graphdef, rest, tx, length + 1)
+    rng = np.random.default_rng(seed)
+    losses = []
+    for i in range(steps):
+        seq = rng.integers(first_id, vocab_size, size=(batch_size, length))
+        tokens = np.concatenate([seq, np.full((batch_size, 1), first_id - 1), seq], axis=1).astype(np.int32)
+        batch = {
+            "tokens": jnp.asarray(tokens),
+            "attention_mask": jnp.ones(tokens.shape, jnp.int32),
+            "loss_mask": jnp.ones((batch_size, length), jnp.float32),
+        }
+        params, opt_state, loss = step(params, opt_state, batch)
+        if i % 50 == 0 or i == steps - 1:
+            losses.append(float(loss))
+    nnx.update(model, params)
+    return losses
+
+
 # ------------------------------------------------------------------------------------------------ run
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,16 +28,25 @@ from flax import nnx
 
 from mle_jax.executor.backend import Sandbox
 from mle_jax.executor.result import Limits
+from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.hf import from_pretrained, save_pretrained
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.settings import ModelSettings
 from mle_jax.models.tokenizer import load_tokenizer
+from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.prompts import PromptSettings, scratch_messages
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.improve import improve_count, improve_examples
+from mle_jax.warmstart.instrumentation import heldout_accept_rate, instrument_examples, split_programs
 from mle_jax.warmstart.programs import generate_corpus
-from mle_jax.warmstart.sft import Messages, SFTSettings, run_sft, train_task_tokenizer
+from mle_jax.warmstart.sft import (
+    Messages,
+    SFTSettings,
+    copy_pretrain,
+    run_sft,
+    train_task_tokenizer,
+)
 
 
 @dataclass(frozen=True)
@@ -59,12 +69,21 @@ class WarmStartSettings:
     verify_workers: int = 0  # 0: one per executor slot (resolved by mle_jax.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
+    # SFT examples on the instrumentation prompt (C.3), targets by the AST instrumenter (warmstart/instrumentation.py),
+    # so the frozen copy of the warm-started policy can instrument; 0: none (a pretrained instruct model can)
+    instrument_examples: int = 0
+    instrument_redrawn: int = 0  # more of them, about those programs with their hyperparameter values redrawn
+    instrument_eval: int = 32  # held-out grid programs the warm-started model instruments after SFT (a metric)
+    # steps repeating random token sequences before SFT, so a model from scratch learns to copy (sft.copy_pretrain);
+    # only for a fresh model (no model.path), 0: none
+    copy_steps: int = 0
+    copy_length: int = 96
     # from the rest of the run config
     seed: int = 0
     model: ModelSettings = field(default_factory=ModelSettings)
     prompt: PromptSettings = field(default_factory=PromptSettings)
     limits: Limits = field(default_factory=Limits)  # the run's sandbox limits; verification has its own timeout
-    instrument_mode: str = "ast"  # "off" verifies uninstrumented programs; else the AST instrumenter
+    instrument: InstrumentSettings = field(default_factory=InstrumentSettings)  # the run's instrumenter
 
     def sft(self) -> SFTSettings:
         return SFTSettings(
@@ -138,18 +157,24 @@ def verify_cached(
 
 
 def sft_examples(
-    settings: WarmStartSettings, task: Task, packages: Sequence[str], verified: Sequence[VerifiedItem]
+    settings: WarmStartSettings,
+    task: Task,
+    packages: Sequence[str],
+    verified: Sequence[VerifiedItem],
+    instrument_programs: Sequence[str] = (),
 ) -> tuple[list[tuple[Messages, str]], list[Messages]]:
     """The SFT set and its distinct prompt chats (what the task tokenizer is trained on with the responses).
 
     One example per verified program on the scratch prompt, then `improve_count(...)` examples on the
-    improve prompt (`mle_jax.warmstart.improve`), so that `settings.improve_fraction` of the set
-    teaches the prompt RL uses for that share of its samples. Scratch examples come first.
+    improve prompt (`mle_jax.warmstart.improve`), so that `settings.improve_fraction` of the solving examples
+    teach the prompt RL uses for that share of its samples; then one instrumentation example (C.3) per
+    program of `instrument_programs` (`mle_jax.warmstart.instrumentation`). Scratch examples come first.
     """
     messages = scratch_messages(task, list(packages), settings.prompt.snippet_chars)
     examples = [(messages, v.item.response()) for v in verified]
     n_improve = improve_count(len(verified), settings.improve_fraction)
     examples += improve_examples(task, packages, verified, n_improve, settings.seed)
+    examples += instrument_examples(instrument_programs, settings.instrument_redrawn, settings.seed)
     chats = list({json.dumps(m): m for m, _ in examples}.values())
     return examples, chats
 
@@ -212,7 +237,7 @@ def warm_start(
         sandbox,
         task,
         settings.verify_limits(),
-        instrument_mode="off" if settings.instrument_mode == "off" else "ast",
+        instrument_mode="off" if settings.instrument.mode == "off" else "ast",
         output_chars=settings.prompt.output_tail_chars,
     )
     verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", settings.verify_workers, progress)
@@ -229,17 +254,40 @@ def warm_start(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
 
-    examples, chats = sft_examples(settings, task, packages, verified)
+    instrument_programs, held_out = split_programs(
+        task.id, packages, settings.instrument_examples, settings.seed + 1, [v.item for v in verified]
+    )
+    examples, chats = sft_examples(
+        settings, task, packages, verified, instrument_programs[: settings.instrument_examples]
+    )
+    copy_losses: list[float] = []
     if settings.model.path:
         tokenizer = load_tokenizer(settings.model.path)
         model = from_pretrained(settings.model.path, **settings.model.runtime_options())
     else:
         tokenizer = task_tokenizer(settings, [r for _, r in examples], chats, workdir / "tokenizer")
         model = fresh_policy(settings.model, len(tokenizer))
+        if settings.copy_steps and not (workdir / "sft_ckpt").exists():  # a resumed SFT restores its own params
+            copy_losses = copy_pretrain(
+                model, len(tokenizer), settings.copy_steps, settings.copy_length, seed=settings.seed
+            )
     metrics = run_sft(model, tokenizer, examples, settings.sft(), workdir, progress=progress)
+    if copy_losses:
+        metrics["copy_first_loss"], metrics["copy_final_loss"] = copy_losses[0], copy_losses[-1]
     metrics["corpus"] = len(verified)
-    metrics["improve_examples"] = len(examples) - len(verified)
+    metrics["improve_examples"] = improve_count(len(verified), settings.improve_fraction)
     metrics["corpus_score_mean"] = sum(v.score for v in verified) / len(verified)
+    metrics["instrument_examples"] = len(instrument_programs) + (
+        settings.instrument_redrawn if instrument_programs else 0
+    )
+    if settings.instrument.mode == "lm" and settings.instrument_examples and settings.instrument_eval and held_out:
+        rng = random.Random(settings.seed)
+        probe = rng.sample(held_out, min(settings.instrument_eval, len(held_out)))
+        i = settings.instrument
+        metrics["instrument_heldout"] = len(probe)
+        metrics["instrument_heldout_accept"] = heldout_accept_rate(
+            JaxSampler(model, tokenizer), tokenizer, probe, i.max_tokens, i.max_prompt_tokens
+        )
     save_pretrained(model, policy_dir)
     tokenizer.save_pretrained(str(policy_dir))
     (policy_dir / "DONE").write_text(json.dumps(metrics))

@@ -38,7 +38,10 @@ sub.to_csv("submission.csv", index=False)
 ```"""
 
 
-SLOW = _program(25.0, 0.3)
+SLOW = _program(0.0, 0.3).replace(
+    "time.sleep(0.0)",  # runs until the test puts RELEASE into the (read-only) data folder: an event, not a clock
+    f'while not __import__("os").path.exists("{data_mount("random-acts-of-pizza")}RELEASE"): time.sleep(0.05)',
+)
 FAST = _program(0.0, 0.25)
 NO_CODE = "I would train a model but I will not write any code."
 
@@ -57,7 +60,7 @@ def _loop(tmp_path, task, script, **loop_overrides):
     cfg.ppo.mini_batch_size, cfg.ppo.micro_batch_size = 2, 2
     cfg.prompt.max_prompt_tokens, cfg.sampler.max_tokens = 1536, 256
     cfg.prompt.improve_fraction = 1.0
-    cfg.executor.timeout_s = 60.0
+    cfg.executor.timeout_s = 600.0  # a guard only: SLOW runs until released, the others end in seconds
     for k, v in loop_overrides.items():
         cfg.loop[k] = v
     tok = train_bpe_tokenizer([SLOW, FAST, NO_CODE] * 4, 400, tmp_path / "tok")
@@ -85,22 +88,36 @@ def _loop(tmp_path, task, script, **loop_overrides):
     return loop, sampler, fleet
 
 
-def test_stale_samples_are_dropped_and_versions_kept(tmp_path, pizza):
-    # one slow program among fast ones: by the time it ends, the policy has moved on > 1 version
-    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 11)
+def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued_runs_are_resampled(tmp_path, pizza):
+    """One slow program among fast ones, 2 slots, B=2, 8 in flight, max_version_lag=1. The slow run ends many
+    versions after it was sampled (it runs until three updates have been made): it still trains, with its
+    duration weight. Runs that were still *queued* when their sample fell more than one version behind are
+    taken back and their prompts sampled again."""
+    assert SLOW != FAST
+    release = pizza.public_dir / "RELEASE"
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 40, in_flight_multiplier=4)
+    found = None
     try:
-        history = loop.run(4)
+        for _ in range(40):
+            m = loop.step()
+            if loop.counters.version >= 3:
+                release.touch()
+            slow = [s for s in loop.last_used if s.code and "RELEASE" in s.code]
+            if slow:
+                found = (m, slow[0], loop.counters.version - 1)
+                break
     finally:
+        release.unlink(missing_ok=True)
         loop.close()
         fleet.close()
-    assert loop.counters.step == 4 and sampler.version == 4  # synced after every update
-    assert loop.counters.dropped_stale >= 1
-    assert history[-1]["dropped_stale"] == loop.counters.dropped_stale
-    assert all(m["valid_fraction"] == 1.0 for m in history)  # every fast program graded valid
-    assert all(m["score/mean"] == pytest.approx(0.5) for m in history)  # a constant scores AUC 0.5
-    for s in loop.last_used:  # what was trained on carries the version that produced it, within the bound
-        assert 3 - s.version <= 1
-    assert max(m["version_lag/mean"] for m in history) <= 1
+    assert found is not None, "the slow run never reached a batch"
+    m, slow, trained_at = found
+    assert slow.reward.valid, slow.result
+    assert trained_at - slow.version >= 2  # older than max_version_lag=1, and trained on: it was running
+    # Δt of three updates (each waiting for two fast runs in the other slot) against one fast run: weight > 1.5
+    assert slow.reward.valid and m["learner/duration/weight_max"] > 1.5
+    assert loop.counters.resampled_stale >= 1 and m["resampled_stale"] == loop.counters.resampled_stale
+    assert sampler.version == loop.counters.step  # synced after every update
 
 
 def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp_path, pizza):

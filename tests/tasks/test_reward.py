@@ -6,7 +6,7 @@ import pytest
 
 from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.progress import PROGRESS_PRINTS
-from mle_jax.tasks.reward import Reward, compute_reward
+from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward
 
 INVALID = GradeResult(False, None, "submission has 3 rows, expected 1162")
 
@@ -50,5 +50,25 @@ def test_valid_submission_lower_is_better_flips_the_sign():
 
 
 def test_values_are_configurable():
-    r = compute_reward(INVALID, "imported packages\nloaded data\n", False, failure=-1.0, per_print=0.25)
+    settings = RewardSettings(failure=-1.0, per_print=0.25, valid_floor=2.0)
+    r = compute_reward(INVALID, "imported packages\nloaded data\n", False, settings)
     assert r.total == pytest.approx(-0.5)
+
+
+def test_a_valid_but_terrible_score_still_beats_any_invalid_submission():
+    best_invalid = compute_reward(INVALID, "\n".join(PROGRESS_PRINTS), lower_is_better=True).total  # -9.3
+    totals = []
+    for log_loss in (0.3, 2.0, 7.9, 8.0, 9.0, 12.0, 34.5, 1e6):
+        r = compute_reward(GradeResult(True, log_loss, ""), "", lower_is_better=True)
+        assert r.valid and r.score == log_loss and r.total > best_invalid
+        totals.append(r.total)
+    assert totals[:4] == [-0.3, -2.0, -7.9, -8.0]  # every sensible score is the score itself
+    assert all(a > b for a, b in zip(totals, totals[1:], strict=False))  # a better submission still earns more
+    assert totals[-1] > -9.0
+    # higher-is-better metrics that can go very negative (Pearson r cannot; QWK can reach -1) keep their value
+    assert compute_reward(GradeResult(True, -0.4, ""), "", lower_is_better=False).total == -0.4
+
+
+def test_a_floor_below_the_partial_credit_is_refused():
+    with pytest.raises(ValueError, match="valid_floor"):
+        RewardSettings(valid_floor=-9.0)

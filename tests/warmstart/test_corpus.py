@@ -9,7 +9,7 @@ import pytest
 
 from mle_jax.tasks.registry import all_specs
 from mle_jax.warmstart.corpus import CorpusItem, public_dir_in_sandbox, verify_corpus
-from mle_jax.warmstart.programs import full_grid, generate_corpus, registered_tasks
+from mle_jax.warmstart.programs import full_grid, generate_corpus, registered_tasks, solution_kind
 from mle_jax.warmstart.programs.insults import INSULTS
 from mle_jax.warmstart.programs.leaf import LEAF
 from mle_jax.warmstart.programs.nomad2018 import NOMAD
@@ -162,3 +162,11 @@ def test_spooky_grid_is_well_formed_and_diverse():
         assert "predict_proba(X_test)" in it.code and 'sub.insert(0, "id"' in it.code
     items = generate_corpus(SPOOKY, 12, seed=0)
     assert len({it.meta["model"] for it in items}) == 4
+
+
+def test_solution_kind_names_the_model_family_of_every_grid_program():
+    for task in (PIZZA, SPOOKY):
+        for it in full_grid(task, ["xgboost", "lightgbm"]):
+            assert solution_kind(task, it.code) == it.meta["model"]
+    assert solution_kind(PIZZA, None) == "no code"
+    assert solution_kind(PIZZA, "import pandas as pd\nprint(1)\n") == "other"

@@ -3,7 +3,8 @@
 Adding a task: write `mle_jax/warmstart/programs/<name>.py` with `TASK_ID = "<MLE-bench id>"` and
 `def programs(packages: frozenset[str]) -> list[CorpusItem]` that enumerates the task's whole grid
 (model families x features x hyperparameters, each a plan + a complete program, see
-`mle_jax.warmstart.corpus`). Modules here are found by name; nothing else needs registering.
+`mle_jax.warmstart.corpus`), and optionally `KINDS`, (family, regex) pairs that tell a program's model
+family from its code (`solution_kind`). Modules here are found by name; nothing else needs registering.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import re
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 from mle_jax.warmstart.corpus import CorpusItem, select_balanced
@@ -20,8 +23,8 @@ Generator = Callable[[frozenset[str]], list[CorpusItem]]
 
 
 @functools.cache
-def _generators() -> dict[str, Generator]:
-    out: dict[str, Generator] = {}
+def _modules() -> dict[str, ModuleType]:
+    out: dict[str, ModuleType] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
         task_id, fn = getattr(module, "TASK_ID", None), getattr(module, "programs", None)
@@ -29,8 +32,24 @@ def _generators() -> dict[str, Generator]:
             raise TypeError(f"{module.__name__} must define TASK_ID (str) and programs(packages)")
         if task_id in out:
             raise ValueError(f"two corpus generators for {task_id!r}")
-        out[task_id] = fn
+        out[task_id] = module
     return out
+
+
+def _generators() -> dict[str, Generator]:
+    return {task_id: module.programs for task_id, module in _modules().items()}
+
+
+def solution_kind(task_id: str, code: str | None) -> str:
+    """The model family a program uses, by its task module's KINDS ("no code" for None, "other" if none
+    matches or the task has no KINDS)."""
+    if code is None:
+        return "no code"
+    module = _modules().get(task_id)
+    for kind, pattern in getattr(module, "KINDS", ()):
+        if re.search(pattern, code):
+            return kind
+    return "other"
 
 
 def registered_tasks() -> list[str]:

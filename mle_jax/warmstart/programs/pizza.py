@@ -138,6 +138,19 @@ _PIZZA_MODELS: dict[str, dict[str, Any]] = {
     ),
 }
 
+# How to tell a program's model family (its "kind of solution") from its code: first match wins.
+KINDS: tuple[tuple[str, str], ...] = (
+    ("hist_gradient_boosting", r"HistGradientBoostingClassifier\("),
+    ("gradient_boosting", r"GradientBoostingClassifier\("),
+    ("random_forest", r"RandomForestClassifier\("),
+    ("extra_trees", r"ExtraTreesClassifier\("),
+    ("xgboost", r"XGBClassifier\("),
+    ("lightgbm", r"LGBMClassifier\("),
+    ("linear_svm", r"LinearSVC\("),
+    ("naive_bayes", r"(Multinomial|Complement|Bernoulli|Gaussian)NB\("),
+    ("logreg", r"LogisticRegression\("),
+)
+
 # TF-IDF settings, crossed with every model on a feature set that has text.
 _PIZZA_TFIDF = grid(max_features=[1000, 3000], ngram_range=[(1, 1), (1, 2)])
 

@@ -56,6 +56,14 @@ _SPOOKY_VECTORS = grid(
     kind=["TfidfVectorizer", "CountVectorizer"], ngram_range=[(1, 1), (1, 2)], max_features=[20000, 50000]
 )
 
+# How to tell a program's model family (its "kind of solution") from its code: first match wins.
+KINDS: tuple[tuple[str, str], ...] = (
+    ("linear_svm", r"LinearSVC\("),
+    ("sgd", r"SGDClassifier\("),
+    ("naive_bayes", r"(Multinomial|Complement|Bernoulli|Gaussian)NB\("),
+    ("logreg", r"LogisticRegression\("),
+)
+
 _SPOOKY_MODELS: dict[str, dict[str, Any]] = {
     "logreg": dict(
         grid=grid(C=[1.0, 3.0, 10.0]),

@@ -1,0 +1,394 @@
+"""Does RL on the real loop make the agent better, and do the duration weights matter there?
+
+    python -m mle_jax.experiments.learning --config=configs/pizza.py:cpu --out DIR [--quick] [--config.x=y ...]
+        [--warm_start OTHER_DIR]   (start from OTHER_DIR's warm-started policy instead of making one)
+
+The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
+instrumenter, sampler and learner, in two arms with the same seed that differ only in
+`ppo.duration_weights` ("batch_mean", the paper's, and "off"). The policy is evaluated before RL (once:
+both arms start from it, with the same seeds) and after RL in each arm, on `eval_samples` scratch prompts
+with the same seeds. Written to DIR:
+
+    summary.json   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
+                   per-step series (reward, score, valid fraction, mean Δt, share of each solution kind),
+                   executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares;
+                   and the corpus's kinds of solution measured on this machine (Δt and score per family)
+    plots/*.png    score and reward over RL steps (the paper's Fig. 5), the share of each kind over steps
+                   (Fig. 2/8), Δt over steps
+    report.md      the figures above in a page
+
+Everything is resumable: the warm start, each arm's RL (checkpoints) and each evaluation are cached in DIR,
+so a killed experiment started again with the same command continues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from absl import app, flags, logging
+from flax import nnx
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from ml_collections import config_flags
+
+from mle_jax import builders
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.evaluation import evaluate
+from mle_jax.executor.fleet import make_fleet
+from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.report import MetricsWriter, markdown_table, read_metrics
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.rollout import Environment
+from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.settings import RunSettings, from_config
+from mle_jax.tasks.prepare import prepare_task
+from mle_jax.warmstart.programs import solution_kind
+
+ARMS: tuple[tuple[str, str], ...] = (("duration_weighted", "batch_mean"), ("unweighted", "off"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How long the experiment runs: RL steps per arm and evaluation samples."""
+
+    steps: int
+    eval_samples: int
+
+
+FULL = Scale(steps=20, eval_samples=64)
+QUICK = Scale(steps=4, eval_samples=16)
+
+
+def _cached(path: Path, compute: Callable[[], dict]) -> dict:
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def kind_shares(codes: list[str | None], task_id: str) -> dict[str, float]:
+    """Share of each solution kind (model family; "no code") among the programs."""
+    counts = Counter(solution_kind(task_id, c) for c in codes)
+    return {k: v / max(len(codes), 1) for k, v in sorted(counts.items())}
+
+
+def eval_summary(result: dict, task_id: str) -> dict:
+    """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
+    e = result["scratch"]
+    return {
+        "samples": e["samples"],
+        "mean_reward": e["mean_reward"],
+        "se_reward": e["se_reward"],
+        "valid_fraction": e["valid_fraction"],
+        "mean_score": e["mean"],
+        "best_score": e["max"],
+        "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
+        "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
+    }
+
+
+def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict], str]) -> dict[str, dict]:
+    """Per model family of the verified warm-start corpus: programs, mean Δt and mean score on this machine."""
+    by: dict[str, list[dict]] = {}
+    for line in verified_jsonl.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("valid"):
+            by.setdefault(grid_kind(rec), []).append(rec)
+    return {
+        kind: {
+            "programs": len(recs),
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])),
+            "score_mean": float(np.mean([r["score"] for r in recs])),
+        }
+        for kind, recs in sorted(by.items())
+    }
+
+
+def step_series(arm_dir: Path, task_id: str) -> list[dict]:
+    """Per RL step of an arm: reward, score, valid fraction, mean Δt, and the share of each solution kind
+    among the B samples it trained on."""
+    codes: dict[int, list[str | None]] = {}
+    for rec in read_metrics(arm_dir / "samples.jsonl"):
+        codes.setdefault(rec["step"], []).append(rec["code"])
+    out = []
+    for row in read_metrics(arm_dir / "metrics.jsonl"):
+        out.append(
+            {
+                "step": row["step"],
+                "reward_mean": row.get("reward/mean"),
+                "score_mean": row.get("score/mean"),
+                "valid_fraction": row.get("valid_fraction"),
+                "duration_s_mean": row.get("duration_s/mean"),
+                "version_lag_mean": row.get("version_lag/mean"),
+                "duration_weight_max": row.get("learner/duration/weight_max"),
+                "kinds": kind_shares(codes.get(row["step"], []), task_id),
+            }
+        )
+    return out
+
+
+def _smooth(x: np.ndarray, window: int) -> np.ndarray:
+    if len(x) < window:
+        return x
+    kernel = np.ones(window) / window
+    return np.convolve(np.pad(x, (window - 1, 0), mode="edge"), kernel, mode="valid")
+
+
+def write_plots(summary: dict, out_dir: Path) -> list[Path]:
+    """score and reward per step (Fig. 5), share of each kind per step (Fig. 2/8), Δt per step."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = summary["arms"]
+    paths = []
+    fig = Figure(figsize=(11, 3.8), dpi=110)
+    axes = fig.subplots(1, 3)
+    for i, (name, arm) in enumerate(arms.items()):
+        steps = [r["step"] for r in arm["steps"]]
+        for ax, key, label in zip(
+            axes,
+            ("reward_mean", "score_mean", "valid_fraction"),
+            ("mean reward", "mean score (valid)", "valid"),
+            strict=True,
+        ):
+            ys = np.array([np.nan if r[key] is None else r[key] for r in arm["steps"]], float)
+            ax.plot(steps, ys, color=f"C{i}", alpha=0.25)
+            ax.plot(steps, _smooth(np.nan_to_num(ys, nan=np.nanmean(ys)), 5), color=f"C{i}", label=name)
+            ax.set(xlabel="RL step", title=label)
+    for ax, key in zip(axes, ("mean_reward", "mean_score", "valid_fraction"), strict=True):
+        for i, arm in enumerate(arms.values()):
+            before, after = arm["before"][key], arm["after"][key]
+            if before is not None and after is not None:
+                ax.axhline(before, color="k", ls=":", lw=1)
+                ax.axhline(after, color=f"C{i}", ls="--", lw=1)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("RL on the real loop (dotted: evaluation before RL, dashed: after RL; lines: 5-step means)")
+    fig.tight_layout()
+    paths.append(out_dir / "score_reward.png")
+    fig.savefig(paths[-1])
+
+    kinds = sorted({k for arm in arms.values() for r in arm["steps"] for k in r["kinds"]})
+    fig = Figure(figsize=(5.5 * len(arms), 3.8), dpi=110)
+    axes = np.atleast_1d(fig.subplots(1, len(arms)))
+    for ax, (name, arm) in zip(axes, arms.items(), strict=True):
+        steps = [r["step"] for r in arm["steps"]]
+        shares = np.array([[r["kinds"].get(k, 0.0) for k in kinds] for r in arm["steps"]], float)
+        if len(steps):
+            smooth = np.stack([_smooth(shares[:, j], 5) for j in range(len(kinds))], axis=1)
+            ax.stackplot(steps, smooth.T, labels=kinds, colors=colormaps["tab20"](np.arange(len(kinds)) % 20))
+        ax.set(xlabel="RL step", ylabel="share of the batch (5-step mean)", title=name, ylim=(0, 1))
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("kinds of solution the learner trained on (model families)")
+    fig.tight_layout()
+    paths.append(out_dir / "kinds.png")
+    fig.savefig(paths[-1])
+
+    fig = Figure(figsize=(6, 3.5), dpi=110)
+    ax = fig.subplots()
+    for i, (name, arm) in enumerate(arms.items()):
+        steps = [r["step"] for r in arm["steps"]]
+        dt = np.array([r["duration_s_mean"] for r in arm["steps"]], float)
+        ax.plot(steps, dt, color=f"C{i}", alpha=0.25)
+        ax.plot(steps, _smooth(dt, 5), color=f"C{i}", label=name)
+    ax.set(xlabel="RL step", ylabel="seconds", title="mean run time Δt of the trained-on programs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "duration.png")
+    fig.savefig(paths[-1])
+    return paths
+
+
+def run_arm(
+    s: RunSettings,
+    name: str,
+    duration_weights: str,
+    initial: nnx.Module,
+    tokenizer: Any,
+    task: Any,
+    packages: list[str],
+    instrument_fn: Any,
+    fleet: Any,
+    out: Path,
+) -> dict:
+    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation."""
+    arm_dir = out / "arms" / name
+    ppo = dataclasses.replace(s.learner.ppo, duration_weights=duration_weights)
+    arm = dataclasses.replace(s, workdir=str(arm_dir), learner=dataclasses.replace(s.learner, ppo=ppo))
+    policy = nnx.clone(initial)
+    learner = builders.make_learner(arm, policy)
+    sampler = builders.make_sampler(arm.sampler, policy, tokenizer, arm_dir)
+    env = Environment(arm.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+    writer = MetricsWriter(arm_dir, tensorboard=False)
+    loop = AsyncRLLoop(arm.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
+    loop.restore()
+    t0 = time.monotonic()
+    loop.run(arm.loop.steps)
+    loop.close()
+    c = loop.counters
+    stats = {
+        "duration_weights": duration_weights,
+        "rl_wall_s": round(c.wall_s, 1),
+        "rl_wall_s_this_process": round(time.monotonic() - t0, 1),
+        "samples_drawn": c.sampled,
+        "resampled_stale": c.resampled_stale,
+        "infra_failures": c.infra_failures,
+        "executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
+        "learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
+        "instrument_lm_share": round(c.instrumented_lm / max(c.instrumented_lm + c.instrumented_fallback, 1), 3),
+        "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
+    }
+    after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
+    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
+    return {"stats": stats, "after": eval_summary(after, task.id), "steps": step_series(arm_dir, task.id)}
+
+
+def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
+    """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json."""
+    t_start = time.monotonic()
+    s = from_config(cfg)
+    s = dataclasses.replace(
+        s,
+        workdir=str(out / "base"),
+        loop=dataclasses.replace(s.loop, steps=scale.steps),
+        eval=dataclasses.replace(s.eval, samples=scale.eval_samples, improve=False),
+    )
+    task = prepare_task(s.task)
+    packages = sandbox_packages()
+    initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
+    fleet = make_fleet(s.executor)
+    try:
+        instrument_fn = builders.make_instrumenter(s, initial, tokenizer, out / "base")  # frozen initial policy
+        before_env = Environment(
+            s.rollout, task, tokenizer, packages, JaxSampler(initial, tokenizer), instrument_fn, fleet
+        )
+        before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
+        arms = {}
+        for name, mode in ARMS:
+            arm = run_arm(s, name, mode, initial, tokenizer, task, packages, instrument_fn, fleet, out)
+            arms[name] = {"before": before, **arm}
+    finally:
+        fleet.close()
+    verified = out / "base" / "warmstart" / "verified.jsonl"
+    corpus = {}
+    if verified.is_file():
+        corpus = corpus_kinds(verified, task.id, lambda rec: rec["meta"]["model"])
+    summary = {
+        "task": task.id,
+        "scale": dataclasses.asdict(scale),
+        "batch_size": s.loop.batch_size,
+        "warmstart": ws_metrics,
+        "corpus_kinds": corpus,
+        "arms": arms,
+        "wall_s_this_process": round(time.monotonic() - t_start, 1),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_report(summary, out)
+    return summary
+
+
+def share_warm_start(source: Path, out: Path) -> None:
+    """Starts `out` from the warm start of the experiment in `source` (its base/ folder, linked): the same
+    initial policy and instrumenter, none of its RL or evaluations."""
+    base = source.resolve() / "base"
+    if not (base / "warmstart" / "policy" / "DONE").is_file():
+        raise app.UsageError(f"--warm_start={source}: no finished warm start in {base} (run that experiment first)")
+    out.mkdir(parents=True, exist_ok=True)
+    link = out / "base"
+    if link.is_symlink() and link.resolve() == base:
+        return
+    if link.exists() or link.is_symlink():
+        raise app.UsageError(f"--warm_start: {link} exists already; use a new --out")
+    link.symlink_to(base)
+
+
+def _pm(e: dict) -> str:
+    return f"{e['mean_reward']:.2f} ± {e['se_reward']:.2f}" if e["se_reward"] is not None else "—"
+
+
+def write_report(summary: dict, out: Path) -> Path:
+    plots = write_plots(summary, out / "plots")
+    arms = summary["arms"]
+    lines = [f"# Learning on the real loop: {summary['task']}", ""]
+    lines.append(
+        f"{summary['scale']['steps']} RL steps of B={summary['batch_size']} per arm from one warm-started "
+        f"policy; evaluation on {summary['scale']['eval_samples']} scratch prompts before and after, same seeds."
+    )
+    rows = []
+    for name, arm in arms.items():
+        for when in ("before", "after"):
+            e = arm[when]
+            rows.append([name, when, _pm(e), e["valid_fraction"], e["mean_score"], e["best_score"]])
+    lines += ["", markdown_table(["arm", "", "mean reward ± SE", "valid fraction", "mean score", "best"], rows)]
+    kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
+    rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
+    header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]
+    lines += ["", "Share of each kind of solution in the evaluation samples:", "", markdown_table(header, rows)]
+    if summary["corpus_kinds"]:
+        rows = [[k, v["programs"], v["duration_s_mean"], v["score_mean"]] for k, v in summary["corpus_kinds"].items()]
+        lines += ["", "The corpus's kinds measured on this machine (verified warm-start programs):", ""]
+        lines.append(markdown_table(["kind", "programs", "mean Δt (s)", "mean score"], rows))
+    rows = [[name, *(arm["stats"][k] for k in ("executor_utilization", "learner_idle_fraction", "instrument_lm_share",
+                                               "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
+    lines += [
+        "",
+        markdown_table(["arm", "executor utilisation", "learner idle", "LM-instrumented share", "RL s"], rows),
+    ]
+    ws = summary["warmstart"]
+    if "instrument_heldout_accept" in ws:
+        lines.append(
+            f"\nThe frozen instrumenter's output passed verification on {ws['instrument_heldout_accept']:.0%} of "
+            f"{ws['instrument_heldout']} held-out grid programs it never saw in the warm start."
+        )
+    lines += ["", *[f"![{p.stem}](plots/{p.name})" for p in plots]]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+_FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing this module defines no flags
+
+
+def _define_flags() -> dict[str, Any]:
+    return {
+        "config": config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False),
+        "out": flags.DEFINE_string("out", None, "output folder (resumes what is there)"),
+        "quick": flags.DEFINE_bool(
+            "quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm"
+        ),
+        "steps": flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the scale's)"),
+        "eval": flags.DEFINE_integer("eval_samples", 0, "evaluation samples (0: the scale's)"),
+        "warm": flags.DEFINE_string(
+            "warm_start", "", "start from this other experiment folder's warm start (its base/)"
+        ),
+    }
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    if _FLAGS["config"].value is None or not _FLAGS["out"].value:
+        raise app.UsageError("--config and --out are required")
+    scale = QUICK if _FLAGS["quick"].value else FULL
+    scale = Scale(_FLAGS["steps"].value or scale.steps, _FLAGS["eval"].value or scale.eval_samples)
+    out = Path(_FLAGS["out"].value)
+    if _FLAGS["warm"].value:
+        share_warm_start(Path(_FLAGS["warm"].value), out)
+    summary = experiment(_FLAGS["config"].value, out, scale)
+    for name, arm in summary["arms"].items():
+        print(f"{name}: reward {_pm(arm['before'])} -> {_pm(arm['after'])}, valid "
+              f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip
+    print(f"report: {Path(_FLAGS['_OUT'].value) / 'report.md'}")
+
+
+if __name__ == "__main__":
+    _FLAGS.update(_define_flags())
+    app.run(main)

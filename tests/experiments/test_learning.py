@@ -1,0 +1,69 @@
+"""The learning experiment's bookkeeping: kinds per step from the loop's own logs, the summary's report and
+plots, and starting from another experiment's warm start. (The experiment itself is the real loop; its runs
+are in the README, with the command.)"""
+
+from __future__ import annotations
+
+import pytest
+from absl import app
+
+from mle_jax.experiments.learning import kind_shares, share_warm_start, step_series, write_report
+from mle_jax.report import MetricsWriter
+from mle_jax.warmstart.programs import full_grid
+from mle_jax.warmstart.programs.pizza import PIZZA
+
+TASK = "random-acts-of-pizza"
+
+
+def _program(family: str) -> str:
+    return next(it.code for it in full_grid(PIZZA) if it.meta["model"] == family)
+
+
+def test_kinds_are_the_model_families_of_the_programs_and_no_code_counts():
+    codes = [_program("logreg"), _program("logreg"), _program("random_forest"), None]
+    assert kind_shares(codes, TASK) == {"logreg": 0.5, "no code": 0.25, "random_forest": 0.25}
+    assert kind_shares([], TASK) == {}
+
+
+def _arm(tmp_path, name, rewards):
+    writer = MetricsWriter(tmp_path / name, tensorboard=False)
+    for step, r in enumerate(rewards, start=1):
+        writer.write(step, {"reward/mean": r, "score/mean": 0.6, "valid_fraction": 0.5, "duration_s/mean": 5.0 + step})
+        writer.write_samples(step, [{"code": _program("logreg")}, {"code": None}])
+    writer.close()
+    return step_series(tmp_path / name, TASK)
+
+
+def test_step_series_and_report_from_the_loops_logs(tmp_path):
+    steps = _arm(tmp_path, "duration_weighted", [-5.0, -4.0, -3.0])
+    assert [r["step"] for r in steps] == [1, 2, 3] and [r["reward_mean"] for r in steps] == [-5.0, -4.0, -3.0]
+    assert steps[0]["kinds"] == {"logreg": 0.5, "no code": 0.5} and steps[2]["duration_s_mean"] == 8.0
+    ev = {"samples": 4, "mean_reward": -2.0, "se_reward": 0.5, "valid_fraction": 0.75, "mean_score": 0.6,
+          "best_score": 0.7, "kinds": {"logreg": 1.0}, "valid_kinds": {"logreg": 1.0}}  # fmt: skip
+    stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
+    arms = {
+        name: {"before": ev, "after": {**ev, "mean_reward": -1.0}, "stats": stats, "steps": steps}
+        for name in ("duration_weighted", "unweighted")
+    }
+    summary = {"task": TASK, "scale": {"steps": 3, "eval_samples": 4}, "batch_size": 2, "arms": arms,
+               "corpus_kinds": {"logreg": {"programs": 2, "duration_s_mean": 5.0, "score_mean": 0.65}},
+               "warmstart": {"instrument_heldout_accept": 0.25, "instrument_heldout": 4}}  # fmt: skip
+    report = write_report(summary, tmp_path).read_text()
+    assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
+    for name in ("score_reward", "kinds", "duration"):
+        assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
+
+
+def test_a_warm_start_is_shared_only_when_finished_and_never_over_another(tmp_path):
+    source, out = tmp_path / "full", tmp_path / "quick"
+    with pytest.raises(app.UsageError, match="no finished warm start"):
+        share_warm_start(source, out)
+    (source / "base" / "warmstart" / "policy").mkdir(parents=True)
+    (source / "base" / "warmstart" / "policy" / "DONE").write_text("{}")
+    share_warm_start(source, out)
+    assert (out / "base" / "warmstart" / "policy" / "DONE").is_file()
+    share_warm_start(source, out)  # the same link again: resuming
+    other = tmp_path / "other"
+    (other / "base").mkdir(parents=True)
+    with pytest.raises(app.UsageError, match="exists already"):
+        share_warm_start(source, other)
