@@ -23,7 +23,7 @@ def test_smol_config_is_the_embedded_run_with_smollm2():
     cpu, smol = pizza.get_config("cpu"), pizza.get_config("smol")
     assert smol.model.path == base.SMOL_DIR == "checkpoints/smollm2-135m-instruct"
     assert (smol.model.num_hidden_layers, smol.model.hidden_size, smol.model.vocab_size) == (30, 576, 49152)
-    assert smol.warmstart.enabled and smol.instrument.mode == "lm" and cpu.instrument.mode == "ast"
+    assert smol.warmstart.enabled and smol.instrument.mode == cpu.instrument.mode == "lm"
     assert smol.sampler.backend == cpu.sampler.backend == "jax" and smol.executor.backend == "bwrap"
     assert smol.loop.batch_size == 8 and smol.prompt.max_prompt_tokens == base.get_config().prompt.max_prompt_tokens
     assert smol.workdir == "runs/random-acts-of-pizza-smol"
