@@ -26,6 +26,7 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     cfg.warmstart.steps = 4
     cfg.warmstart.batch_size = 2
     cfg.warmstart.warmup_steps = 1
+    cfg.warmstart.instrument_examples, cfg.warmstart.instrument_eval = 2, 2  # + 2 instrumentation examples (C.3)
     cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
     cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
     settings = from_config(cfg).warmstart
@@ -36,7 +37,10 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     assert ws.metrics["steps"] == 4 and ws.metrics["final_loss"] < ws.metrics["first_loss"]
     assert (ws.policy_dir / "DONE").is_file() and (ws.policy_dir / "config.json").is_file()
     assert len(ws.tokenizer) <= cfg.model.vocab_size
-    assert ws.metrics["examples"] == 6 and ws.metrics["improve_examples"] == 3
+    assert (
+        ws.metrics["examples"] == 8 and ws.metrics["improve_examples"] == 3 and ws.metrics["instrument_examples"] == 2
+    )
+    assert ws.metrics["instrument_heldout"] == 2 and 0.0 <= ws.metrics["instrument_heldout_accept"] <= 1.0
     assert ws.metrics["prompt_len"] <= cfg.prompt.max_prompt_tokens
     lines = (tmp_path / "ws" / "verified.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["valid"] for x in lines)
