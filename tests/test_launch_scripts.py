@@ -35,7 +35,7 @@ SMOL_DIR = "checkpoints/smollm2-135m-instruct"  # written by `make smol-model`
 # a one-step :cpu run: no warm start (the checkpoint is the start), a small evaluation
 ONE_STEP = [
     "--config.loop.steps=1",
-    "--config.loop.in_flight_multiplier=1",  # one step needs B runs, not m*B (:cpu's m = 4 queues 32 programs)
+    "--config.loop.in_flight_multiplier=2",  # as before :cpu moved to m = 4 (32 queued programs on a 1-CPU Ray cluster)
     "--config.warmstart.enabled=false",
     "--config.eval.samples=4",
     "--config.report.plots=false",
@@ -195,6 +195,7 @@ def vllm_server(checkpoint, tmp_path_factory) -> Iterator[str]:
         stop_group(proc)
 
 
+@pytest.mark.pod
 def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp_path):
     """Two processes of launch/tpu_pod.sh on 127.0.0.1, 2 fake CPU devices each: one 4-device mesh, one step."""
     workdir = tmp_path / "run"
