@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
 from flax import nnx
 from rich.console import Console
 
@@ -22,6 +23,7 @@ from mle_jax.evaluation import evaluate
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
+from mle_jax.rl.hosts import BatchChannel, distributed_store, follow
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
 from mle_jax.settings import RunSettings, from_config
@@ -42,8 +44,43 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     if config_json is not None:
         (workdir / "config.json").write_text(config_json)
-    sharding.maybe_initialize_distributed()
+    multi_process = sharding.maybe_initialize_distributed()
+    channel = BatchChannel(distributed_store()) if multi_process else None
+    if channel is None:
+        return _lead(s, None, workdir, t_run)
+    if jax.process_index() != 0:
+        summary = _follow(s, channel, workdir)
+    else:
+        try:
+            summary = _lead(s, channel, workdir, t_run)
+        except BaseException as e:
+            channel.abort(f"{type(e).__name__}: {e}")
+            raise
+    # every process at jax.distributed's shutdown barrier now, not at interpreter exit (after any thread a library
+    # left running has been joined)
+    jax.distributed.shutdown()
+    return summary
 
+
+def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
+    """A follower process of a multi-process run: the same model, learner and sampler sync as the leader, the
+    leader's batches (rl/hosts.py); no environment, evaluation or report of its own."""
+    task = prepare_task(s.task)
+    model, tokenizer, _ = builders.build_policy(s, task, sandbox_packages(), workdir)
+    learner = builders.make_learner(s, model)
+    sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
+    ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
+    ls = s.loop
+    steps = follow(channel, learner, sampler, ckpt, ls.steps, ls.sync_every, ls.checkpoint_every, s.resume)
+    ckpt.close()
+    nnx.update(model, learner.policy_state())
+    hf.save_pretrained(model, workdir / "hf_export")  # its gathers are collective; process 0 writes
+    channel.wait_finished()
+    return {"task": task.id, "workdir": str(workdir), "process": jax.process_index(), "rl/steps": steps}
+
+
+def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: float) -> dict:
+    """The run of the one process (or of process 0, the leader, of several): every stage."""
     console.rule(f"[bold]mle_jax: {s.task.id}")
     task = prepare_task(s.task)
     console.print(f"task prepared: public={task.public_dir}")
@@ -60,7 +97,7 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
         writer = report.MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         env = Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
-        loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer)
+        loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
         if s.resume and loop.restore():
             console.print(f"resumed from step {loop.counters.step}")
         t_rl = time.monotonic()
@@ -94,16 +131,22 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
             best = [r[key] for r in rows if r.get(key) is not None]
             summary["score/best_during_rl"] = pick(best) if best else None
 
+        # the trained policy as an HF folder, before the evaluation: in a multi-process run its gathers are
+        # collective, so every process reaches them together; the followers then wait for the leader's report in
+        # the key-value store (channel.finish), never inside a collective or the shutdown barrier
+        nnx.update(model, learner.policy_state())
+        hf.save_pretrained(model, workdir / "hf_export")
+        tokenizer.save_pretrained(str(workdir / "hf_export"))
+
         evaluation = None
         if s.eval.samples > 0:
             evaluation = evaluate(s.eval, env)
             (workdir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
-        nnx.update(model, learner.policy_state())
-        hf.save_pretrained(model, workdir / "hf_export")
-        tokenizer.save_pretrained(str(workdir / "hf_export"))
     finally:
         fleet.close()
     summary["wall_s"] = round(time.monotonic() - t_run, 1)
     path = report.write_report(workdir, summary, evaluation)
     console.print(f"report: {path}")
+    if channel is not None:
+        channel.finish()
     return summary

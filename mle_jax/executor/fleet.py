@@ -288,7 +288,16 @@ class RayFleet(SlotFleet):
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phoning home
             if address:
-                ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+                # a cluster on this machine's loopback (ray_executors.sh with NODE_IP=127.0.0.1): the driver's node
+                # is 127.0.0.1 too. (Ray still dials the head's GCS at this machine's own interface address: it
+                # rewrites a loopback bootstrap address, ray/_private/services.resolve_ip_for_localhost.)
+                loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+                ray.init(
+                    address=address,
+                    runtime_env={"env_vars": env},
+                    log_to_driver=False,
+                    **({"_node_ip_address": "127.0.0.1"} if loopback else {}),
+                )
             else:
                 self._ray_tmp = tempfile.mkdtemp(prefix="mle_jax_ray_")
                 ray.init(

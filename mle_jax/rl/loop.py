@@ -23,6 +23,7 @@ from mle_jax.checkpoint import Checkpointer
 from mle_jax.report import MetricsWriter
 from mle_jax.rl import rollout
 from mle_jax.rl.batch import RolloutBatch
+from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.improve_buffer import ImproveBuffer
 from mle_jax.rl.learner import Learner
 
@@ -129,8 +130,12 @@ class AsyncRLLoop:
         learner: Learner,
         checkpointer: Checkpointer,
         writer: MetricsWriter,
+        channel: BatchChannel | None = None,
     ):
+        """channel: in a multi-process run, this (the leader's) loop sends each batch to the follower processes
+        before the update they all take part in (rl/hosts.py)."""
         self.settings, self.env, self.learner = settings, env, learner
+        self.channel = channel
         self.sampler, self.fleet = env.sampler, env.fleet
         self.checkpointer, self.writer = checkpointer, writer
         self.counters = LoopCounters()
@@ -255,7 +260,10 @@ class AsyncRLLoop:
         stats = StepStats(used)
 
         t0 = time.monotonic()
-        learner_metrics = self.learner.update(self._batch(used))
+        batch = self._batch(used)
+        if self.channel is not None:
+            self.channel.publish(self.counters.step + 1, batch, {"version": self.counters.version + 1})
+        learner_metrics = self.learner.update(batch)
         self.counters.update_s += time.monotonic() - t0
         self.counters.step += 1
         self.counters.version += 1

@@ -232,12 +232,16 @@ class VLLMSampler:
 
     def _export_and_reload(self, params: Any, version: int) -> None:
         target = self.export_dir / f"v{version:08d}"
-        if target.exists():
+        leader = jax.process_index() == 0  # the other hosts only join the export's gathers: the folder (on storage
+        # every host shares) is process 0's to write, reload and remove
+        if leader and target.exists():
             shutil.rmtree(target)
         hf_dir = weights_folder(params, target)
-        if jax.process_index() == 0:  # the other hosts only joined the export's gathers
+        if leader:
             self.server.reload_weights(hf_dir)
         self.version = version
+        if not leader:
+            return
         if self._last_export is not None and self._last_export != hf_dir and self._last_export.exists():
             shutil.rmtree(self._last_export, ignore_errors=True)
         self._last_export = hf_dir if hf_dir == target else None

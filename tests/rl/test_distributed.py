@@ -84,3 +84,45 @@ def test_two_processes_equal_one_process_with_four_devices(sharded_runs, tmp_pat
     params = dict(np.load(tmp_path / "multihost.npz"))
     assert "fsdp" in meta["specs"]["policy['model']['embed_tokens']"]
     assert_same_update(sharded_runs["fsdp"], (meta, params))
+
+
+def test_leader_sends_batches_followers_train_on_them(sharded_runs, tmp_path):
+    """rl/hosts.py on 2 processes: the follower waits for each batch in jax.distributed's key-value store (the
+    leader publishes after a delay longer than its poll), trains on it in the same update as the leader, and
+    stops with LeaderAborted when the leader aborts; the leader's weights equal one process's on 4 devices."""
+    port = str(free_port())
+    cmd = [sys.executable, "-m", "tests.rl.workers", "channel", "--out", str(tmp_path), "--port", port,
+           "--delay", "3"]  # fmt: skip
+    procs = [subprocess.Popen([*cmd, "--process_id", str(i)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]  # fmt: skip
+    try:
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    leader = json.loads((tmp_path / "channel_0.json").read_text())
+    follower = json.loads((tmp_path / "channel_1.json").read_text())
+    assert follower["big_equal"]  # a batch of several key-value parts arrived whole
+    assert follower["follower_step"] == 2 and follower["synced_versions"] == [1, 2]
+    assert "the leader's test abort" in follower["aborted"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == ["1", "2"]
+    params = dict(np.load(tmp_path / "channel.npz"))
+    assert_same_update(sharded_runs["fsdp"], ({"metrics": leader["metrics"]}, params))
+
+
+def test_batch_encoding_round_trips():
+    """A paper-sized batch comes back equal through the channel's encoding, with its meta, and in more than one
+    key-value part."""
+    from mle_jax.rl.hosts import PART_BYTES, decode_batch, encode_batch
+    from tests.rl.workers import _big_batch
+
+    batch = _big_batch()
+    data = encode_batch(batch, {"step": 3, "version": 7})
+    assert len(data) > PART_BYTES
+    got, meta = decode_batch(data)
+    assert meta == {"step": 3, "version": 7}
+    for name in ("tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards", "durations_s"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(batch, name), err_msg=name)

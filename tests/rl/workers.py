@@ -84,6 +84,87 @@ def multihost(args) -> None:
     jax.distributed.shutdown()
 
 
+def _big_batch(b: int = 32, prompt: int = 100, response: int = 8000):
+    """A RolloutBatch of random tokens and logprobs, about 1.6 MB as the channel encodes it."""
+    import numpy as np
+
+    from mle_jax.rl.batch import RolloutBatch
+
+    rng = np.random.default_rng(0)
+    return RolloutBatch.from_sequences(
+        prompt_ids=[rng.integers(1, 150000, prompt).tolist() for _ in range(b)],
+        response_ids=[rng.integers(1, 150000, response).tolist() for _ in range(b)],
+        logprobs=[(-rng.random(response)).tolist() for _ in range(b)],
+        rewards=rng.normal(size=b).tolist(),
+        durations_s=(rng.random(b) * 100).tolist(),
+        versions=list(range(b)),
+        pad_to=prompt + response,
+    )
+
+
+def channel(args) -> None:
+    """The leader/follower split of rl/hosts.py on 2 processes x 2 devices over a real jax.distributed store:
+    process 0 publishes a 1.6 MB batch the follower only compares, then each training batch (after a delay longer
+    than the follower's poll) and trains on it, process 1
+    trains on what it receives through `follow`; both checkpoint each step. Then the leader aborts while the
+    follower waits for a third batch. Each process writes what it saw to channel_<i>.json (+ params of 0)."""
+    _setup_runtime(2, args.cache_dir)
+    import time
+
+    import jax
+    import numpy as np
+
+    from mle_jax.checkpoint import Checkpointer
+    from mle_jax.rl.hosts import BatchChannel, LeaderAborted, distributed_store, follow
+    from mle_jax.rl.learner import Learner
+    from mle_jax.sharding import maybe_initialize_distributed
+    from tests.rl.tiny import learner_config, linear_adam, make_models, mesh, random_batch
+
+    assert maybe_initialize_distributed(f"127.0.0.1:{args.port}", 2, args.process_id)
+    learner = Learner(linear_adam(learner_config()), *make_models(0), mesh=mesh(LAYOUTS["fsdp"]))
+    ckpt = Checkpointer(os.path.join(args.out, "ckpt"), keep=3)
+    chan = BatchChannel(distributed_store(), poll_ms=1000)
+    out = {"process": jax.process_index()}
+    big = _big_batch()  # more than one 1 MiB part in the store
+    if jax.process_index() == 0:
+        chan.publish(50, big, {"version": 0})
+        for step in (1, 2):
+            time.sleep(args.delay)  # the follower polls the store meanwhile, in no collective
+            batch = random_batch(10 + step - 1)
+            chan.publish(step, batch, {"version": step})
+            out.setdefault("metrics", []).append(learner.update(batch))
+            learner.save(ckpt, step, loop={"counters": {"step": step, "version": step}})
+        time.sleep(args.delay)
+        chan.abort("RuntimeError: the leader's test abort")
+        ckpt.close()
+        params, _ = _host_params(learner)  # gathers: the follower joins them after its abort
+        np.savez(os.path.join(args.out, "channel.npz"), **params)
+    else:
+
+        class Versions:
+            seen: list[int] = []
+
+            def sync(self, params, version: int) -> None:
+                self.seen.append(version)
+
+        sampler = Versions()
+        got, meta = chan.receive(50)
+        out["big_equal"] = meta["step"] == 50 and all(
+            np.array_equal(getattr(got, name), getattr(big, name))
+            for name in ("tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards")
+        )
+        try:
+            follow(chan, learner, sampler, ckpt, steps=3)
+        except LeaderAborted as e:
+            out["aborted"] = str(e)
+        out["synced_versions"] = sampler.seen
+        out["follower_step"] = learner.step
+        ckpt.close()
+        _host_params(learner)  # the leader's gather partner
+    with open(os.path.join(args.out, f"channel_{jax.process_index()}.json"), "w") as f:
+        json.dump(out, f)
+
+
 def resume(args) -> None:
     """Train `steps` updates, checkpointing after each; with --resume continue from the latest checkpoint.
     Prints one JSON line per finished update: step, metrics, params digest."""
@@ -123,13 +204,19 @@ def main(argv: list[str]) -> None:
     m.add_argument("--port", type=int, required=True)
     m.add_argument("--process_id", type=int, required=True)
     m.add_argument("--cache_dir", default=None)
+    c = sub.add_parser("channel")
+    c.add_argument("--out", required=True)
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--process_id", type=int, required=True)
+    c.add_argument("--delay", type=float, default=3.0)
+    c.add_argument("--cache_dir", default=None)
     r = sub.add_parser("resume")
     r.add_argument("--ckpt", required=True)
     r.add_argument("--steps", type=int, default=5)
     r.add_argument("--resume", action="store_true")
     r.add_argument("--cache_dir", default=None)
     args = p.parse_args(argv)
-    {"sharded": sharded, "multihost": multihost, "resume": resume}[args.mode](args)
+    {"sharded": sharded, "multihost": multihost, "channel": channel, "resume": resume}[args.mode](args)
 
 
 if __name__ == "__main__":
