@@ -7,9 +7,11 @@ Each problem is one line saying what is missing and how to get it; `launch` prin
 
 from __future__ import annotations
 
+import os
 import shutil
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from mle_jax.executor.runtime import check_venv, venv_of
@@ -120,10 +122,27 @@ def _sampler(s: RunSettings) -> list[str]:
     return problems
 
 
-def problems(s: RunSettings) -> list[str]:
-    """Everything the settings need that is missing, one line each (empty: ready to run)."""
+def multi_process(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one of several (the env vars sharding.maybe_initialize_distributed reads)."""
+    env = os.environ if env is None else env
+    return int(env.get("JAX_NUM_PROCESSES") or 1) > 1 or env.get("MLE_JAX_DISTRIBUTED", "").lower() == "auto"
+
+
+def _hosts(s: RunSettings, env: Mapping[str, str] | None) -> list[str]:
+    if s.warmstart.enabled and multi_process(env):
+        return [
+            "warmstart.enabled with several processes: the warm start runs on one host; start the multi-process "
+            "run from its checkpoint (--config.warmstart.enabled=false --config.model.path=<workdir>/hf_export of a "
+            "single-host run)"
+        ]
+    return []
+
+
+def problems(s: RunSettings, env: Mapping[str, str] | None = None) -> list[str]:
+    """Everything the settings need that is missing, one line each (empty: ready to run). env: the process
+    environment (default os.environ)."""
     task = _task(s)
-    return _model(s) + task + (_corpus(s) if not task else []) + _executor(s) + _sampler(s)
+    return _model(s) + task + (_corpus(s) if not task else []) + _executor(s) + _sampler(s) + _hosts(s, env)
 
 
 def check(s: RunSettings) -> None:

@@ -95,6 +95,15 @@ def test_a_task_without_a_corpus_needs_a_checkpoint_for_the_cpu_run(tmp_path):
     assert not any("corpus" in p for p in preflight.problems(from_config(cfg)))
 
 
+def test_a_multi_process_run_starts_from_a_checkpoint_not_a_warm_start():
+    s = from_config(importlib.import_module("configs.pizza").get_config("cpu"))
+    assert s.warmstart.enabled
+    for env in ({"JAX_NUM_PROCESSES": "2"}, {"MLE_JAX_DISTRIBUTED": "auto"}):
+        [problem] = [p for p in preflight.problems(s, env) if "several processes" in p]
+        assert "--config.warmstart.enabled=false --config.model.path=" in problem
+    assert not any("several processes" in p for p in preflight.problems(s, {"JAX_NUM_PROCESSES": "1"}))
+
+
 @pytest.mark.parametrize("args", [["--config=configs/us_patent.py:cpu"], ["--config=configs/us_patent.py:gpu"]])
 def test_a_task_without_data_fails_in_one_line(args, tmp_path):
     done = launch(*args, f"--config.workdir={tmp_path / 'run'}")
