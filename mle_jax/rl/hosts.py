@@ -20,6 +20,7 @@ from dataclasses import fields
 from typing import Any, Protocol
 
 import numpy as np
+from jax._src import distributed  # its key-value client is not public API; jax 0.10 and 0.11 keep it here
 
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.rl.batch import RolloutBatch
@@ -48,8 +49,6 @@ class LeaderAborted(RuntimeError):
 
 def distributed_store() -> KeyValueStore:
     """jax.distributed's key-value client (after `jax.distributed.initialize`)."""
-    from jax._src import distributed  # the client is not public API; jax 0.10 and 0.11 keep it here
-
     client = distributed.global_state.client
     if client is None:
         raise RuntimeError("jax.distributed is not initialized: no key-value store to exchange batches over")
