@@ -67,9 +67,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one_process_with_four_devices(sharded_runs, tmp_path):
-    port = str(free_port())
-    cmd = [sys.executable, "-m", "tests.rl.workers", "multihost", "--out", str(tmp_path), "--port", port]
+def two_processes(mode: str, out: Path, *args: str) -> None:
+    """`python -m tests.rl.workers MODE` as processes 0 and 1 of one jax.distributed run on 127.0.0.1."""
+    cmd = [sys.executable, "-m", "tests.rl.workers", mode, "--out", str(out), "--port", str(free_port()), *args]
     procs = [subprocess.Popen([*cmd, "--process_id", str(i)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]  # fmt: skip
     try:
@@ -80,6 +80,10 @@ def test_two_processes_equal_one_process_with_four_devices(sharded_runs, tmp_pat
                 p.kill()
                 p.wait()
     assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+
+
+def test_two_processes_equal_one_process_with_four_devices(sharded_runs, tmp_path):
+    two_processes("multihost", tmp_path)
     meta = json.loads((tmp_path / "multihost.json").read_text())
     params = dict(np.load(tmp_path / "multihost.npz"))
     assert "fsdp" in meta["specs"]["policy['model']['embed_tokens']"]
@@ -90,19 +94,7 @@ def test_leader_sends_batches_followers_train_on_them(sharded_runs, tmp_path):
     """rl/hosts.py on 2 processes: the follower waits for each batch in jax.distributed's key-value store (the
     leader publishes after a delay longer than its poll), trains on it in the same update as the leader, and
     stops with LeaderAborted when the leader aborts; the leader's weights equal one process's on 4 devices."""
-    port = str(free_port())
-    cmd = [sys.executable, "-m", "tests.rl.workers", "channel", "--out", str(tmp_path), "--port", port,
-           "--delay", "3"]  # fmt: skip
-    procs = [subprocess.Popen([*cmd, "--process_id", str(i)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]  # fmt: skip
-    try:
-        logs = [p.communicate(timeout=600)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    two_processes("channel", tmp_path, "--delay", "3")
     leader = json.loads((tmp_path / "channel_0.json").read_text())
     follower = json.loads((tmp_path / "channel_1.json").read_text())
     assert follower["big_equal"]  # a batch of several key-value parts arrived whole
