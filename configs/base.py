@@ -103,6 +103,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampler.vllm_url = ""  # empty: launch/ starts one
     c.sampler.vllm_gpu_memory_utilization = 0.2
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
+    # how: "hf" exports HF safetensors (the learner waits for the copy to host; BUILD.md measures both at 3B);
+    # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv)
+    c.sampler.sync_source = "hf"
 
     c.instrument = ml_collections.ConfigDict()
     c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"

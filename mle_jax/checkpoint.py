@@ -100,6 +100,10 @@ class Checkpointer:
         args[_KINDS_ITEM] = ocp.args.JsonSave(kinds)
         return self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
 
+    def item_dir(self, step: int, item: str) -> Path:
+        """The folder of one item of a step (e.g. the learner's arrays, which the vLLM sampler can load)."""
+        return self.directory / str(step) / item
+
     def wait(self) -> None:
         """Block until pending asynchronous saves are committed."""
         self._manager.wait_until_finished()

@@ -71,7 +71,9 @@ def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
     sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
     ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
     ls = s.loop
-    steps = follow(channel, learner, sampler, ckpt, ls.steps, ls.sync_every, ls.checkpoint_every, s.resume)
+    steps = follow(
+        channel, learner, sampler, ckpt, ls.steps, ls.sync_every, ls.checkpoint_every, s.resume, ls.sync_source
+    )
     ckpt.close()
     nnx.update(model, learner.policy_state())
     hf.save_pretrained(model, workdir / "hf_export")  # its gathers are collective; process 0 writes

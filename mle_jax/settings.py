@@ -108,6 +108,9 @@ def from_config(cfg: Any) -> RunSettings:
         SamplingSettings, "sampler", {k: sampler.pop(k) for k in ("temperature", "top_p", "top_k", "max_tokens")}
     )
     sync_every = sampler.pop("sync_every")
+    sync_source = sampler.pop("sync_source")
+    if sync_source == "orbax" and sampler.get("backend") != "vllm":
+        raise ConfigError("sampler.sync_source=orbax needs sampler.backend=vllm (the JAX sampler shares the weights)")
     executor = _build(ExecutorSettings, "executor", _section(cfg, "executor"))
     mesh = _section(cfg, "mesh")
     reference_on_host = bool(mesh.pop("reference_on_host"))
@@ -147,6 +150,7 @@ def from_config(cfg: Any) -> RunSettings:
             "loop",
             _section(cfg, "loop"),
             sync_every=sync_every,
+            sync_source=sync_source,
             checkpoint_every=checkpoint.pop("every"),
             seed=seed,
         ),

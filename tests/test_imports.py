@@ -21,6 +21,7 @@ OPTIONAL = {
     "gguf",
     "safetensors",
     "vllm",
+    "tensorstore",
     "jax.experimental.topologies",
 }
 

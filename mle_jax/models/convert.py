@@ -32,7 +32,7 @@ import numpy as np
 from flax import nnx
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from mle_jax.models.hf import ours_to_hf
+from mle_jax.models.hf_layout import ours_to_hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import write_safetensors_streamed
 

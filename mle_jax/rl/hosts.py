@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from dataclasses import fields
 from typing import Any, Protocol
 
@@ -150,26 +149,39 @@ def follow(
     sync_every: int = 1,
     checkpoint_every: int = 1,
     resume: bool = True,
+    sync_source: str = "hf",
 ) -> int:
     """A follower's RL loop: the leader's batches through the same update, sync and checkpoint cadence as
-    `AsyncRLLoop.step`. Returns the last step trained."""
+    `AsyncRLLoop.step` (whose collectives it joins in the same order). Returns the last step trained."""
     step, version = 0, 0
+    # orbax writes JSON items on the primary process only: the leader's loop state is the one kept
+    loop_item = {"follower": True}
+
+    def sync() -> None:
+        if sync_source == "orbax":  # the leader's sampler loads the step's checkpoint: nothing to gather here
+            checkpointer.wait()
+            sampler.sync(checkpointer.item_dir(step, "learner"), version)
+        else:
+            sampler.sync(learner.policy_state(), version)
+
     if resume:
         found = learner.restore_latest(checkpointer)  # a collective restore, as the leader's loop.restore
         if found is not None:
             counters = found["loop"]["counters"]
             step, version = int(counters["step"]), int(counters["version"])
-            sampler.sync(learner.policy_state(), version)
+            sync()
     while step < steps:
-        t0 = time.monotonic()
         batch, meta = channel.receive(step + 1)
         if int(meta["step"]) != step + 1:
             raise RuntimeError(f"follower expected step {step + 1}, the leader sent {meta['step']}")
         learner.update(batch)
         step, version = step + 1, int(meta["version"])
+        saved = False
         if step % sync_every == 0:
-            sampler.sync(learner.policy_state(), version)
-        if step % checkpoint_every == 0:
-            # orbax writes JSON items on the primary process only: the leader's loop state is the one kept
-            learner.save(checkpointer, step, loop={"follower_waited_s": round(time.monotonic() - t0, 1)})
+            saved = sync_source == "orbax"
+            if saved:
+                learner.save(checkpointer, step, loop=loop_item)
+            sync()
+        if step % checkpoint_every == 0 and not saved:
+            learner.save(checkpointer, step, loop=loop_item)
     return step

@@ -27,6 +27,8 @@ from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.improve_buffer import ImproveBuffer
 from mle_jax.rl.learner import Learner
 
+SYNC_SOURCES = ("hf", "orbax")
+
 
 class ExecutorDown(RuntimeError):
     """Every recent run failed for infrastructure reasons: the executors, not the agent, are broken."""
@@ -43,6 +45,9 @@ class LoopSettings:
     improve_buffer_size: int = 256
     max_consecutive_infra_failures: int = 32  # this many executor failures in a row stop the run
     sync_every: int = 1  # sync weights to the sampler every k learner steps
+    # "hf": export the policy as HF safetensors for the sampler; "orbax": the sampler loads the learner's own
+    # checkpoint of that step (saved at every sync; vLLM only; BUILD.md "Weight sync at 3B scale")
+    sync_source: str = "hf"
     checkpoint_every: int = 1
     seed: int = 0
 
@@ -52,6 +57,8 @@ class LoopSettings:
                 f"loop.batch_size and loop.in_flight_multiplier must be >= 1, got {self.batch_size}, "
                 f"{self.in_flight_multiplier}"
             )
+        if self.sync_source not in SYNC_SOURCES:
+            raise ValueError(f"sampler.sync_source must be one of {SYNC_SOURCES}, got {self.sync_source!r}")
         if self.sync_every < 1 or self.checkpoint_every < 1 or self.max_consecutive_infra_failures < 1:
             raise ValueError(
                 "sampler.sync_every, checkpoint.every and loop.max_consecutive_infra_failures must be >= 1"
@@ -267,8 +274,12 @@ class AsyncRLLoop:
         self.counters.update_s += time.monotonic() - t0
         self.counters.step += 1
         self.counters.version += 1
+        saved = False
         if self.counters.step % self.settings.sync_every == 0:
-            self.sampler.sync(self.learner.policy_state(), self.counters.version)
+            saved = self.settings.sync_source == "orbax"
+            if saved:
+                self.save()
+            self.sync()
         self.counters.wall_s += time.monotonic() - t_start
 
         m = stats.metrics()
@@ -290,12 +301,22 @@ class AsyncRLLoop:
         )
         self.writer.write(c.step, m)
         self.writer.write_samples(c.step, [{**s.record(), "lag": c.version - 1 - s.version} for s in used])
-        if c.step % self.settings.checkpoint_every == 0:
+        if c.step % self.settings.checkpoint_every == 0 and not saved:
             self.save()
         return m
 
     def save(self) -> None:
         self.learner.save(self.checkpointer, self.counters.step, loop=self.state_dict())
+
+    def sync(self) -> None:
+        """The policy to the sampler: exported as HF safetensors, or (sync_source "orbax") the checkpoint of this
+        step, once written, loaded by the sampler itself."""
+        c = self.counters
+        if self.settings.sync_source == "orbax":
+            self.checkpointer.wait()
+            self.sampler.sync(self.checkpointer.item_dir(c.step, "learner"), c.version)
+        else:
+            self.sampler.sync(self.learner.policy_state(), c.version)
 
     def restore(self) -> bool:
         """Resumes from the latest checkpoint, if any. In-flight samples of the dead run are re-sampled."""
@@ -303,7 +324,7 @@ class AsyncRLLoop:
         if found is None:
             return False
         self.load_state_dict(found["loop"])
-        self.sampler.sync(self.learner.policy_state(), self.counters.version)
+        self.sync()
         self.writer.truncate_after(self.counters.step)
         return True
 

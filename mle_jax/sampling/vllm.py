@@ -39,6 +39,7 @@ from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
 from mle_jax.sampling.vllm_server import VLLMServer, VLLMServerError
+from mle_jax.sampling.vllm_worker import is_orbax_item
 
 
 def weights_folder(params: Any, out_dir: Path) -> Path:
@@ -46,12 +47,13 @@ def weights_folder(params: Any, out_dir: Path) -> Path:
 
     params: our Qwen2ForCausalLM, an nnx.State of it or its nnx.to_pure_dict (written by
     `mle_jax.models.hf.write_weights`); a flat {HF tensor name: array} mapping (written as is); or an HF
-    folder path (used as is, nothing written). Multi-host: every process calls it; process 0 writes.
+    folder path or the learner's orbax checkpoint item (`<ckpt>/<step>/learner`; used as is, nothing written: the
+    worker reads either, `vllm_worker.iter_weights`). Multi-host: every process calls it; process 0 writes.
     """
     if isinstance(params, (str, Path)):
         src = Path(params)
-        if not any(src.glob("*.safetensors")):
-            raise FileNotFoundError(f"{src} has no *.safetensors files")
+        if not (any(src.glob("*.safetensors")) or is_orbax_item(src)):
+            raise FileNotFoundError(f"{src} has no *.safetensors files and is no orbax checkpoint item")
         return src
     nested = isinstance(params, Mapping) and any(isinstance(v, (Mapping, nnx.Variable)) for v in params.values())
     if isinstance(params, (nnx.Module, nnx.State)) or nested:  # nnx states may become plain dicts
@@ -62,7 +64,7 @@ def weights_folder(params: Any, out_dir: Path) -> Path:
             write_safetensors(out_dir / "model.safetensors", {str(k): np.asarray(v) for k, v in params.items()})
         return out_dir
     raise TypeError(
-        "sync() takes our Qwen2 model, an nnx.State of it, a {HF name: array} mapping or an HF folder,"
+        "sync() takes our Qwen2 model, an nnx.State of it, a {HF name: array} mapping, an HF folder or an orbax item,"
         f" got {type(params).__name__}"
     )
 

@@ -2,8 +2,13 @@
 
 This module is imported INSIDE the vLLM worker processes (the `.vllm-venv` interpreter, or the
 GPU node's vLLM install) via `--worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension`.
-It must stay free of jax and of any mle_jax module that imports jax: only torch, safetensors
-and the standard library, which every vLLM install has.
+It must stay free of jax and of any mle_jax module that imports jax: only torch, safetensors, numpy
+and the standard library, which every vLLM install has, plus tensorstore for the orbax sync source.
+
+Two sources: an HF safetensors folder (the default sync: the learner exports its weights), or the learner's
+own orbax checkpoint item (`<workdir>/checkpoints/<step>/learner`, `sampler.sync_source="orbax"`): its policy
+arrays are read with tensorstore and put in HF layout with the jax-free table of `mle_jax.models.hf_layout`,
+so the learner never writes its weights a second time.
 
 vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runner`,
 `self.vllm_config`). The client calls it through the dev endpoint
@@ -16,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 from safetensors import safe_open
+
+from mle_jax.models.hf_layout import ours_to_hf
 
 
 def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
@@ -29,6 +37,45 @@ def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
         with safe_open(str(file), framework="pt", device="cpu") as fh:
             for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
                 yield name, fh.get_tensor(name)
+
+
+def is_orbax_item(path: str | Path) -> bool:
+    """Whether `path` is an orbax checkpoint item (an OCDBT array store) rather than an HF folder."""
+    return (Path(path) / "manifest.ocdbt").is_file()
+
+
+def _torch(x: np.ndarray):
+    import torch  # optional dependency (every vLLM install has it; mle_jax's own deps do not)
+
+    if x.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch reads its bits
+        return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def iter_orbax(path: str | Path, prefix: str = "policy") -> Iterator[tuple[str, object]]:
+    """Yields (HF tensor name, CPU torch tensor in HF layout) for every array under `prefix` of the orbax
+    checkpoint item at `path` (e.g. the learner item of a step, whose "policy" subtree is our Param tree)."""
+    import tensorstore as ts  # optional dependency: the orbax sync source needs it in the vLLM venv
+
+    base = {"driver": "file", "path": str(Path(path).resolve()) + "/"}
+    store = ts.KvStore.open({"driver": "ocdbt", "base": base}).result()
+    arrays = {}  # dotted array path -> tensorstore driver (orbax writes zarr v2 or v3 metadata)
+    for key in store.list().result():
+        name, _, leaf = key.decode().rpartition("/")
+        if name.startswith(prefix + ".") and leaf in (".zarray", "zarr.json"):
+            arrays[name] = "zarr" if leaf == ".zarray" else "zarr3"
+    if not arrays:
+        raise FileNotFoundError(f"no arrays under {prefix!r} in the orbax item {path}")
+    for name, driver in sorted(arrays.items()):
+        hf_name, transform = ours_to_hf(tuple(name.split(".")[1:]))
+        spec = {"driver": driver, "kvstore": {"driver": "ocdbt", "base": base, "path": name + "/"}}
+        x = ts.open(spec, open=True).result().read().result()
+        yield hf_name, _torch(np.ascontiguousarray(transform.to_hf(x)))
+
+
+def iter_weights(path: str | Path) -> Iterator[tuple[str, object]]:
+    """The tensors of an HF safetensors folder or of a learner's orbax checkpoint item, in HF names."""
+    return iter_orbax(path) if is_orbax_item(path) else iter_safetensors(path)
 
 
 def _repack_cpu_weight_sharing_heads(model) -> None:
@@ -52,7 +99,8 @@ class WeightReloadExtension:
     """Methods added to vLLM's Worker; names are prefixed-unique so they never shadow Worker's own."""
 
     def load_weights_from_dir(self, path: str) -> dict[str, int | str]:
-        """Loads every tensor of the HF safetensors folder `path` into the running model, in place.
+        """Loads every tensor of the HF safetensors folder (or learner orbax item) `path` into the running model,
+        in place.
 
         Uses vLLM's layerwise in-place reload where the worker has it (vLLM >= 0.11): it restores
         each layer to checkpoint format, loads, and re-runs the kernel-specific post-processing
@@ -63,7 +111,7 @@ class WeightReloadExtension:
         counts = {"tensors": 0, "numel": 0}
 
         def counted() -> Iterator[tuple[str, object]]:
-            for name, tensor in iter_safetensors(path):
+            for name, tensor in iter_weights(path):
                 counts["tensors"] += 1
                 counts["numel"] += int(tensor.numel())
                 yield name, tensor

@@ -4,6 +4,9 @@ so that run times are known (see scripted_sampler.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -12,11 +15,13 @@ from mle_jax.builders import make_learner
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.instrument import instrument_batch
+from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.report import MetricsWriter
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
+from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
@@ -141,3 +146,32 @@ def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp
     text = sampler.tokenizer.decode(improve[0].prompt.prompt_ids)
     assert "requester_received_pizza" in text and "loaded data" in text  # the code and its progress output
     assert "@@mle" not in text  # the per-run tag of the instrumenter's prints never reaches the policy
+
+
+def test_orbax_sync_hands_the_sampler_the_committed_checkpoint_of_the_step(tmp_path, pizza):
+    """sync_source "orbax": after each update the loop saves the step, waits for it to be written, and gives the
+    sampler that checkpoint's learner item, whose policy (read as the vLLM worker reads it) is the trained one."""
+    loop, sampler, fleet = _loop(tmp_path, pizza, [FAST] * 40)
+    loop.settings = dataclasses.replace(loop.settings, sync_source="orbax")
+    seen = []
+    scripted_sync = sampler.sync
+
+    def sync(params, version):
+        seen.append((params, is_orbax_item(params), version))
+        scripted_sync(loop.learner.policy_state(), version)  # the scripted sampler samples from our model
+
+    sampler.sync = sync
+    try:
+        for _ in range(2):
+            loop.step()
+        expected = hf_host_tensors(loop.learner.policy_state())
+        item, committed, version = seen[-1]
+        got = {name: tensor.numpy() for name, tensor in iter_weights(item)}
+    finally:
+        loop.close()
+        fleet.close()
+    assert [(v, c) for _, c, v in seen] == [(1, True), (2, True)]
+    assert [p for p, _, _ in seen] == [loop.checkpointer.item_dir(s, "learner") for s in (1, 2)]
+    assert sorted(got) == sorted(expected)
+    for name, x in expected.items():
+        np.testing.assert_array_equal(got[name], x, err_msg=name)

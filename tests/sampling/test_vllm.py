@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
+from mle_jax.checkpoint import Checkpointer
 from mle_jax.models import hf
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.sampling import vllm_server
@@ -159,6 +160,15 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert max_logprob_error(model_b, sample(3)) < TOL
     sampler.sync(dirs["a"], version=4)
     assert sampler.version == 4 and max_logprob_error(model_a, sample(4)) < TOL
+
+    # sync_source "orbax": the worker reads a learner checkpoint item itself (tensorstore, our layout -> HF)
+    ckpt = Checkpointer(tmp_path / "ckpt", keep=1)
+    ckpt.save(5, {"learner": {"policy": nnx.to_pure_dict(nnx.state(model_b, nnx.Param))}, "loop": {"step": 5}})
+    ckpt.wait()
+    sampler.sync(ckpt.item_dir(5, "learner"), version=5)
+    assert sampler.version == 5 and max_logprob_error(model_b, sample(5)) < TOL
+    assert not list(ckpt.item_dir(5, "learner").glob("*.safetensors"))  # nothing was exported
+    ckpt.close()
 
 
 def test_bad_sync_input_fails_before_pausing(server, checkpoints, tmp_path):

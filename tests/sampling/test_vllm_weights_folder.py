@@ -10,11 +10,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from mle_jax.checkpoint import Checkpointer
 from mle_jax.models import hf
+from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsReader
+from mle_jax.rl.learner import Learner
 from mle_jax.sampling.vllm import VLLMSampler, weights_folder
 from mle_jax.sampling.vllm_server import VLLMServer
+from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
+from tests.rl.tiny import learner_config, make_models, mesh, random_batch
 
 CFG = Qwen2Config(
     vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -76,3 +81,20 @@ def test_background_sync_writes_host_copies_and_raises_the_reload_error(model_an
     for name, value in ref.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     sampler.wait_sync()  # the error was raised once
+
+
+def test_the_worker_reads_a_learner_checkpoint_in_hf_layout(tmp_path):
+    """vllm_worker.iter_orbax over a real learner's orbax item gives hf_host_tensors of its policy, tensor for
+    tensor (the jax-free layout table against the one the HF export uses)."""
+    learner = Learner(learner_config(), *make_models(0), mesh())
+    learner.update(random_batch(0))
+    ckpt = Checkpointer(tmp_path / "ckpt", keep=1, async_save=False)
+    learner.save(ckpt, 1, loop={"step": 1})
+    item = ckpt.item_dir(1, "learner")
+    assert is_orbax_item(item) and not is_orbax_item(tmp_path)
+    expected = hf_host_tensors(learner.policy_state())
+    got = {name: tensor.numpy() for name, tensor in iter_weights(item)}
+    assert sorted(got) == sorted(expected)
+    for name, x in expected.items():
+        np.testing.assert_array_equal(got[name], x, err_msg=name)
+    ckpt.close()
