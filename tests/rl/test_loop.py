@@ -94,13 +94,16 @@ def _loop(tmp_path, task, script, **loop_overrides):
 
 
 def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued_runs_are_resampled(tmp_path, pizza):
-    """One slow program among fast ones, 2 slots, B=2, 8 in flight, max_version_lag=1. The slow run ends many
+    """One slow program among fast ones, 2 slots, B=2, 16 in flight, max_version_lag=1. The slow run ends many
     versions after it was sampled (it runs until three updates have been made): it still trains, with its
     duration weight. Runs that were still *queued* when their sample fell more than one version behind are
     taken back and their prompts sampled again."""
     assert SLOW != FAST
     release = pizza.public_dir / "RELEASE"
-    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 40, in_flight_multiplier=4)
+    # m = 8 (16 in flight, 15 of them fast runs of version 0 queued behind one slot): when the policy reaches
+    # version 2, some are still queued however long the updates take on a loaded machine (with m = 4, the last
+    # three once all started during a slow update, and nothing was left to re-sample)
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 80, in_flight_multiplier=8)
     found = None
     try:
         for _ in range(40):

@@ -169,6 +169,7 @@ def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_mode
     assert sampler.version == 5 and max_logprob_error(model_b, sample(5)) < TOL
     assert not list(ckpt.item_dir(5, "learner").glob("*.safetensors"))  # nothing was exported
     ckpt.close()
+    sampler.sync(dirs["a"], version=6)  # the module's server serves A for the other tests
 
 
 def test_bad_sync_input_fails_before_pausing(server, checkpoints, tmp_path):
