@@ -41,6 +41,7 @@ class PodmanService:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=self.dir,  # conmon leaves files in its working directory (an empty "oom" after an OOM kill)
         )
         log.close()
         end = time.monotonic() + self.start_timeout_s

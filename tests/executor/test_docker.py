@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -62,9 +63,12 @@ def test_fork_bomb(sandbox, pizza_task):
 
 
 def test_allocate_50gb(sandbox, pizza_task):
+    litter = Path.cwd() / "oom"  # conmon's OOM marker, once left in the service's working directory (the repo)
+    existed = litter.exists()
     r = sandbox.run(programs.ALLOCATE_50GB, pizza_task, HOSTILE)
     assert r.status is Status.OOM, (r.status, r.exit_code, r.stderr_tail[-300:])
     assert "allocated 1000 MB" not in r.stdout_tail
+    assert existed or not litter.exists()  # nothing written where the learner runs
     _normal_run_works(sandbox, pizza_task)
 
 
