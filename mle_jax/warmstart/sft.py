@@ -49,6 +49,7 @@ class SFTSettings:
     steps: int = 300
     lr: float = 1e-3
     batch_size: int = 8
+    micro_batch_size: int = 0  # rows per forward+backward, gradients summed over the batch (0: the whole batch)
     warmup_steps: int = 20
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -61,6 +62,10 @@ class SFTSettings:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"SFT needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
+        if self.micro_batch_size < 0 or (self.micro_batch_size and self.batch_size % self.micro_batch_size):
+            raise ValueError(
+                f"SFT micro_batch_size={self.micro_batch_size} must divide batch_size={self.batch_size} (0: whole)"
+            )
 
 
 def default_render(messages: Messages, tokenizer: Any, max_tokens: int) -> list[int]:
@@ -179,20 +184,41 @@ def response_loss(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -
     return (nll * loss_mask).sum() / jnp.maximum(loss_mask.sum(), 1.0)
 
 
-def make_train_step(graphdef: Any, rest: Any, tx: optax.GradientTransformation, prompt_len: int) -> Callable:
-    """(params, opt_state, batch) -> (params, opt_state, loss): one jitted, pure update."""
+def make_train_step(
+    graphdef: Any, rest: Any, tx: optax.GradientTransformation, prompt_len: int, micro_batch_size: int = 0
+) -> Callable:
+    """(params, opt_state, batch) -> (params, opt_state, loss): one jitted, pure update.
 
-    def loss_fn(params, batch):
+    micro_batch_size m > 0 runs the forward+backward on m rows at a time (a scan over B/m micro-batches) and sums
+    their token losses and gradients, normalised by the whole batch's response tokens: the same loss and gradient
+    as the whole batch at once (up to float summation order), with activations of m rows.
+    """
+
+    def nll_sum(params, batch):
         model = nnx.merge(graphdef, params, rest)
         r = batch["loss_mask"].shape[1]
         h, _ = model.hidden_states(batch["tokens"], None, batch["attention_mask"])
         logits = model.logits_from_hidden(h[:, prompt_len - 1 : prompt_len - 1 + r])
         targets = batch["tokens"][:, prompt_len : prompt_len + r]
-        return response_loss(logits, targets, batch["loss_mask"])
+        return response_loss(logits, targets, batch["loss_mask"]) * jnp.maximum(batch["loss_mask"].sum(), 1.0)
 
     @jax.jit
     def step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        b = batch["tokens"].shape[0]
+        m = micro_batch_size or b
+        if b % m:
+            raise ValueError(f"micro_batch_size {m} does not divide the batch of {b}")
+        micro = jax.tree.map(lambda x: x.reshape(b // m, m, *x.shape[1:]), batch)
+
+        def accumulate(carry, mb):
+            total, grads = carry
+            s, g = jax.value_and_grad(nll_sum)(params, mb)
+            return (total + s, jax.tree.map(jnp.add, grads, g)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (total, grads), _ = jax.lax.scan(accumulate, (jnp.zeros((), jnp.float32), zeros), micro)
+        denom = jnp.maximum(batch["loss_mask"].sum(), 1.0)
+        loss, grads = total / denom, jax.tree.map(lambda g: g / denom, grads)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -300,7 +326,7 @@ def run_sft(
             step, {"state": {"params": params, "opt_state": opt_state}, "data_iter": stream.get_state()}, force=True
         )
 
-    train_step = make_train_step(graphdef, rest, tx, prompt_len)
+    train_step = make_train_step(graphdef, rest, tx, prompt_len, settings.micro_batch_size)
     metrics_path = workdir / "sft_metrics.jsonl"
     log_every, ckpt_every = settings.log_every, settings.checkpoint_every
     first_loss = final_loss = None

@@ -59,6 +59,7 @@ class WarmStartSettings:
     steps: int = 300
     lr: float = 1e-3
     batch_size: int = 8
+    micro_batch_size: int = 0  # rows per forward+backward (gradients accumulated over the batch); 0: the whole batch
     warmup_steps: int = 20
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -90,6 +91,7 @@ class WarmStartSettings:
             steps=self.steps,
             lr=self.lr,
             batch_size=self.batch_size,
+            micro_batch_size=self.micro_batch_size,
             warmup_steps=self.warmup_steps,
             weight_decay=self.weight_decay,
             grad_clip=self.grad_clip,

@@ -7,6 +7,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -20,6 +21,7 @@ from mle_jax.warmstart.sft import (
     SFTSettings,
     batch_stream,
     copy_pretrain,
+    make_train_step,
     pack_examples,
     response_loss,
     run_sft,
@@ -198,3 +200,38 @@ def test_copy_pretraining_teaches_a_fresh_model_to_repeat_unseen_sequences():
     for t in range(17, 33):
         tokens[t] = int(jnp.argmax(forward(model, jnp.asarray(tokens))[t - 1]))  # causal: the padding is unseen
     assert list(tokens[17:]) == list(seq)
+
+
+def test_micro_batches_give_the_whole_batch_step():
+    """Accumulating over micro-batches of 1 and 2 rows gives the whole batch's loss and update: the token mean is
+    taken over the whole batch's response tokens, whatever the rows' lengths. A bad micro-batch size is refused."""
+    config = Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+    )  # fmt: skip
+    graphdef, params, rest = nnx.split(Qwen2ForCausalLM(config, rngs=nnx.Rngs(0)), nnx.Param, ...)
+    rng = np.random.default_rng(0)
+    loss_mask = np.ones((4, 12), np.float32)
+    for row, length in enumerate((12, 3, 7, 1)):  # responses of different lengths: per-row means would differ
+        loss_mask[row, length:] = 0
+    batch = {
+        "tokens": jnp.asarray(rng.integers(3, 64, size=(4, 20)), jnp.int32),
+        "attention_mask": jnp.ones((4, 20), jnp.int32),
+        "loss_mask": jnp.asarray(loss_mask),
+    }
+    tx = optax.sgd(1.0)
+    results = {}
+    for m in (0, 1, 2):
+        new, _, loss = make_train_step(graphdef, rest, tx, 8, micro_batch_size=m)(params, tx.init(params), batch)
+        results[m] = (float(loss), new)
+    whole_loss, whole = results[0]
+    pairs = zip(jax.tree.leaves(whole), jax.tree.leaves(params), strict=True)
+    moved = max(float(jnp.abs(a - b).max()) for a, b in pairs)
+    assert moved > 1e-3  # the step changed the weights, so equal results below are not trivially equal
+    for m in (1, 2):
+        loss, new = results[m]
+        assert loss == pytest.approx(whole_loss, rel=1e-5)
+        for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(whole), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="micro_batch_size=3 must divide batch_size=4"):
+        SFTSettings(batch_size=4, micro_batch_size=3)
