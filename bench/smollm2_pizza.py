@@ -224,7 +224,7 @@ def stage_instrument(a) -> dict[str, Any]:
         reasons: dict[str, int] = {}
         for at in attempts:
             if at.code is None:
-                key = at.reason.split(":")[0][:80]
+                key = at.reason.split(" (")[0][:100]  # the verdict, without line numbers
                 reasons[key] = reasons.get(key, 0) + 1
         accepted = sum(at.code is not None for at in attempts)
         out[name] = {

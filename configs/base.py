@@ -71,7 +71,7 @@ def smollm2_model() -> ml_collections.ConfigDict:
     m.rms_norm_eps = 1e-5
     m.tie_word_embeddings = True
     m.remat = True  # SFT / PPO activations of 30 layers x ~1.5k tokens would not fit beside the others
-    m.scan_layers = True  # training compiles one layer, not 30 (one SFT step of one 1792-token row: 68 s to first result)
+    m.scan_layers = True  # training compiles one layer, not 30 (an SFT step of one 1792-token row: 68 s to the first)
     return m
 
 
@@ -313,9 +313,9 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.ppo.micro_batch_size = 1
     c.loop.steps = 5
     c.warmstart.max_response_tokens = 768
-    # SFT sized for 2 cores: one forward+backward of SmolLM2 on one 1408-token sequence took 58 s on this
-    # machine under load (README.md, "SmolLM2"), so :cpu's 150 steps x 8 would take days. 16 steps x 4 = 64 of
-    # the 128 examples (scratch and improve) once; a pretrained model fine-tunes at 1e-4, not at the
+    # SFT sized for 2 cores: a step of 4 rows of 1792 tokens (scanned layers, one row at a time) took 52 s here
+    # (README.md, "SmolLM2": 16 steps in 14 min), so :cpu's 150 steps x 8 would take over 4 hours. 16 steps x 4 =
+    # 64 of the 128 examples (scratch and improve) once; a pretrained model fine-tunes at 1e-4, not at the
     # from-scratch tiny model's 3e-3 (which would wreck its weights).
     c.warmstart.steps = 16
     c.warmstart.batch_size = 4

