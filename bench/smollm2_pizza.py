@@ -117,14 +117,7 @@ def sample_and_run(
     )
     with folder_sampler(kind, folder, tokenizer) as sampler:
         t0 = time.perf_counter()
-        comps = sampler.generate(
-            [prompt] * n,
-            n=1,
-            temperature=s.rollout.sampling.temperature,
-            top_p=s.rollout.sampling.top_p,
-            max_tokens=s.rollout.sampling.max_tokens,
-            seed=seed,
-        )
+        comps = sampler.generate([prompt] * n, n=1, seed=seed, **s.rollout.sampling.generate_kwargs())
         sample_s = time.perf_counter() - t0
     sandbox = make_sandbox(s.executor)
     t0 = time.perf_counter()

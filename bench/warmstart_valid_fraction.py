@@ -63,14 +63,7 @@ def evaluate(
     """Samples one response per prompt; counts those with code, that exit ok, that grade valid."""
     sampler = JaxSampler(model, tokenizer)
     t0 = time.perf_counter()
-    comps = sampler.generate(
-        prompts,
-        n=1,
-        temperature=s.rollout.sampling.temperature,
-        top_p=s.rollout.sampling.top_p,
-        max_tokens=s.rollout.sampling.max_tokens,
-        seed=seed,
-    )
+    comps = sampler.generate(prompts, n=1, seed=seed, **s.rollout.sampling.generate_kwargs())
     sample_s = time.perf_counter() - t0
     mode = "off" if s.instrument.mode == "off" else "ast"
 
