@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of README.md "SmolLM2".
 
     PYTHONPATH=. .venv/bin/python bench/smollm2_pizza.py STAGE [--samples 128] [--steps 3|5] [--programs 64]
-        [--batch 8] [--kill-after 2] [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
+        [--batch 8|2] [--kill-after 2] [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
 
 STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends it to --out):
   prompted    --samples scratch-prompt samples from SmolLM2 as converted, no warm start: the paper's prompted
@@ -12,7 +12,7 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
   instrument  the frozen SmolLM2 (as converted, and after the warm start of `warm` when WORKDIR has it) inserts
               the progress prints into --programs (64) verified corpus programs, as the LM instrumenter of a run
               does (its temperature and budgets); the share that verification accepts
-  rlstep      --steps RL steps of :smol (B=8) from the warm-started policy, each step's wall time split into
+  rlstep      --steps RL steps of :smol at --batch B (8) from the warm-started policy, each step's wall time split into
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   resume      `python -m mle_jax.launch --config=configs/pizza.py:smol` in WORKDIR (reusing `warm`'s warm start)
               for --steps RL steps (default 5) of --batch samples: SIGKILLed (its whole process group) once
@@ -73,10 +73,12 @@ MAX_BATCH = 16
 REPO = Path(__file__).resolve().parents[1]
 
 
-def settings(arg: str, workdir: Path, warm: bool = True) -> RunSettings:
+def settings(arg: str, workdir: Path, warm: bool = True, batch: int | None = None) -> RunSettings:
     cfg = pizza.get_config(arg)
     cfg.workdir = str(workdir)
     cfg.warmstart.enabled = warm
+    if batch is not None:
+        cfg.loop.batch_size = cfg.ppo.mini_batch_size = batch
     return from_config(cfg)
 
 
@@ -249,7 +251,7 @@ class TimedSampler:
 def stage_rlstep(a) -> dict[str, Any]:
     """The run's objects as mle_jax.run builds them (warm start reused from WORKDIR), --steps updates."""
     workdir = Path(a.workdir)
-    s = settings("smol", workdir)
+    s = settings("smol", workdir, batch=a.batch)
     task, packages = prepare_task(s.task), sandbox_packages()
     model, tok, _ = builders.build_policy(s, task, packages, workdir)
     fleet = make_fleet(s.executor)
@@ -290,7 +292,7 @@ def stage_rlstep(a) -> dict[str, Any]:
                     "shares": {k.removesuffix("_s"): round(v / wall, 3) for k, v in parts.items()},
                     "sandbox_busy_s": round(d[2], 1),
                     "valid_fraction": m.get("valid_fraction"),
-                    "instrument_lm_fraction": m.get("instrument_lm_fraction"),
+                    "instrument_lm_fraction": m.get("instrument/lm_fraction"),
                     "response_tokens": m.get("response_tokens/mean"),
                 }
             )
@@ -373,7 +375,7 @@ def main() -> None:
     ap.add_argument("stage", choices=sorted(STAGES))
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5")
-    ap.add_argument("--batch", type=int, default=8, help="resume: B")
+    ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's)")
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
@@ -384,6 +386,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.steps is None:
         a.steps = 5 if a.stage == "resume" else 3
+    if a.batch is None:
+        a.batch = 2 if a.stage == "resume" else 8
     t0 = time.perf_counter()
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)
