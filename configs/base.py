@@ -114,6 +114,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.instrument.max_prompt_tokens = 4096
     c.instrument.temperature = 0.0
     c.instrument.vllm_url = ""  # vLLM server with the frozen initial weights (never synced)
+    # "free": the model writes the instrumented program (the paper's); "copy": the program's lines are copied
+    # from the source and the model writes only the lines it inserts (mle_jax/instrument/copying.py)
+    c.instrument.decoding = "free"
+    c.instrument.copy_window = 48  # decoding "copy": most tokens per call
 
     c.executor = ml_collections.ConfigDict()
     c.executor.backend = "docker"  # "bwrap" | "docker"
@@ -251,7 +255,10 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     - token budgets: prompt 768 and response 320 task-BPE tokens instead of 1024 + 1024 Qwen tokens (a
       corpus program is ~135 tokens, a prompt ~330); the instrumenter's 768 + 400 instead of 4096 + 1536.
     - the instrumenter is the paper's (mode "lm": a frozen copy of the initial, warm-started policy,
-      verified, with the AST fallback counted when it is rejected).
+      verified, with the AST fallback counted when it is rejected), with copy-constrained decoding
+      (`instrument.decoding = "copy"`): the tiny model puts the prints in place but cannot copy a program
+      verbatim (0 of 32 held-out programs accepted when it writes the whole program, 32 of 32 when the
+      program's lines are copied and it writes only the prints; README.md, "The LM instrumenter at work").
     - m = 4 instead of 2 (m*B runs in flight): the update, the sampler and the instrumenter share the
       sandboxes' 2 cores, so a longer queue keeps the slots busy while they work.
     - 4 RL steps and 16 evaluation samples in `make run` (the paper: until convergence, 128 samples);
@@ -267,6 +274,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.instrument.mode = "lm"  # the paper's: a frozen copy of the (warm-started) initial policy instruments
     c.instrument.max_tokens = 400  # an instrumented program: the program (<= 320) plus the seven prints
     c.instrument.max_prompt_tokens = 768
+    c.instrument.decoding = "copy"  # the program's lines copied, the model writes the prints (see above)
     c.executor.backend = "bwrap"
     c.executor.slots = 2
     c.executor.timeout_s = 120.0

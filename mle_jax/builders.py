@@ -92,7 +92,9 @@ def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenize
     prints (verified, else the AST fallback); "ast" and "off" need no model."""
     frozen = None
     if s.instrument.mode == "lm":
-        frozen = make_sampler(s.sampler, nnx.clone(initial_policy), tokenizer, workdir, url=s.instrument.vllm_url)
+        # in process, the frozen copy is a clone (the policy's weights change); a vLLM server holds its own
+        model = nnx.clone(initial_policy) if s.sampler.backend == "jax" else initial_policy
+        frozen = make_sampler(s.sampler, model, tokenizer, workdir, url=s.instrument.vllm_url)
     return partial(
         instrument_batch,
         mode=s.instrument.mode,
@@ -101,4 +103,6 @@ def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenize
         max_tokens=s.instrument.max_tokens,
         max_prompt_tokens=s.instrument.max_prompt_tokens,
         temperature=s.instrument.temperature,
+        decoding=s.instrument.decoding,
+        copy_window=s.instrument.copy_window,
     )

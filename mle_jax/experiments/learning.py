@@ -346,6 +346,11 @@ def write_report(summary: dict, out: Path) -> Path:
             f"\nThe frozen instrumenter's output passed verification on {ws['instrument_heldout_accept']:.0%} of "
             f"{ws['instrument_heldout']} held-out grid programs it never saw in the warm start."
         )
+    if "instrument_heldout_print_precision" in ws:
+        lines.append(
+            f"Of the accepted outputs' progress prints, {ws['instrument_heldout_print_precision']:.0%} sit where the "
+            f"AST instrumenter puts them, and they hold {ws['instrument_heldout_print_recall']:.0%} of the AST's."
+        )
     lines += ["", *[f"![{p.stem}](plots/{p.name})" for p in plots]]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")

@@ -4,6 +4,8 @@ instrument(code, mode, sampler=None, tokenizer=None, ...) -> Instrumented(code, 
   mode "lm":  the frozen LM inserts the prints; rejected output -> AST fallback (path "fallback")
   mode "ast": the AST instrumenter only (path "ast")
   mode "off": the code unchanged (path "off")
+In mode "lm", decoding "free" lets the model write the whole program (the paper's); "copy" copies the
+program's lines from the source and lets the model write only the inserted lines (`instrument.copying`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mle_jax.instrument.fallback import ast_instrument
-from mle_jax.instrument.lm import lm_instrument_batch
+from mle_jax.instrument.lm import DECODINGS, lm_instrument_batch
 from mle_jax.instrument.verify import Verdict, verify
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress
@@ -31,10 +33,16 @@ class InstrumentSettings:
     max_prompt_tokens: int = 4096
     temperature: float = 0.0
     vllm_url: str = ""  # vLLM server with the frozen initial weights (never synced)
+    decoding: str = "free"  # "free" (the paper's: the model writes the program) | "copy" (lines copied)
+    copy_window: int = 48  # decoding "copy": most tokens the model writes per call
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"instrument.mode must be one of {MODES}, got {self.mode!r}")
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"instrument.decoding must be one of {DECODINGS}, got {self.decoding!r}")
+        if self.copy_window < 1:
+            raise ValueError(f"instrument.copy_window must be >= 1, got {self.copy_window}")
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ def instrument_batch(
     max_tokens: int = 1536,
     max_prompt_tokens: int = 4096,
     temperature: float = 0.0,
+    decoding: str = "free",
+    copy_window: int = 48,
 ) -> list[Instrumented]:
     """instrument() for many programs; in "lm" mode the LM sees them in one generate call."""
     if mode not in MODES:
@@ -62,7 +72,9 @@ def instrument_batch(
         return [Instrumented(ast_instrument(c), "ast") for c in codes]
     if sampler is None or tokenizer is None:
         raise ValueError("instrument mode 'lm' needs the frozen model's sampler and tokenizer")
-    attempts = lm_instrument_batch(codes, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature)
+    attempts = lm_instrument_batch(
+        codes, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature, decoding, copy_window
+    )
     out = []
     for code, attempt in zip(codes, attempts, strict=True):
         if attempt.code is not None:

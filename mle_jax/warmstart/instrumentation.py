@@ -5,7 +5,7 @@ A tiny model trained from scratch has never seen the C.3 prompt. Its targets com
 instrumenter (`instrument.fallback.ast_instrument`): for a program P, the prompt is
 `instrument_messages(P)` and the response is P with the seven prints inserted, in one fenced block. The
 programs are grid programs of the task (`warmstart.programs`); the ones left out are the held-out set on
-which `heldout_accept_rate` measures how often the frozen model's output passes verification.
+which `heldout_instrumentation` measures how often the frozen model's output passes verification.
 
 Copying a program exactly is what the task needs, and a tiny model that sees only the grid learns the grid's
 typical programs instead (it writes back C=0.1 where the prompt said C=3.0). So the training programs are
@@ -20,8 +20,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mle_jax.instrument import instrument_batch
+from mle_jax.instrument import InstrumentSettings, instrument_batch
 from mle_jax.instrument.fallback import ast_instrument
+from mle_jax.instrument.placement import Agreement, agreement
 from mle_jax.instrument.tagging import strip_agent_progress
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.prompts import instrument_messages
@@ -80,14 +81,29 @@ def instrument_examples(programs: Sequence[str], redrawn: int = 0, seed: int = 0
     return [(instrument_messages(code), instrument_target(code)) for code in texts]
 
 
-def heldout_accept_rate(
-    sampler: Sampler, tokenizer: Any, programs: Sequence[str], max_tokens: int, max_prompt_tokens: int
-) -> float:
-    """Share of `programs` whose instrumentation by the model behind `sampler` (greedy, the run's budgets)
-    passes verification (`instrument_batch` in mode "lm": accepted, not the fallback)."""
+def heldout_instrumentation(
+    sampler: Sampler, tokenizer: Any, programs: Sequence[str], settings: InstrumentSettings
+) -> dict[str, float]:
+    """How the model behind `sampler` (greedy, the run's budgets and decoding) instruments `programs`:
+    `accept`, the share whose output passes verification (`instrument_batch` in mode "lm": accepted, not
+    the fallback), and over the accepted ones `print_precision` / `print_recall`, the share of the LM's
+    prints in the place the AST instrumenter puts them and of the AST's prints the LM put there too
+    (`instrument.placement`)."""
     if not programs:
-        return float("nan")
+        return {"accept": float("nan"), "print_precision": float("nan"), "print_recall": float("nan")}
     out = instrument_batch(
-        list(programs), "lm", sampler, tokenizer, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens
+        list(programs),
+        "lm",
+        sampler,
+        tokenizer,
+        max_tokens=settings.max_tokens,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        decoding=settings.decoding,
+        copy_window=settings.copy_window,
     )
-    return sum(r.path == "lm" for r in out) / len(out)
+    total = Agreement(0, 0, 0)
+    for code, r in zip(programs, out, strict=True):
+        if r.path == "lm":
+            total = total + agreement(ast_instrument(code), r.code)
+    accept = sum(r.path == "lm" for r in out) / len(out)
+    return {"accept": accept, "print_precision": total.precision, "print_recall": total.recall}

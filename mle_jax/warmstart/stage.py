@@ -38,7 +38,7 @@ from mle_jax.tasks.prompts import PromptSettings, scratch_messages
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.improve import improve_count, improve_examples
-from mle_jax.warmstart.instrumentation import heldout_accept_rate, instrument_examples, split_programs
+from mle_jax.warmstart.instrumentation import heldout_instrumentation, instrument_examples, split_programs
 from mle_jax.warmstart.programs import generate_corpus
 from mle_jax.warmstart.sft import (
     Messages,
@@ -285,11 +285,9 @@ def warm_start(
     if settings.instrument.mode == "lm" and settings.instrument_examples and settings.instrument_eval and held_out:
         rng = random.Random(settings.seed)
         probe = rng.sample(held_out, min(settings.instrument_eval, len(held_out)))
-        i = settings.instrument
         metrics["instrument_heldout"] = len(probe)
-        metrics["instrument_heldout_accept"] = heldout_accept_rate(
-            JaxSampler(model, tokenizer), tokenizer, probe, i.max_tokens, i.max_prompt_tokens
-        )
+        held = heldout_instrumentation(JaxSampler(model, tokenizer), tokenizer, probe, settings.instrument)
+        metrics.update({f"instrument_heldout_{k}": v for k, v in held.items()})
     save_pretrained(model, policy_dir)
     tokenizer.save_pretrained(str(policy_dir))
     (policy_dir / "DONE").write_text(json.dumps(metrics))
