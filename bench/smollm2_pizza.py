@@ -218,7 +218,9 @@ def stage_instrument(a) -> dict[str, Any]:
         i = s.instrument
         with folder_sampler(a.sampler, path, tok) as sampler:
             t0 = time.perf_counter()
-            attempts = lm_instrument_batch(codes, sampler, tok, i.max_tokens, i.max_prompt_tokens, i.temperature)
+            attempts = lm_instrument_batch(
+                codes, sampler, tok, i.max_tokens, i.max_prompt_tokens, i.temperature, a.decoding, i.copy_window
+            )
         reasons: dict[str, int] = {}
         for at in attempts:
             if at.code is None:
@@ -226,6 +228,7 @@ def stage_instrument(a) -> dict[str, Any]:
                 reasons[key] = reasons.get(key, 0) + 1
         accepted = sum(at.code is not None for at in attempts)
         out[name] = {
+            "decoding": a.decoding,
             "accepted": accepted,
             "share": accepted / len(codes),
             "wall_s": round(time.perf_counter() - t0, 1),
@@ -406,6 +409,7 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--models", default="converted,warm_started", help="instrument: which of the two models")
+    ap.add_argument("--decoding", choices=("free", "copy"), default="free", help="instrument: free or copy decoding")
     ap.add_argument("--sampler", choices=("vllm", "jax"), default="vllm", help="sampler of the sampling stages")
     ap.add_argument("--workdir", default="runs/random-acts-of-pizza-smol")
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")

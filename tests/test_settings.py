@@ -64,6 +64,10 @@ def test_an_unknown_field_or_bad_value_is_one_line_naming_it():
     cfg.extra = 1
     with pytest.raises(ConfigError, match="extra"):
         from_config(cfg)
+    cfg = pizza.get_config("cpu")
+    cfg.instrument.decoding = "beam"
+    with pytest.raises(ConfigError, match="decoding"):
+        from_config(cfg)
 
 
 def _defaults(cls) -> dict:
