@@ -99,7 +99,7 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "valid_fraction": ("valid_fraction", "valid_fraction/scratch", "valid_fraction/improve"),
     "duration": ("duration_s/mean",),
     "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
-    "instrumentation": ("instrument/lm_fraction", "instrument/fallback_fraction"),
+    "instrumentation": ("instrument/lm_fraction", "instrument/fallback_fraction", "instrument/unparsed_fraction"),
 }
 
 

@@ -1,7 +1,8 @@
 """Instrumentation: progress prints by a frozen LM, verification, and the deterministic AST fallback.
 
 instrument(code, mode, sampler=None, tokenizer=None, ...) -> Instrumented(code, path, reason)
-  mode "lm":  the frozen LM inserts the prints; rejected output -> AST fallback (path "fallback")
+  mode "lm":  the frozen LM inserts the prints; rejected output -> AST fallback (path "fallback"); a program
+              Python cannot parse is left as it is (path "unparsed": no instrumenter can place a print in it)
   mode "ast": the AST instrumenter only (path "ast")
   mode "off": the code unchanged (path "off")
 In mode "lm", decoding "free" lets the model write the whole program (the paper's); "copy" copies the
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mle_jax.instrument import pyast
 from mle_jax.instrument.fallback import ast_instrument
 from mle_jax.instrument.lm import DECODINGS, lm_instrument_batch
 from mle_jax.instrument.verify import Verdict, verify
@@ -21,7 +23,7 @@ from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress
 
 MODES = ("lm", "ast", "off")
-PATHS = ("lm", "fallback", "ast", "off")
+PATHS = ("lm", "fallback", "unparsed", "ast", "off")
 
 
 @dataclass(frozen=True)
@@ -72,16 +74,31 @@ def instrument_batch(
         return [Instrumented(ast_instrument(c), "ast") for c in codes]
     if sampler is None or tokenizer is None:
         raise ValueError("instrument mode 'lm' needs the frozen model's sampler and tokenizer")
-    attempts = lm_instrument_batch(
-        codes, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature, decoding, copy_window
+    parsed = [_parses(c) for c in codes]
+    todo = [c for c, ok in zip(codes, parsed, strict=True) if ok]
+    attempts = iter(
+        lm_instrument_batch(todo, sampler, tokenizer, max_tokens, max_prompt_tokens, temperature, decoding, copy_window)
+        if todo
+        else []
     )
     out = []
-    for code, attempt in zip(codes, attempts, strict=True):
-        if attempt.code is not None:
+    for code, ok in zip(codes, parsed, strict=True):
+        attempt = next(attempts) if ok else None
+        if attempt is None:
+            out.append(Instrumented(code, "unparsed", "the program does not parse"))
+        elif attempt.code is not None:
             out.append(Instrumented(attempt.code, "lm"))
         else:
             out.append(Instrumented(ast_instrument(code), "fallback", attempt.reason))
     return out
+
+
+def _parses(code: str) -> bool:
+    try:
+        pyast.parse(code)
+    except (SyntaxError, ValueError):  # ValueError: a null byte in the source
+        return False
+    return True
 
 
 def instrument(

@@ -103,6 +103,7 @@ class StepStats:
         scores = np.array([s.reward.score for s in self.samples if s.reward.valid], dtype=np.float64)
         durations = np.array([s.duration_s for s in self.samples], dtype=np.float64)
         prints = np.array([s.reward.n_prints for s in self.samples], dtype=np.float64)
+        parsed = [s for s in self.samples if s.code and s.instrument_path != "unparsed"]
         score_part = np.where(valid, rewards, 0.0)
         progress_part = np.where(valid, 0.0, rewards)
         m = {
@@ -119,8 +120,10 @@ class StepStats:
             "progress_prints/mean": prints.mean(),
             "no_code_fraction": np.mean([s.code is None for s in self.samples]),
             "improve_fraction": np.mean([s.prompt.kind == "improve" for s in self.samples]),
-            "instrument/lm_fraction": _share([s.instrument_path == "lm" for s in self.samples if s.code]),
-            "instrument/fallback_fraction": _share([s.instrument_path == "fallback" for s in self.samples if s.code]),
+            # of the programs an instrumenter can work on (they parse): the LM's share and the fallback's
+            "instrument/lm_fraction": _share([s.instrument_path == "lm" for s in parsed]),
+            "instrument/fallback_fraction": _share([s.instrument_path == "fallback" for s in parsed]),
+            "instrument/unparsed_fraction": _share([s.instrument_path == "unparsed" for s in self.samples if s.code]),
             "response_tokens/mean": np.mean([len(s.completion.token_ids) for s in self.samples]),
         }
         for kind in ("scratch", "improve"):  # self-improvement works only if improve prompts stay valid

@@ -109,3 +109,13 @@ def test_prompt_over_budget_falls_back_without_calling_the_lm(tok):
     sampler = ScriptedSampler([])
     result = instrument(CODE * 50, "lm", sampler=sampler, tokenizer=tok, max_prompt_tokens=64)
     assert result.path == "fallback" and "too long" in result.reason and sampler.calls == []
+
+
+def test_a_program_that_does_not_parse_is_not_sent_to_the_lm(tok):
+    sampler = ScriptedSampler([f"```python\n{GOOD}```"])
+    broken = "x = (1\n"
+    results = instrument_batch([broken, CODE], "lm", sampler=sampler, tokenizer=tok)
+    assert results[0] == Instrumented(broken, "unparsed", "the program does not parse")
+    assert results[1].path == "lm"
+    assert len(sampler.calls[0]["prompts"]) == 1  # only the program that parses was prompted
+    assert instrument_batch([broken], "lm", sampler=ScriptedSampler([]), tokenizer=tok)[0].path == "unparsed"
