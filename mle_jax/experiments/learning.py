@@ -43,6 +43,7 @@ from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.instrument import pyast
 from mle_jax.report import MetricsWriter, markdown_table, read_metrics
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
@@ -134,6 +135,32 @@ def step_series(arm_dir: Path, task_id: str) -> list[dict]:
             }
         )
     return out
+
+
+def instrument_shares(arm_dir: Path) -> dict[str, float | int]:
+    """Over the programs an arm trained on (samples.jsonl): how many parse, and of those the share the frozen
+    LM instrumented (its output accepted) and the share the AST fallback did. A program that does not parse
+    has no place for a print, whichever instrumenter it meets (path "unparsed"; runs before that path existed
+    logged it as "fallback", so parsing decides here)."""
+    paths = [
+        rec["instrument"]
+        for rec in read_metrics(arm_dir / "samples.jsonl")
+        if rec.get("code") and rec["instrument"] in ("lm", "fallback") and _parses(rec["code"])
+    ]
+    n = len(paths)
+    return {
+        "parsed": n,
+        "lm": round(paths.count("lm") / n, 3) if n else float("nan"),
+        "fallback": round(paths.count("fallback") / n, 3) if n else float("nan"),
+    }
+
+
+def _parses(code: str) -> bool:
+    try:
+        pyast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _smooth(x: np.ndarray, window: int) -> np.ndarray:
@@ -241,7 +268,7 @@ def run_arm(
         "infra_failures": c.infra_failures,
         "executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
         "learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
-        "instrument_lm_share": round(c.instrumented_lm / max(c.instrumented_lm + c.instrumented_fallback, 1), 3),
+        "instrument_lm_share": instrument_shares(arm_dir)["lm"],  # of the programs that parse
         "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
     }
     after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
@@ -338,7 +365,7 @@ def write_report(summary: dict, out: Path) -> Path:
                                                "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
     lines += [
         "",
-        markdown_table(["arm", "executor utilisation", "learner idle", "LM-instrumented share", "RL s"], rows),
+        markdown_table(["arm", "executor utilisation", "learner idle", "LM-instrumented share of parsing programs", "RL s"], rows),
     ]
     ws = summary["warmstart"]
     if "instrument_heldout_accept" in ws:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from absl import app
 
-from mle_jax.experiments.learning import kind_shares, share_warm_start, step_series, write_report
+from mle_jax.experiments.learning import instrument_shares, kind_shares, share_warm_start, step_series, write_report
 from mle_jax.report import MetricsWriter
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
@@ -67,3 +67,13 @@ def test_a_warm_start_is_shared_only_when_finished_and_never_over_another(tmp_pa
     (other / "base").mkdir(parents=True)
     with pytest.raises(app.UsageError, match="exists already"):
         share_warm_start(source, other)
+
+
+def test_instrument_shares_count_only_programs_that_parse(tmp_path):
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    good = _program("logreg")
+    writer.write_samples(1, [{"code": good, "instrument": "lm"}, {"code": good, "instrument": "fallback"}])
+    writer.write_samples(2, [{"code": "x = (", "instrument": "fallback"}, {"code": "x = (", "instrument": "unparsed"}])
+    writer.write_samples(2, [{"code": None, "instrument": "off"}, {"code": good, "instrument": "lm"}])
+    writer.close()
+    assert instrument_shares(tmp_path) == {"parsed": 3, "lm": 0.667, "fallback": 0.333}
