@@ -418,7 +418,7 @@ def main(argv: list[str]) -> None:
     for name, arm in summary["arms"].items():
         print(f"{name}: reward {_pm(arm['before'])} -> {_pm(arm['after'])}, valid "
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip
-    print(f"report: {Path(_FLAGS['_OUT'].value) / 'report.md'}")
+    print(f"report: {out / 'report.md'}")
 
 
 if __name__ == "__main__":
