@@ -365,7 +365,7 @@ def write_report(summary: dict, out: Path) -> Path:
                                                "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
     lines += [
         "",
-        markdown_table(["arm", "executor utilisation", "learner idle", "LM-instrumented share of parsing programs", "RL s"], rows),
+        markdown_table(["arm", "executor utilisation", "learner idle", "LM share of parsing programs", "RL s"], rows),
     ]
     ws = summary["warmstart"]
     if "instrument_heldout_accept" in ws:
