@@ -24,6 +24,7 @@ so a killed experiment started again with the same command continues.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections import Counter
@@ -50,7 +51,7 @@ from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import RunSettings, from_config
 from mle_jax.tasks.prepare import prepare_task
-from mle_jax.warmstart.programs import solution_kind
+from mle_jax.warmstart.programs import full_grid, solution_kind
 
 ARMS: tuple[tuple[str, str], ...] = (("duration_weighted", "batch_mean"), ("unweighted", "off"))
 
@@ -98,7 +99,8 @@ def eval_summary(result: dict, task_id: str) -> dict:
 
 
 def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict], str]) -> dict[str, dict]:
-    """Per model family of the verified warm-start corpus: programs, mean Δt and mean score on this machine."""
+    """Per kind of solution (`grid_kind` of a verified.jsonl record) of the verified warm-start corpus: programs,
+    mean Δt and mean score on this machine."""
     by: dict[str, list[dict]] = {}
     for line in verified_jsonl.read_text().splitlines():
         rec = json.loads(line)
@@ -305,7 +307,10 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus = {}
     if verified.is_file():
-        corpus = corpus_kinds(verified, task.id, lambda rec: rec["meta"]["model"])
+        # the kinds the evaluation counts (solution_kind), of each verified program's code
+        kinds = {hashlib.sha256(it.code.encode()).hexdigest(): solution_kind(task.id, it.code)
+                 for it in full_grid(task.id, packages)}  # fmt: skip
+        corpus = corpus_kinds(verified, task.id, lambda rec: kinds.get(rec["sha256"], "other"))
     summary = {
         "task": task.id,
         "scale": dataclasses.asdict(scale),

@@ -165,8 +165,11 @@ def test_spooky_grid_is_well_formed_and_diverse():
 
 
 def test_solution_kind_names_the_model_family_of_every_grid_program():
-    for task in (PIZZA, SPOOKY):
-        for it in full_grid(task, ["xgboost", "lightgbm"]):
-            assert solution_kind(task, it.code) == it.meta["model"]
+    for it in full_grid(PIZZA, ["xgboost", "lightgbm"]):
+        assert solution_kind(PIZZA, it.code) == it.meta["model"]
+    # spooky's kinds are the family and the text representation (words + characters is the slow, good one)
+    for it in full_grid(SPOOKY):
+        assert solution_kind(SPOOKY, it.code) == f"{it.meta['model']} {it.meta['features']}"
+    assert len({solution_kind(SPOOKY, it.code) for it in full_grid(SPOOKY)}) == 12
     assert solution_kind(PIZZA, None) == "no code"
     assert solution_kind(PIZZA, "import pandas as pd\nprint(1)\n") == "other"

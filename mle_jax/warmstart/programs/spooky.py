@@ -57,11 +57,25 @@ _SPOOKY_VECTORS = grid(
 )
 
 # How to tell a program's model family (its "kind of solution") from its code: first match wins.
-KINDS: tuple[tuple[str, str], ...] = (
+# A program's kind of solution: its model family and its text representation (first match wins). The
+# representation is part of it here because it is what makes a spooky program slow and good: naive Bayes on
+# words + characters scores better than on words alone and takes several times longer (README.md, "Do duration
+# weights matter on the real loop?").
+_FAMILIES = (
     ("linear_svm", r"LinearSVC\("),
     ("sgd", r"SGDClassifier\("),
     ("naive_bayes", r"(Multinomial|Complement|Bernoulli|Gaussian)NB\("),
     ("logreg", r"LogisticRegression\("),
+)
+_REPRESENTATIONS = (
+    ("word+char", r"sparse\.hstack\("),  # two vectorizers stacked
+    ("char", r'analyzer="char_wb"'),
+    ("word", r"Vectorizer\("),
+)
+KINDS: tuple[tuple[str, str], ...] = tuple(
+    (f"{family} {rep}", rf"(?s){rep_pattern}.*{family_pattern}")
+    for rep, rep_pattern in _REPRESENTATIONS
+    for family, family_pattern in _FAMILIES
 )
 
 _SPOOKY_MODELS: dict[str, dict[str, Any]] = {
