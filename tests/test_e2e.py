@@ -64,11 +64,22 @@ def test_two_rl_steps_end_to_end(finished_run):
         assert 0.0 <= r["learner_idle_fraction"] <= 1.0 and 0.0 <= r["executor_utilization"] <= 1.0
     assert summary["rl/steps"] == 2 and summary["rl/samples"] >= 8
     assert summary["warmstart/corpus_verified"] >= 1  # the SFT corpus ran and graded in the sandbox
-    # the frozen copy of the warm-started policy instruments (mode "lm"); what it does is counted
-    assert summary["rl/instrument_lm_share"] + summary["rl/instrument_fallback_share"] == pytest.approx(1.0)
     assert 0.0 <= summary["warmstart/instrument_heldout_accept"] <= 1.0
     samples = read_metrics(workdir / "samples.jsonl")
-    assert len(samples) == 2 * 4 and {s["instrument"] for s in samples} <= {"lm", "fallback", "off"}
+    # the frozen copy of the warm-started policy instruments (mode "lm"): every program that parses goes to it
+    # (accepted, or the counted AST fallback); one that does not parse is counted apart, and a response without
+    # code is never instrumented ("off"). Which paths occur depends on what the 40-step warm start writes (in one
+    # CI run no program parsed), so this checks the counting: the run's shares agree with the trained-on paths.
+    paths = [s["instrument"] for s in samples]
+    assert len(samples) == 2 * 4 and set(paths) <= {"lm", "fallback", "unparsed", "off"}
+    assert all((s["code"] is None) == (s["instrument"] == "off") for s in samples)
+    lm, fallback = summary["rl/instrument_lm_share"], summary["rl/instrument_fallback_share"]
+    if lm is None:  # no sampled program parsed
+        assert fallback is None and not {"lm", "fallback"} & set(paths)
+    else:
+        assert lm + fallback == pytest.approx(1.0)
+    for path in {"lm", "fallback", "unparsed"} & set(paths):
+        assert summary[f"rl/instrument_{path}_share"] > 0
     ev = json.loads((workdir / "evaluation.json").read_text())
     assert ev["scratch"]["samples"] == 4 and ev["improved"]["samples"] == 4
     assert ev["paper"]["qwen2.5-3b-rl"] == pytest.approx(0.663)

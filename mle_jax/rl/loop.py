@@ -77,6 +77,7 @@ class LoopCounters:
     infra_failures: int = 0
     instrumented_lm: int = 0  # programs the frozen LM instrumented (accepted by verification)
     instrumented_fallback: int = 0  # programs the LM's output was rejected for: the AST fallback instrumented them
+    instrumented_unparsed: int = 0  # programs that do not parse: no instrumenter can place a print in them
     update_s: float = 0.0
     wait_s: float = 0.0
     sample_s: float = 0.0
@@ -189,6 +190,7 @@ class AsyncRLLoop:
         for s in samples:
             self.counters.instrumented_lm += s.instrument_path == "lm"
             self.counters.instrumented_fallback += s.instrument_path == "fallback"
+            self.counters.instrumented_unparsed += s.instrument_path == "unparsed"
             (self.finished if s.done else self.in_flight).append(s)
         self.counters.sample_s += time.monotonic() - t0
 
