@@ -116,6 +116,44 @@ def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict],
     }
 
 
+def slow_and_better(corpus: dict[str, dict], lower_is_better: bool) -> list[str]:
+    """The corpus's kinds of solution that are slower and better: mean Δt above the corpus's mean over its
+    programs, and mean score better (in the task's direction) than the corpus's. These are the kinds the
+    duration weights exist to protect; empty when the task has none (pizza: its fast linear models score best).
+
+    corpus: `corpus_kinds`' output, {kind: {"programs", "duration_s_mean", "score_mean"}}."""
+    n = sum(v["programs"] for v in corpus.values())
+    if not n:
+        return []
+    dt = sum(v["programs"] * v["duration_s_mean"] for v in corpus.values()) / n
+    score = sum(v["programs"] * v["score_mean"] for v in corpus.values()) / n
+    sign = -1.0 if lower_is_better else 1.0
+    return sorted(k for k, v in corpus.items() if v["duration_s_mean"] > dt and sign * (v["score_mean"] - score) > 0)
+
+
+def share_contrast(kinds: list[str], arms: dict[str, dict], samples: int) -> dict[str, Any]:
+    """The share of `kinds` among each arm's evaluation samples before and after RL, each with its standard
+    error sqrt(p (1 - p) / n), and the after-RL difference between the first two arms in standard errors of
+    the difference (the paper's direction: the Δt-weighted arm, listed first, keeps more of them).
+
+    arms: summary["arms"] (each with "before"/"after" holding "kinds": {kind: share}); samples: n per evaluation.
+    Returns {"kinds", "arms": {name: {"before": [p, se], "after": [p, se]}}, "difference", "z"}."""
+    out: dict[str, Any] = {"kinds": kinds, "arms": {}}
+    for name, arm in arms.items():
+        out["arms"][name] = {}
+        for when in ("before", "after"):
+            p = float(sum(arm[when]["kinds"].get(k, 0.0) for k in kinds))
+            out["arms"][name][when] = [p, float(np.sqrt(p * (1 - p) / max(samples, 1)))]
+    names = list(arms)
+    if len(names) >= 2:
+        p1, p2 = out["arms"][names[0]]["after"][0], out["arms"][names[1]]["after"][0]
+        out["difference"] = p1 - p2
+        pooled = (p1 + p2) / 2
+        se = float(np.sqrt(2 * pooled * (1 - pooled) / max(samples, 1)))
+        out["z"] = (p1 - p2) / se if se > 0 else None
+    return out
+
+
 def step_series(arm_dir: Path, task_id: str) -> list[dict]:
     """Per RL step of an arm: reward, score, valid fraction, mean Δt, and the share of each solution kind
     among the B samples it trained on."""
@@ -317,6 +355,7 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         "batch_size": s.loop.batch_size,
         "warmstart": ws_metrics,
         "corpus_kinds": corpus,
+        "slow_and_better": share_contrast(slow_and_better(corpus, task.lower_is_better), arms, scale.eval_samples),
         "arms": arms,
         "wall_s_this_process": round(time.monotonic() - t_start, 1),
     }
@@ -366,6 +405,28 @@ def write_report(summary: dict, out: Path) -> Path:
         rows = [[k, v["programs"], v["duration_s_mean"], v["score_mean"]] for k, v in summary["corpus_kinds"].items()]
         lines += ["", "The corpus's kinds measured on this machine (verified warm-start programs):", ""]
         lines.append(markdown_table(["kind", "programs", "mean Δt (s)", "mean score"], rows))
+    contrast = summary.get("slow_and_better")
+    if contrast is not None:
+        if contrast["kinds"]:
+            lines += [
+                "",
+                f"Slower and better than the corpus's mean (the kinds the duration weights protect): "
+                f"{', '.join(contrast['kinds'])}. Their share of the evaluation samples (± SE):",
+                "",
+            ]
+            rows = [
+                [name, *(f"{v[w][0]:.3f} ± {v[w][1]:.3f}" for w in ("before", "after"))]
+                for name, v in contrast["arms"].items()
+            ]
+            lines.append(markdown_table(["arm", "before RL", "after RL"], rows))
+            if contrast.get("z") is not None:
+                first, second = list(contrast["arms"])[:2]
+                lines.append(
+                    f"\nAfter RL, {first} minus {second}: {contrast['difference']:+.3f} "
+                    f"({contrast['z']:+.1f} standard errors of the difference)."
+                )
+        else:
+            lines += ["", "No kind of the corpus is both slower and better than its mean on this machine."]
     rows = [[name, *(arm["stats"][k] for k in ("executor_utilization", "learner_idle_fraction", "instrument_lm_share",
                                                "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
     lines += [

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 from absl import app
 
-from mle_jax.experiments.learning import instrument_shares, kind_shares, share_warm_start, step_series, write_report
+from mle_jax.experiments.learning import (
+    instrument_shares,
+    kind_shares,
+    share_contrast,
+    share_warm_start,
+    slow_and_better,
+    step_series,
+    write_report,
+)
 from mle_jax.report import MetricsWriter
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
@@ -48,7 +56,9 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
     summary = {"task": TASK, "scale": {"steps": 3, "eval_samples": 4}, "batch_size": 2, "arms": arms,
                "corpus_kinds": {"logreg": {"programs": 2, "duration_s_mean": 5.0, "score_mean": 0.65}},
                "warmstart": {"instrument_heldout_accept": 0.25, "instrument_heldout": 4}}  # fmt: skip
+    summary["slow_and_better"] = share_contrast(["logreg"], arms, 4)
     report = write_report(summary, tmp_path).read_text()
+    assert "Slower and better than the corpus's mean" in report and "| 1.000 ± 0.000 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
     for name in ("score_reward", "kinds", "duration"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
@@ -77,3 +87,37 @@ def test_instrument_shares_count_only_programs_that_parse(tmp_path):
     writer.write_samples(2, [{"code": None, "instrument": "off"}, {"code": good, "instrument": "lm"}])
     writer.close()
     assert instrument_shares(tmp_path) == {"parsed": 3, "lm": 0.667, "fallback": 0.333}
+
+
+CORPUS = {  # spooky-like: log loss, lower is better; corpus means Δt 5.0 s, score 0.55
+    "nb word": {"programs": 2, "duration_s_mean": 2.0, "score_mean": 0.60},
+    "nb word+char": {"programs": 2, "duration_s_mean": 5.0, "score_mean": 0.45},
+    "logreg word+char": {"programs": 1, "duration_s_mean": 16.0, "score_mean": 0.70},
+    "sgd word": {"programs": 1, "duration_s_mean": 0.0, "score_mean": 0.40},
+    "svm word+char": {"programs": 2, "duration_s_mean": 7.0, "score_mean": 0.50},
+}
+
+
+def test_slow_and_better_kinds_are_above_the_corpus_mean_time_and_better_than_its_mean_score():
+    # mean Δt = (4 + 10 + 16 + 0 + 14) / 8 = 5.5; mean score = (1.2 + 0.9 + 0.7 + 0.4 + 1.0) / 8 = 0.525
+    assert slow_and_better(CORPUS, lower_is_better=True) == ["svm word+char"]
+    assert slow_and_better(CORPUS, lower_is_better=False) == ["logreg word+char"]
+    fast_is_best = {"logreg": {"programs": 3, "duration_s_mean": 1.7, "score_mean": 0.65},
+                    "rf": {"programs": 3, "duration_s_mean": 2.9, "score_mean": 0.63}}  # fmt: skip
+    assert slow_and_better(fast_is_best, lower_is_better=False) == [] and slow_and_better({}, True) == []
+
+
+def test_share_contrast_gives_each_arms_share_with_its_standard_error_and_the_difference_in_ses():
+    def ev(shares):
+        return {"kinds": shares}
+
+    arms = {
+        "duration_weighted": {"before": ev({"a": 0.25}), "after": ev({"a": 0.5, "b": 0.25, "c": 0.25})},
+        "unweighted": {"before": ev({"a": 0.25}), "after": ev({"a": 0.25, "c": 0.75})},
+    }
+    c = share_contrast(["a", "b"], arms, samples=64)
+    assert c["arms"]["duration_weighted"]["after"] == pytest.approx([0.75, (0.75 * 0.25 / 64) ** 0.5])
+    assert c["arms"]["unweighted"]["before"] == pytest.approx([0.25, (0.25 * 0.75 / 64) ** 0.5])
+    assert c["difference"] == pytest.approx(0.5)
+    assert c["z"] == pytest.approx(0.5 / (2 * 0.5 * 0.5 / 64) ** 0.5)  # pooled p = 0.5
+    assert share_contrast([], arms, 64)["difference"] == 0.0 and share_contrast([], arms, 64)["z"] is None
