@@ -98,37 +98,54 @@ def eval_summary(result: dict, task_id: str) -> dict:
     }
 
 
+def _valid_records(verified_jsonl: Path) -> list[dict]:
+    return [r for r in map(json.loads, verified_jsonl.read_text().splitlines()) if r.get("valid")]
+
+
 def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict], str]) -> dict[str, dict]:
     """Per kind of solution (`grid_kind` of a verified.jsonl record) of the verified warm-start corpus: programs,
-    mean Δt and mean score on this machine."""
+    mean and median Δt, and mean and median score on this machine."""
     by: dict[str, list[dict]] = {}
-    for line in verified_jsonl.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("valid"):
-            by.setdefault(grid_kind(rec), []).append(rec)
+    for rec in _valid_records(verified_jsonl):
+        by.setdefault(grid_kind(rec), []).append(rec)
     return {
         kind: {
             "programs": len(recs),
             "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])),
+            "duration_s_median": float(np.median([r["duration_s"] for r in recs])),
             "score_mean": float(np.mean([r["score"] for r in recs])),
+            "score_median": float(np.median([r["score"] for r in recs])),
         }
         for kind, recs in sorted(by.items())
     }
 
 
-def slow_and_better(corpus: dict[str, dict], lower_is_better: bool) -> list[str]:
-    """The corpus's kinds of solution that are slower and better: mean Δt above the corpus's mean over its
-    programs, and mean score better (in the task's direction) than the corpus's. These are the kinds the
-    duration weights exist to protect; empty when the task has none (pizza: its fast linear models score best).
+def corpus_medians(verified_jsonl: Path) -> dict[str, float]:
+    """The median Δt and score of the corpus's valid programs (None when none is valid)."""
+    recs = _valid_records(verified_jsonl)
+    if not recs:
+        return {}
+    return {
+        "duration_s": float(np.median([r["duration_s"] for r in recs])),
+        "score": float(np.median([r["score"] for r in recs])),
+    }
 
-    corpus: `corpus_kinds`' output, {kind: {"programs", "duration_s_mean", "score_mean"}}."""
-    n = sum(v["programs"] for v in corpus.values())
-    if not n:
+
+def slow_and_better(corpus: dict[str, dict], medians: dict[str, float], lower_is_better: bool) -> list[str]:
+    """The corpus's kinds of solution that are slower and better: their median Δt above the corpus's median
+    program's, and their median score better (in the task's direction) than the corpus's median program's.
+    Medians, because one kind's failures (a log loss of 2 where the rest score 0.5) would move a mean past
+    most kinds. These are the kinds the duration weights exist to protect; empty when the task has none.
+
+    corpus: `corpus_kinds`' output; medians: `corpus_medians`' output."""
+    if not medians:
         return []
-    dt = sum(v["programs"] * v["duration_s_mean"] for v in corpus.values()) / n
-    score = sum(v["programs"] * v["score_mean"] for v in corpus.values()) / n
     sign = -1.0 if lower_is_better else 1.0
-    return sorted(k for k, v in corpus.items() if v["duration_s_mean"] > dt and sign * (v["score_mean"] - score) > 0)
+    return sorted(
+        k
+        for k, v in corpus.items()
+        if v["duration_s_median"] > medians["duration_s"] and sign * (v["score_median"] - medians["score"]) > 0
+    )
 
 
 def share_contrast(kinds: list[str], arms: dict[str, dict], samples: int) -> dict[str, Any]:
@@ -343,8 +360,9 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
     finally:
         fleet.close()
     verified = out / "base" / "warmstart" / "verified.jsonl"
-    corpus = {}
+    corpus, medians = {}, {}
     if verified.is_file():
+        medians = corpus_medians(verified)
         # the kinds the evaluation counts (solution_kind), of each verified program's code
         kinds = {hashlib.sha256(it.code.encode()).hexdigest(): solution_kind(task.id, it.code)
                  for it in full_grid(task.id, packages)}  # fmt: skip
@@ -355,7 +373,10 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         "batch_size": s.loop.batch_size,
         "warmstart": ws_metrics,
         "corpus_kinds": corpus,
-        "slow_and_better": share_contrast(slow_and_better(corpus, task.lower_is_better), arms, scale.eval_samples),
+        "corpus_medians": medians,
+        "slow_and_better": share_contrast(
+            slow_and_better(corpus, medians, task.lower_is_better), arms, scale.eval_samples
+        ),
         "arms": arms,
         "wall_s_this_process": round(time.monotonic() - t_start, 1),
     }
@@ -402,15 +423,22 @@ def write_report(summary: dict, out: Path) -> Path:
     header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]
     lines += ["", "Share of each kind of solution in the evaluation samples:", "", markdown_table(header, rows)]
     if summary["corpus_kinds"]:
-        rows = [[k, v["programs"], v["duration_s_mean"], v["score_mean"]] for k, v in summary["corpus_kinds"].items()]
+        rows = [
+            [k, v["programs"], v["duration_s_mean"], v.get("duration_s_median"), v["score_mean"], v.get("score_median")]
+            for k, v in summary["corpus_kinds"].items()
+        ]
         lines += ["", "The corpus's kinds measured on this machine (verified warm-start programs):", ""]
-        lines.append(markdown_table(["kind", "programs", "mean Δt (s)", "mean score"], rows))
+        header = ["kind", "programs", "mean Δt (s)", "median Δt (s)", "mean score", "median score"]
+        lines.append(markdown_table(header, rows))
+        m = summary.get("corpus_medians")
+        if m:
+            lines.append(f"\nThe corpus's median program: Δt {m['duration_s']:.2f} s, score {m['score']:.4g}.")
     contrast = summary.get("slow_and_better")
     if contrast is not None:
         if contrast["kinds"]:
             lines += [
                 "",
-                f"Slower and better than the corpus's mean (the kinds the duration weights protect): "
+                f"Slower and better than the corpus's median program (the kinds the duration weights protect): "
                 f"{', '.join(contrast['kinds'])}. Their share of the evaluation samples (± SE):",
                 "",
             ]

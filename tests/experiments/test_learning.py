@@ -4,10 +4,14 @@ are in the README, with the command.)"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from absl import app
 
 from mle_jax.experiments.learning import (
+    corpus_kinds,
+    corpus_medians,
     instrument_shares,
     kind_shares,
     share_contrast,
@@ -58,7 +62,7 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
                "warmstart": {"instrument_heldout_accept": 0.25, "instrument_heldout": 4}}  # fmt: skip
     summary["slow_and_better"] = share_contrast(["logreg"], arms, 4)
     report = write_report(summary, tmp_path).read_text()
-    assert "Slower and better than the corpus's mean" in report and "| 1.000 ± 0.000 |" in report
+    assert "Slower and better than the corpus's median program" in report and "| 1.000 ± 0.000 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
     for name in ("score_reward", "kinds", "duration"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
@@ -89,22 +93,38 @@ def test_instrument_shares_count_only_programs_that_parse(tmp_path):
     assert instrument_shares(tmp_path) == {"parsed": 3, "lm": 0.667, "fallback": 0.333}
 
 
-CORPUS = {  # spooky-like: log loss, lower is better; corpus means Δt 5.0 s, score 0.55
-    "nb word": {"programs": 2, "duration_s_mean": 2.0, "score_mean": 0.60},
-    "nb word+char": {"programs": 2, "duration_s_mean": 5.0, "score_mean": 0.45},
-    "logreg word+char": {"programs": 1, "duration_s_mean": 16.0, "score_mean": 0.70},
-    "sgd word": {"programs": 1, "duration_s_mean": 0.0, "score_mean": 0.40},
-    "svm word+char": {"programs": 2, "duration_s_mean": 7.0, "score_mean": 0.50},
-}
+def _kind(duration, score, programs=2):
+    return {"programs": programs, "duration_s_median": duration, "score_median": score}
 
 
-def test_slow_and_better_kinds_are_above_the_corpus_mean_time_and_better_than_its_mean_score():
-    # mean Δt = (4 + 10 + 16 + 0 + 14) / 8 = 5.5; mean score = (1.2 + 0.9 + 0.7 + 0.4 + 1.0) / 8 = 0.525
-    assert slow_and_better(CORPUS, lower_is_better=True) == ["svm word+char"]
-    assert slow_and_better(CORPUS, lower_is_better=False) == ["logreg word+char"]
-    fast_is_best = {"logreg": {"programs": 3, "duration_s_mean": 1.7, "score_mean": 0.65},
-                    "rf": {"programs": 3, "duration_s_mean": 2.9, "score_mean": 0.63}}  # fmt: skip
-    assert slow_and_better(fast_is_best, lower_is_better=False) == [] and slow_and_better({}, True) == []
+def test_slow_and_better_kinds_have_median_time_above_and_median_score_better_than_the_corpus_median():
+    corpus = {  # spooky-like, log loss (lower is better); corpus median program: Δt 4.0 s, score 0.55
+        "nb word": _kind(2.0, 0.60),
+        "nb word+char": _kind(4.0, 0.45),  # not slower than the median program
+        "logreg word+char": _kind(16.0, 0.70),  # slower, worse
+        "sgd char": _kind(5.0, 2.05),  # slower, far worse: one such kind must not move the threshold
+        "svm word+char": _kind(7.0, 0.50),  # slower and better
+    }
+    medians = {"duration_s": 4.0, "score": 0.55}
+    assert slow_and_better(corpus, medians, lower_is_better=True) == ["svm word+char"]
+    assert slow_and_better(corpus, medians, lower_is_better=False) == ["logreg word+char", "sgd char"]
+    assert slow_and_better(corpus, {}, lower_is_better=True) == []
+
+
+def test_corpus_kinds_and_medians_read_the_verified_programs(tmp_path):
+    recs = [
+        {"sha256": "a", "valid": True, "duration_s": 1.0, "score": 0.5},
+        {"sha256": "b", "valid": True, "duration_s": 3.0, "score": 0.7},
+        {"sha256": "c", "valid": True, "duration_s": 10.0, "score": 0.9},
+        {"sha256": "d", "valid": False, "duration_s": 0.1, "score": None},
+    ]
+    path = tmp_path / "verified.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    kinds = corpus_kinds(path, TASK, lambda r: "fast" if r["sha256"] in "ab" else "slow")
+    assert kinds["fast"] == {"programs": 2, "duration_s_mean": 2.0, "duration_s_median": 2.0, "score_mean": 0.6,
+                             "score_median": 0.6} and kinds["slow"]["programs"] == 1  # fmt: skip
+    assert corpus_medians(path) == {"duration_s": 3.0, "score": 0.7}
+    assert slow_and_better(kinds, corpus_medians(path), lower_is_better=False) == ["slow"]
 
 
 def test_share_contrast_gives_each_arms_share_with_its_standard_error_and_the_difference_in_ses():
