@@ -83,6 +83,27 @@ def kind_shares(codes: list[str | None], task_id: str) -> dict[str, float]:
     return {k: v / max(len(codes), 1) for k, v in sorted(counts.items())}
 
 
+def kind_outcomes(records: list[dict], task_id: str) -> dict[str, dict]:
+    """Per kind of solution among a policy's own samples (evaluation records): how many, the share that was
+    valid, the mean score of the valid ones, the mean reward and the mean Δt. A kind that is slower and better
+    in the corpus is protected by the duration weights only if the policy also writes it well: its expected
+    reward here is what RL sees."""
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(solution_kind(task_id, r["code"]), []).append(r)
+    out = {}
+    for kind, recs in sorted(by.items()):
+        scores = [r["score"] for r in recs if r["valid"]]
+        out[kind] = {
+            "samples": len(recs),
+            "valid_fraction": float(np.mean([bool(r["valid"]) for r in recs])),
+            "score_mean": float(np.mean(scores)) if scores else None,
+            "reward_mean": float(np.mean([r["reward"] for r in recs])),
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])),
+        }
+    return out
+
+
 def eval_summary(result: dict, task_id: str) -> dict:
     """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
     e = result["scratch"]
@@ -95,6 +116,7 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "best_score": e["max"],
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
+        "kind_outcomes": kind_outcomes(e["records"], task_id),
     }
 
 
@@ -454,7 +476,17 @@ def write_report(summary: dict, out: Path) -> Path:
                     f"({contrast['z']:+.1f} standard errors of the difference)."
                 )
         else:
-            lines += ["", "No kind of the corpus is both slower and better than its mean on this machine."]
+            lines += ["", "No kind of the corpus is both slower and better than its median program on this machine."]
+    outcomes = next(iter(arms.values()))["before"].get("kind_outcomes") if arms else None
+    if outcomes:
+        rows = [
+            [k, v["samples"], v["valid_fraction"], v["score_mean"], v["reward_mean"], v["duration_s_mean"]]
+            for k, v in outcomes.items()
+        ]
+        lines += ["", "What the policy writes of each kind before RL (its evaluation samples): what RL sees.", ""]
+        lines.append(
+            markdown_table(["kind", "samples", "valid", "mean score of valid", "mean reward", "mean Δt (s)"], rows)
+        )
     rows = [[name, *(arm["stats"][k] for k in ("executor_utilization", "learner_idle_fraction", "instrument_lm_share",
                                                "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
     lines += [

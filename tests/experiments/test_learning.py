@@ -13,6 +13,7 @@ from mle_jax.experiments.learning import (
     corpus_kinds,
     corpus_medians,
     instrument_shares,
+    kind_outcomes,
     kind_shares,
     share_contrast,
     share_warm_start,
@@ -51,7 +52,9 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
     assert [r["step"] for r in steps] == [1, 2, 3] and [r["reward_mean"] for r in steps] == [-5.0, -4.0, -3.0]
     assert steps[0]["kinds"] == {"logreg": 0.5, "no code": 0.5} and steps[2]["duration_s_mean"] == 8.0
     ev = {"samples": 4, "mean_reward": -2.0, "se_reward": 0.5, "valid_fraction": 0.75, "mean_score": 0.6,
-          "best_score": 0.7, "kinds": {"logreg": 1.0}, "valid_kinds": {"logreg": 1.0}}  # fmt: skip
+          "best_score": 0.7, "kinds": {"logreg": 1.0}, "valid_kinds": {"logreg": 1.0},
+          "kind_outcomes": {"logreg": {"samples": 4, "valid_fraction": 0.75, "score_mean": 0.6, "reward_mean": -2.0,
+                                       "duration_s_mean": 3.5}}}  # fmt: skip
     stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
     arms = {
         name: {"before": ev, "after": {**ev, "mean_reward": -1.0}, "stats": stats, "steps": steps}
@@ -62,7 +65,9 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
                "warmstart": {"instrument_heldout_accept": 0.25, "instrument_heldout": 4}}  # fmt: skip
     summary["slow_and_better"] = share_contrast(["logreg"], arms, 4)
     report = write_report(summary, tmp_path).read_text()
-    assert "Slower and better than the corpus's median program" in report and "| 1.000 ± 0.000 |" in report
+    assert "Slower and better than the corpus's median program" in report
+    assert "| 1.000 ± 0.000 |" in report and "What the policy writes of each kind before RL" in report
+    assert "| logreg | 4 | 0.75 | 0.6 | -2 | 3.5 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
     for name in ("score_reward", "kinds", "duration"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
@@ -141,3 +146,18 @@ def test_share_contrast_gives_each_arms_share_with_its_standard_error_and_the_di
     assert c["difference"] == pytest.approx(0.5)
     assert c["z"] == pytest.approx(0.5 / (2 * 0.5 * 0.5 / 64) ** 0.5)  # pooled p = 0.5
     assert share_contrast([], arms, 64)["difference"] == 0.0 and share_contrast([], arms, 64)["z"] is None
+
+
+def test_kind_outcomes_are_what_the_policy_writes_of_each_kind():
+    lr, rf = _program("logreg"), _program("random_forest")
+    records = [
+        {"code": lr, "valid": True, "score": 0.6, "reward": 0.6, "duration_s": 2.0},
+        {"code": lr, "valid": False, "score": None, "reward": -9.8, "duration_s": 0.5},
+        {"code": rf, "valid": True, "score": 0.7, "reward": 0.7, "duration_s": 9.0},
+        {"code": None, "valid": False, "score": None, "reward": -10.0, "duration_s": 0.0},
+    ]
+    out = kind_outcomes(records, TASK)
+    assert out["logreg"] == pytest.approx(
+        {"samples": 2, "valid_fraction": 0.5, "score_mean": 0.6, "reward_mean": -4.6, "duration_s_mean": 1.25}
+    )
+    assert out["random_forest"]["reward_mean"] == 0.7 and out["no code"]["score_mean"] is None
