@@ -216,6 +216,25 @@ def step_series(arm_dir: Path, task_id: str) -> list[dict]:
     return out
 
 
+def lag_of_kinds(arm_dir: Path, task_id: str, kinds: list[str]) -> dict[str, dict]:
+    """How far behind the policy the programs of `kinds` were when the learner trained on them, against the
+    others: mean version lag (the update's policy version minus the sampling one) and mean Δt, over the arm's
+    samples.jsonl. Asynchronous RL biases the gradient toward fast programs only where slow ones return
+    later, i.e. with a larger lag; with a deep queue on few sandbox slots, completion order is mostly queue
+    order and the lags come out alike."""
+    groups: dict[str, list[dict]] = {"kinds": [], "others": []}
+    for rec in read_metrics(arm_dir / "samples.jsonl"):
+        groups["kinds" if solution_kind(task_id, rec["code"]) in kinds else "others"].append(rec)
+    return {
+        name: {
+            "samples": len(recs),
+            "version_lag_mean": float(np.mean([r["step"] - 1 - r["version"] for r in recs])) if recs else None,
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])) if recs else None,
+        }
+        for name, recs in groups.items()
+    }
+
+
 def instrument_shares(arm_dir: Path) -> dict[str, float | int]:
     """Over the programs an arm trained on (samples.jsonl): how many parse, and of those the share the frozen
     LM instrumented (its output accepted) and the share the AST fallback did. A program that does not parse
@@ -389,6 +408,7 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         kinds = {hashlib.sha256(it.code.encode()).hexdigest(): solution_kind(task.id, it.code)
                  for it in full_grid(task.id, packages)}  # fmt: skip
         corpus = corpus_kinds(verified, task.id, lambda rec: kinds.get(rec["sha256"], "other"))
+    slow = slow_and_better(corpus, medians, task.lower_is_better)
     summary = {
         "task": task.id,
         "scale": dataclasses.asdict(scale),
@@ -396,9 +416,8 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         "warmstart": ws_metrics,
         "corpus_kinds": corpus,
         "corpus_medians": medians,
-        "slow_and_better": share_contrast(
-            slow_and_better(corpus, medians, task.lower_is_better), arms, scale.eval_samples
-        ),
+        "slow_and_better": share_contrast(slow, arms, scale.eval_samples),
+        "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in arms},
         "arms": arms,
         "wall_s_this_process": round(time.monotonic() - t_start, 1),
     }
@@ -477,6 +496,16 @@ def write_report(summary: dict, out: Path) -> Path:
                 )
         else:
             lines += ["", "No kind of the corpus is both slower and better than its median program on this machine."]
+    lags = summary.get("lag_of_slow_and_better")
+    if lags and contrast and contrast["kinds"]:
+        rows = [
+            [name, g["kinds"]["version_lag_mean"], g["others"]["version_lag_mean"], g["kinds"]["duration_s_mean"],
+             g["others"]["duration_s_mean"]]
+            for name, g in lags.items()
+        ]  # fmt: skip
+        lines += ["", "How late the learner saw them (version lag when trained on) against the other programs:", ""]
+        header = ["arm", "lag, slow and better", "lag, others", "Δt (s), slow and better", "Δt (s), others"]
+        lines.append(markdown_table(header, rows))
     outcomes = next(iter(arms.values()))["before"].get("kind_outcomes") if arms else None
     if outcomes:
         rows = [

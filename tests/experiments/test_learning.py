@@ -15,6 +15,7 @@ from mle_jax.experiments.learning import (
     instrument_shares,
     kind_outcomes,
     kind_shares,
+    lag_of_kinds,
     share_contrast,
     share_warm_start,
     slow_and_better,
@@ -64,10 +65,13 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
                "corpus_kinds": {"logreg": {"programs": 2, "duration_s_mean": 5.0, "score_mean": 0.65}},
                "warmstart": {"instrument_heldout_accept": 0.25, "instrument_heldout": 4}}  # fmt: skip
     summary["slow_and_better"] = share_contrast(["logreg"], arms, 4)
+    group = {"samples": 2, "version_lag_mean": 1.5, "duration_s_mean": 8.0}
+    summary["lag_of_slow_and_better"] = {name: {"kinds": group, "others": group} for name in arms}
     report = write_report(summary, tmp_path).read_text()
     assert "Slower and better than the corpus's median program" in report
     assert "| 1.000 ± 0.000 |" in report and "What the policy writes of each kind before RL" in report
     assert "| logreg | 4 | 0.75 | 0.6 | -2 | 3.5 |" in report
+    assert "How late the learner saw them" in report and "| unweighted | 1.5 | 1.5 | 8 | 8 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
     for name in ("score_reward", "kinds", "duration"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
@@ -161,3 +165,24 @@ def test_kind_outcomes_are_what_the_policy_writes_of_each_kind():
         {"samples": 2, "valid_fraction": 0.5, "score_mean": 0.6, "reward_mean": -4.6, "duration_s_mean": 1.25}
     )
     assert out["random_forest"]["reward_mean"] == 0.7 and out["no code"]["score_mean"] is None
+
+
+def test_lag_of_kinds_compares_how_late_the_learner_saw_the_kinds(tmp_path):
+    lr, rf = _program("logreg"), _program("random_forest")
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer.write_samples(1, [{"code": lr, "version": 0, "duration_s": 1.0}])  # lag 0
+    writer.write_samples(
+        3, [{"code": rf, "version": 0, "duration_s": 9.0}, {"code": lr, "version": 2, "duration_s": 2.0}]
+    )
+    writer.write_samples(
+        4, [{"code": rf, "version": 2, "duration_s": 7.0}, {"code": None, "version": 3, "duration_s": 0}]
+    )
+    writer.close()
+    out = lag_of_kinds(tmp_path, TASK, ["random_forest"])
+    assert out["kinds"] == {"samples": 2, "version_lag_mean": 1.5, "duration_s_mean": 8.0}
+    assert out["others"] == {"samples": 3, "version_lag_mean": 0.0, "duration_s_mean": 1.0}
+    assert lag_of_kinds(tmp_path, TASK, [])["kinds"] == {
+        "samples": 0,
+        "version_lag_mean": None,
+        "duration_s_mean": None,
+    }
