@@ -104,6 +104,10 @@ def kind_outcomes(records: list[dict], task_id: str) -> dict[str, dict]:
     return out
 
 
+def _se(xs: list[float]) -> float | None:
+    return float(np.std(xs, ddof=1) / np.sqrt(len(xs))) if len(xs) > 1 else None
+
+
 def eval_summary(result: dict, task_id: str) -> dict:
     """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
     e = result["scratch"]
@@ -113,6 +117,7 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "se_reward": e["se_reward"],
         "valid_fraction": e["valid_fraction"],
         "mean_score": e["mean"],
+        "se_score": _se([r["score"] for r in e["records"] if r["valid"]]),
         "best_score": e["max"],
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
@@ -457,8 +462,10 @@ def write_report(summary: dict, out: Path) -> Path:
     for name, arm in arms.items():
         for when in ("before", "after"):
             e = arm[when]
-            rows.append([name, when, _pm(e), e["valid_fraction"], e["mean_score"], e["best_score"]])
-    lines += ["", markdown_table(["arm", "", "mean reward ± SE", "valid fraction", "mean score", "best"], rows)]
+            score = e["mean_score"] if e.get("se_score") is None else f"{e['mean_score']:.4f} ± {e['se_score']:.4f}"
+            rows.append([name, when, _pm(e), e["valid_fraction"], score, e["best_score"]])
+    header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
+    lines += ["", markdown_table(header, rows)]
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
     header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]

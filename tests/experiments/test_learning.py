@@ -12,6 +12,7 @@ from absl import app
 from mle_jax.experiments.learning import (
     corpus_kinds,
     corpus_medians,
+    eval_summary,
     instrument_shares,
     kind_outcomes,
     kind_shares,
@@ -58,7 +59,7 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
                                        "duration_s_mean": 3.5}}}  # fmt: skip
     stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
     arms = {
-        name: {"before": ev, "after": {**ev, "mean_reward": -1.0}, "stats": stats, "steps": steps}
+        name: {"before": ev, "after": {**ev, "mean_reward": -1.0, "se_score": 0.05}, "stats": stats, "steps": steps}
         for name in ("duration_weighted", "unweighted")
     }
     summary = {"task": TASK, "scale": {"steps": 3, "eval_samples": 4}, "batch_size": 2, "arms": arms,
@@ -69,7 +70,11 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
     summary["lag_of_slow_and_better"] = {name: {"kinds": group, "others": group} for name in arms}
     report = write_report(summary, tmp_path).read_text()
     assert "Slower and better than the corpus's median program" in report
-    assert "| 1.000 ± 0.000 |" in report and "What the policy writes of each kind before RL" in report
+    assert (
+        "| 0.6000 ± 0.0500 |" in report
+        and "| 1.000 ± 0.000 |" in report
+        and "What the policy writes of each kind before RL" in report
+    )
     assert "| logreg | 4 | 0.75 | 0.6 | -2 | 3.5 |" in report
     assert "How late the learner saw them" in report and "| unweighted | 1.5 | 1.5 | 8 | 8 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
@@ -186,3 +191,17 @@ def test_lag_of_kinds_compares_how_late_the_learner_saw_the_kinds(tmp_path):
         "version_lag_mean": None,
         "duration_s_mean": None,
     }
+
+
+def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
+    lr = _program("logreg")
+    records = [
+        {"code": lr, "valid": True, "score": 0.5, "reward": 0.5, "duration_s": 1.0},
+        {"code": lr, "valid": True, "score": 0.7, "reward": 0.7, "duration_s": 1.0},
+        {"code": None, "valid": False, "score": None, "reward": -10.0, "duration_s": 0.0},
+    ]
+    result = {"scratch": {"samples": 3, "mean_reward": -2.93, "se_reward": 3.5, "valid_fraction": 2 / 3, "mean": 0.6,
+                          "max": 0.7, "records": records}}  # fmt: skip
+    e = eval_summary(result, TASK)
+    assert e["se_score"] == pytest.approx(0.1) and e["kinds"] == {"logreg": 2 / 3, "no code": 1 / 3}
+    assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
