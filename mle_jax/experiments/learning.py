@@ -148,7 +148,7 @@ def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict],
 
 
 def corpus_medians(verified_jsonl: Path) -> dict[str, float]:
-    """The median Δt and score of the corpus's valid programs (None when none is valid)."""
+    """The median Δt and score of the corpus's valid programs (empty when none is valid)."""
     recs = _valid_records(verified_jsonl)
     if not recs:
         return {}
