@@ -7,6 +7,7 @@ evaluates a run's latest policy and prints our numbers beside the paper's Table 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import wait
 from dataclasses import dataclass
 
@@ -65,8 +66,14 @@ def summarize(scores: list[float | None], rewards: list[float], lower_is_better:
         "mean": float(np.mean(valid)) if valid else None,
         "max": best,  # "max" = best in the task's direction, as the paper reports it
         "mean_reward": float(r.mean()) if r.size else None,
-        "se_reward": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else None,
+        "se_reward": standard_error(r),
     }
+
+
+def standard_error(xs: Sequence[float] | np.ndarray) -> float | None:
+    """The standard error of the mean of `xs` (shape [n]); None for fewer than two values."""
+    x = np.asarray(xs, np.float64)
+    return float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else None
 
 
 def _score(s: rollout.Sample) -> float | None:

@@ -115,14 +115,7 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
                 "rl/wall_s": round(rl_s, 1),
                 "rl/samples": c.sampled,
                 "rl/resampled_stale": c.resampled_stale,
-                # shares of the programs that parse (None when none did); the unparsed share is of all programs
-                "rl/instrument_lm_share": _share(c.instrumented_lm, c.instrumented_lm + c.instrumented_fallback),
-                "rl/instrument_fallback_share": _share(
-                    c.instrumented_fallback, c.instrumented_lm + c.instrumented_fallback
-                ),
-                "rl/instrument_unparsed_share": _share(
-                    c.instrumented_unparsed, c.instrumented_lm + c.instrumented_fallback + c.instrumented_unparsed
-                ),
+                **{f"rl/instrument_{path}_share": v for path, v in c.instrument_shares().items()},
                 "rl/infra_failures": c.infra_failures,
                 "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
                 "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
@@ -154,7 +147,3 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
     if channel is not None:
         channel.finish()
     return summary
-
-
-def _share(part: int, whole: int) -> float | None:
-    return round(part / whole, 3) if whole else None

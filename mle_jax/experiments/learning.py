@@ -41,7 +41,7 @@ from ml_collections import config_flags
 
 from mle_jax import builders
 from mle_jax.checkpoint import Checkpointer
-from mle_jax.evaluation import evaluate
+from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.instrument import pyast
@@ -104,10 +104,6 @@ def kind_outcomes(records: list[dict], task_id: str) -> dict[str, dict]:
     return out
 
 
-def _se(xs: list[float]) -> float | None:
-    return float(np.std(xs, ddof=1) / np.sqrt(len(xs))) if len(xs) > 1 else None
-
-
 def eval_summary(result: dict, task_id: str) -> dict:
     """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
     e = result["scratch"]
@@ -117,7 +113,7 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "se_reward": e["se_reward"],
         "valid_fraction": e["valid_fraction"],
         "mean_score": e["mean"],
-        "se_score": _se([r["score"] for r in e["records"] if r["valid"]]),
+        "se_score": standard_error([r["score"] for r in e["records"] if r["valid"]]),
         "best_score": e["max"],
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),

@@ -87,6 +87,20 @@ class LoopCounters:
     def state_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def instrument_shares(self) -> dict[str, float | None]:
+        """lm and fallback: shares of the sampled programs that parse; unparsed: share of all sampled programs
+        with code. None where there is nothing to divide."""
+        parsed = self.instrumented_lm + self.instrumented_fallback
+        return {
+            "lm": _ratio(self.instrumented_lm, parsed),
+            "fallback": _ratio(self.instrumented_fallback, parsed),
+            "unparsed": _ratio(self.instrumented_unparsed, parsed + self.instrumented_unparsed),
+        }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 3) if whole else None
+
 
 def _share(flags: list[bool]) -> float | None:
     return float(np.mean(flags)) if flags else None
