@@ -216,7 +216,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.log_every = 10
     c.warmstart.checkpoint_every = 100
     c.warmstart.verify_timeout_s = 120.0  # per corpus program
-    c.warmstart.verify_workers = 0  # 0: executor.slots
+    c.warmstart.verify_workers = 0  # 0: executor.slots, at most one per CPU of this machine
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
     # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
     c.warmstart.improve_fraction = 0.5

@@ -122,7 +122,10 @@ def from_config(cfg: Any) -> RunSettings:
     instrument = _build(InstrumentSettings, "instrument", _section(cfg, "instrument"))
     warmstart = _section(cfg, "warmstart")
     if not warmstart.get("verify_workers"):
-        warmstart["verify_workers"] = executor.slots or os.cpu_count() or 1
+        # the warm start verifies its corpus in this machine's sandbox, one program per core at most: more at once
+        # would stretch the slow ones past verify_timeout_s and skew the corpus's run times, which are measured
+        cpus = os.cpu_count() or 1
+        warmstart["verify_workers"] = min(executor.slots or cpus, cpus)
     return RunSettings(
         seed=seed,
         workdir=str(cfg["workdir"]),

@@ -101,3 +101,16 @@ def test_setting_defaults_are_the_config_defaults(cls, section):
     for name, default in _defaults(cls).items():
         if name in config:
             assert config[name] == default, f"{cls.__name__}.{name}: {default!r} vs configs/base.py {config[name]!r}"
+
+
+def test_corpus_verification_runs_at_most_one_program_per_cpu(monkeypatch):
+    """16 sandbox slots on a 2-core machine (the paper's every-program-at-once topology) must not verify 16 corpus
+    programs at once: the slow ones would time out and their measured run times would be the machine's load."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    cfg = pizza.get_config("cpu")
+    cfg.executor.slots = 16
+    assert from_config(cfg).warmstart.verify_workers == 2
+    cfg.executor.slots = 1
+    assert from_config(cfg).warmstart.verify_workers == 1
+    cfg.warmstart.verify_workers = 8  # set by hand: kept
+    assert from_config(cfg).warmstart.verify_workers == 8

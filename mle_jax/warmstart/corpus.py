@@ -126,22 +126,23 @@ def verify_corpus(
     run_fn: RunFn,
     workers: int = 1,
     progress: bool = True,
-    on_result: Callable[[CorpusItem, VerifiedItem | None], None] | None = None,
+    on_result: Callable[[CorpusItem, VerifiedItem | None, str], None] | None = None,
 ) -> list[VerifiedItem]:
     """Runs every item with `run_fn` and returns those that graded valid, in input order, with score.
 
     `task` is only used for messages; `run_fn` already knows the task (see `sandbox_run_fn`).
     Invalid programs are dropped (a generator bug: the caller decides whether that is fatal).
-    on_result(item, verified or None) is called in this thread as each run finishes (e.g. to cache it).
+    on_result(item, verified or None, reason) is called in this thread as each run finishes (e.g. to cache it);
+    reason is the grader's why for an invalid run ("" for a valid one).
     """
     check_parses(items)
     task_id = task if isinstance(task, str) else getattr(task, "id", str(task))
 
-    def one(it: CorpusItem) -> VerifiedItem | None:
+    def one(it: CorpusItem) -> tuple[VerifiedItem | None, str]:
         grade, duration, output = run_fn(it.code)
         if not grade.valid or grade.score is None:
-            return None
-        return VerifiedItem(it, float(grade.score), float(duration), output)
+            return None, grade.reason or "graded without a score"
+        return VerifiedItem(it, float(grade.score), float(duration), output), ""
 
     results: list[VerifiedItem | None] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, contextlib.ExitStack() as stack:
@@ -152,9 +153,9 @@ def verify_corpus(
             bar_task = bar.add_task(f"verify {task_id} corpus", total=len(items))
         for f in as_completed(index):
             i = index[f]
-            results[i] = f.result()
+            results[i], reason = f.result()
             if on_result is not None:
-                on_result(items[i], results[i])
+                on_result(items[i], results[i], reason)
             if bar is not None:
                 bar.advance(bar_task)
     return [r for r in results if r is not None]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class WarmStartSettings:
     log_every: int = 10
     checkpoint_every: int = 100
     verify_timeout_s: float = 120.0  # per corpus program
-    verify_workers: int = 0  # 0: one per executor slot (resolved by mle_jax.settings)
+    verify_workers: int = 0  # 0: one per executor slot, at most one per CPU (resolved by mle_jax.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
     # SFT examples on the instrumentation prompt (C.3), targets by the AST instrumenter (warmstart/instrumentation.py),
@@ -124,22 +125,24 @@ def verify_cached(
 ) -> list[VerifiedItem]:
     """verify_corpus with a JSONL cache keyed by the code's sha256 (valid and invalid runs both cached).
 
-    Records without a captured output (written before outputs were kept) are run again."""
+    Records without a captured output (written before outputs were kept) are run again, and so are runs that
+    timed out (the machine's doing, e.g. too many at once: the next attempt may have other settings)."""
     seen: dict[str, dict] = {}
     if cache_path.is_file():
         for line in cache_path.read_text().splitlines():
             if line.strip():
                 rec = json.loads(line)
-                if "output" in rec:
+                if "output" in rec and not _timed_out(rec.get("reason", "")):  # a timeout is run again
                     seen[rec["sha256"]] = rec
     todo = [it for it in items if _sha(it.code) not in seen]
     if todo:
         with cache_path.open("a") as f:
 
-            def record(it: CorpusItem, v: VerifiedItem | None) -> None:  # as each run ends: kill-safe
+            def record(it: CorpusItem, v: VerifiedItem | None, reason: str) -> None:  # as each run ends: kill-safe
                 rec = {
                     "sha256": _sha(it.code),
                     "valid": v is not None,
+                    "reason": reason,
                     "score": v.score if v else None,
                     "duration_s": v.duration_s if v else None,
                     "output": v.output if v else None,
@@ -156,6 +159,38 @@ def verify_cached(
         if rec["valid"]:
             out.append(VerifiedItem(it, float(rec["score"]), float(rec["duration_s"]), rec["output"]))
     return out
+
+
+def _timed_out(reason: str) -> bool:
+    return "timeout" in reason.lower()
+
+
+def verified_reasons(cache_path: Path) -> list[str]:
+    """The reasons of the invalid runs in a verify_cached cache, the last record of each program deciding
+    (records written before reasons were kept: "")."""
+    recs = [json.loads(line) for line in cache_path.read_text().splitlines() if line.strip()]
+    last = {r["sha256"]: r for r in recs}
+    return [r.get("reason", "") for r in last.values() if not r["valid"]]
+
+
+def corpus_failure_message(
+    task_id: str, n_items: int, reasons: Sequence[str], settings: WarmStartSettings, cache_path: Path
+) -> str:
+    """One message for a corpus that did not all run and grade: how many, why, and what to change.
+
+    Runs that hit the verification timeout are the machine's doing (too many programs at once for its cores,
+    or a slow machine), not the generator's, and the message says which settings to change."""
+    timeouts = sum(_timed_out(r) for r in reasons)
+    msg = f"{len(reasons)} of {n_items} warm-start programs for {task_id} did not run and grade (see {cache_path})"
+    if timeouts:
+        return (
+            f"{msg}: {timeouts} hit the {settings.verify_timeout_s:g} s verification timeout with "
+            f"{settings.verify_workers} running at once on {os.cpu_count()} CPUs; lower "
+            "--config.warmstart.verify_workers or raise --config.warmstart.verify_timeout_s and run again "
+            "(the runs that timed out are run again, the others are kept)"
+        )
+    first = next((r for r in reasons if r), "")
+    return f"{msg}; the corpus generator must write valid ones" + (f" (first reason: {first[:300]})" if first else "")
 
 
 def sft_examples(
@@ -244,11 +279,8 @@ def warm_start(
     )
     verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", settings.verify_workers, progress)
     if len(verified) < len(items):
-        bad = len(items) - len(verified)
-        raise RuntimeError(
-            f"{bad} of {len(items)} warm-start programs for {task.id} did not run and grade "
-            f"(see {workdir / 'verified.jsonl'}); the corpus generator must write valid ones"
-        )
+        raise RuntimeError(corpus_failure_message(task.id, len(items), verified_reasons(workdir / "verified.jsonl"),
+                                                  settings, workdir / "verified.jsonl"))  # fmt: skip
 
     if (policy_dir / "DONE").is_file():
         model = from_pretrained(policy_dir, **settings.model.runtime_options())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from mle_jax.warmstart.programs.nomad2018 import NOMAD
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.programs.spooky import SPOOKY
 from mle_jax.warmstart.programs.tweet import TWEET
-from mle_jax.warmstart.stage import verify_cached
+from mle_jax.warmstart.stage import WarmStartSettings, corpus_failure_message, verified_reasons, verify_cached
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
 
@@ -135,3 +136,31 @@ def test_insults_lightgbm_on_word_counts_runs_in_bwrap(raw_data_dir: Path, tmp_p
     run_fn = sandbox_run_fn(make_sandbox(ExecutorSettings(backend="bwrap")), task, LIMITS)
     [verified] = verify_corpus([item], task, run_fn, workers=1, progress=False)
     assert 0.70 < verified.score < 0.95, verified.score
+
+
+@pytest.mark.integration
+def test_a_corpus_run_that_times_out_is_reported_as_such_and_run_again(pizza, tmp_path):
+    """A verification timeout is the machine's doing: the cache keeps why, the message names the settings to
+    change, and the next attempt (with a longer timeout) runs that program again instead of reusing the failure."""
+    item = generate_corpus(pizza.spec, 8, seed=0, packages=sandbox_packages())[0]
+    slow = type(item)("plan.", "import time\ntime.sleep(8)\n" + item.code, dict(item.meta))
+    sandbox = make_sandbox(ExecutorSettings(backend="bwrap"))
+    cache = tmp_path / "verified.jsonl"
+    short = dataclasses.replace(LIMITS, timeout_s=2.0)
+    assert verify_cached([slow], pizza, sandbox_run_fn(sandbox, pizza, short), cache, 1, progress=False) == []
+    [reason] = verified_reasons(cache)
+    assert "timeout" in reason.lower(), reason
+    settings = WarmStartSettings(verify_timeout_s=2.0, verify_workers=16)
+    message = corpus_failure_message(pizza.id, 64, [reason], settings, cache)
+    assert "1 hit the 2 s verification timeout with 16 running at once" in message
+    assert "--config.warmstart.verify_workers" in message and "generator" not in message
+
+    calls = []
+
+    def counting(code):
+        calls.append(code)
+        return sandbox_run_fn(sandbox, pizza, dataclasses.replace(LIMITS, timeout_s=60.0))(code)
+
+    [v] = verify_cached([slow], pizza, counting, cache, 1, progress=False)
+    assert len(calls) == 1 and v.duration_s > 8 and 0.55 < v.score < 0.85
+    assert verified_reasons(cache) == []  # the program's last record decides
