@@ -32,9 +32,21 @@ def _model(s: RunSettings) -> list[str]:
         return [
             f"model.path={s.model.path} is not an HF model folder (no config.json): pass a local folder "
             "(e.g. Qwen2.5-3B-Instruct downloaded elsewhere; `make smol-model` writes "
-            "checkpoints/smollm2-135m-instruct for the :smol configs), or drop --config.model.path for the tiny model"
+            "checkpoints/smollm2-135m-instruct for the :smol configs), or " + _without_path(s)
         ]
     return []
+
+
+def _without_path(s: RunSettings) -> str:
+    """What leaving model.path out means for this config: the model of its shape with random weights."""
+    m, params = s.model, s.model.architecture().num_parameters()
+    shape = f"{m.num_hidden_layers} layers of hidden {m.hidden_size}, ~{params / 1e6:,.1f} M parameters"
+    if params < 50e6:
+        return f"drop --config.model.path for this config's tiny random model ({shape})"
+    return (
+        f"use the :cpu config (configs/<task>.py:cpu) for the tiny model: without model.path this config builds "
+        f"a model of its shape with random weights ({shape}), which cannot write programs"
+    )
 
 
 def _task(s: RunSettings) -> list[str]:

@@ -26,11 +26,23 @@ def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--config=configs/pizza.py:gpu-typo"], "unknown config arg 'gpu-typo'"),
+        (
+            ["--config=configs/pizza.py:gpu-typo"],
+            "unknown config arg 'gpu-typo' for random-acts-of-pizza; use 'paper', 'cpu' or 'smol'",
+        ),
+        (
+            ["--config=configs/doesnotexist.py"],
+            "--config=configs/doesnotexist.py: no config file configs/doesnotexist.py",
+        ),
         (
             ["--config=configs/pizza.py:cpu", "--config.loop.stepz=3"],
-            '--config.loop.stepz: no such config field (did you mean "steps"?)',
+            "--config.loop.stepz: no such config field (did you mean --config.loop.steps?)",
         ),
+        (
+            ["--config=configs/pizza.py:cpu", "--config.ppo.clip=0.1"],
+            "--config.ppo.clip: no such config field (did you mean --config.ppo.clip_ratio?)",
+        ),
+        (["--config=configs/pizza.py:cpu", "--config.ppo.clip_ratio=abc"], "could not convert string to float: 'abc'"),
         (["--config=configs/pizza.py:cpu", "--config.ppo.loss_agg=sum"], "ppo.loss_agg must be one of"),
         (
             ["--config=configs/pizza.py:cpu", "--config.model.path=/no/such/model"],
@@ -60,6 +72,7 @@ def test_user_errors_are_one_line(args, says, tmp_path):
     err = done.stderr.strip()
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     assert err.startswith("error: ") and says in err, err
+    assert len(err.splitlines()) == 1 and err.count("'") % 2 == 0, err  # one line, every quote closed
     assert not (tmp_path / "run").exists()  # nothing started
 
 
@@ -111,3 +124,15 @@ def test_a_task_without_data_fails_in_one_line(args, tmp_path):
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: ") and ("prepared_dir" in line or "unknown config arg 'gpu'" in line), line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arg, says", [("cpu", "drop --config.model.path"), ("paper", "use the :cpu config")])
+def test_a_missing_model_folder_says_what_no_path_would_build(arg, says):
+    """Without model.path the :cpu config builds its tiny model, the paper config a random 3B-shaped one: the hint
+    to drop the path is given only where that gives a model that can learn here."""
+    cfg = importlib.import_module("configs.pizza").get_config(arg)
+    cfg.model.path = "/no/such/model"
+    [problem] = [p for p in preflight.problems(from_config(cfg)) if "model.path" in p]
+    assert says in problem, problem
+    if arg == "paper":
+        assert "drop --config.model.path" not in problem and "36 layers of hidden 2048" in problem

@@ -171,6 +171,19 @@ class Qwen2Config:
             }
         return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common, "use_sliding_window": False}
 
+    def num_parameters(self) -> int:
+        """How many parameters a model of this shape has (what its weight files hold), without building it."""
+        d, f, hq, hkv, dh = (
+            self.hidden_size, self.intermediate_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        )  # fmt: skip
+        attention = d * dh * (2 * hq + 2 * hkv)  # q, k, v, o
+        attention += dh * (hq + 2 * hkv) if self.attention_bias else 0
+        attention += d if self.attention_out_bias else 0
+        mlp = 3 * d * f + ((2 * f + d) if self.mlp_bias else 0)
+        layer = attention + mlp + 2 * d  # two RMSNorm scales
+        embeddings = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * layer + embeddings + d  # + the final norm
+
     @classmethod
     def from_model_config(cls, m: Any) -> Qwen2Config:
         """From the `model` section of the run config (configs/base.py: tiny_model(), qwen25_3b_model())."""

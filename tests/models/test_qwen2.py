@@ -34,6 +34,12 @@ def pair(request, tmp_path_factory):
     return tm, hf.from_pretrained(path)
 
 
+def test_num_parameters_counts_what_the_model_holds(pair):
+    """Qwen2Config.num_parameters (preflight's description of a path-less model) against the torch model's count."""
+    tm, ours = pair
+    assert ours.config.num_parameters() == sum(p.numel() for p in tm.parameters())
+
+
 def test_logits_match_transformers(pair):
     tm, ours = pair
     tokens = np.random.RandomState(0).randint(0, TINY["vocab_size"], (3, 13))
