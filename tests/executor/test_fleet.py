@@ -14,7 +14,16 @@ from dataclasses import replace
 import pytest
 
 from configs.base import get_config
-from mle_jax.executor.fleet import Fleet, LocalSlot, RayFleet, SlotFleet, local_fleet, make_fleet
+from mle_jax.executor.fleet import (
+    Fleet,
+    LocalSlot,
+    RayFleet,
+    SlotFleet,
+    address_host,
+    is_loopback,
+    local_fleet,
+    make_fleet,
+)
 from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
@@ -148,6 +157,17 @@ def test_killing_ray_executors_mid_run_retries_the_samples(ray_fleet, pizza_task
         assert r.extra["attempts"] == 2 and "retried_after" in r.extra
         assert r.submission_path is not None and r.submission_path.is_file()
         assert "slept 3" in r.stdout_tail
+
+
+def test_ray_fleet_stays_on_loopback(ray_fleet):
+    """Tests send traffic to loopback only: every address the local Ray cluster reports (the GCS, the driver's
+    node, the raylet, object manager and runtime-env agent, each executor's node) is a loopback address. Ray turns
+    a node address of 127.0.0.1 into this machine's interface address, so the fleet must not give it one."""
+    addresses = ray_fleet.ray_addresses()
+    roles = {role.split(" ")[0] for role in addresses}
+    assert {"gcs", "driver", "raylet", "object", "runtime", "executor"} <= roles, addresses
+    assert sum(role.startswith("executor") for role in addresses) == 2
+    assert {role: a for role, a in addresses.items() if not is_loopback(address_host(a))} == {}, addresses
 
 
 def test_both_fleets_are_fleets(pool, ray_fleet):
