@@ -285,6 +285,10 @@ class RaySlot:
         # raises is worth seeing; the slot goes on either way (max_restarts=0: the old actor stays dead or
         # is reaped with the cluster)
         try:
+            if not self.ray.is_initialized():
+                # the cluster was shut down under the fleet: ray.kill would start a fresh default cluster (Ray's
+                # auto-init, on this machine's interface address) only to fail on this handle
+                raise RuntimeError("Ray is not initialized: its cluster was shut down")
             self.ray.kill(self.actor, no_restart=True)
         except Exception as e:
             log.warning("ray.kill of executor actor %s failed: %r", self.actor, e)

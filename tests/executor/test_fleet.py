@@ -190,7 +190,8 @@ def test_make_fleet_from_config(pizza_task, tmp_path):
 
 
 # The Ray cluster of a fleet disappears (shut down under it) before the fleet closes: killing its actors
-# then fails, and that must be seen, not swallowed. In a process of its own: this one's Ray is in use.
+# then fails, and that must be seen, not swallowed, nor start a new cluster (Ray's ray.kill would start one).
+# In a process of its own: this one's Ray is in use.
 RAY_GONE = """
 import logging, sys
 import ray
@@ -211,5 +212,6 @@ def test_a_failing_ray_kill_is_logged():
         [sys.executable, "-c", RAY_GONE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True
     )
     assert "actor pid" in out.stdout and "closed" in out.stdout
+    assert out.stderr.count("Started a local Ray instance") == 1, out.stderr[-2000:]  # the fleet's, no other
     warnings = [x for x in out.stderr.splitlines() if x.startswith("WARNING mle_jax.executor.fleet: ray.kill")]
     assert len(warnings) == 1 and "failed" in warnings[0], out.stderr[-2000:]
