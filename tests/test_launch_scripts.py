@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -194,6 +195,7 @@ def ray_cluster() -> Iterator[str]:
         for proc in (worker, head):
             if proc is not None:
                 stop_group(proc)
+        shutil.rmtree(temp, ignore_errors=True)  # the nodes' session folders
 
 
 # the learner's fleet joined to a cluster, as the learner joins it (executor.ray_address); one-CPU executors, so
