@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import jax
 import pytest
 
 from configs import pizza
+from mle_jax.executor.fleet import LOOPBACK_NODE_IP, address_host, is_loopback
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
 from mle_jax.sampling.vllm_server import VLLMServer
@@ -149,7 +151,8 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    """launch/ray_executors.sh head and worker on 127.0.0.1; yields the head's address."""
+    """launch/ray_executors.sh head and worker on this machine's loopback (NODE_IP=127.0.0.2: Ray would replace
+    127.0.0.1 with the interface address); yields the head's address."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths have a length limit
     # a loopback-only test cluster: Ray's token authentication off for the head, the worker, `ray status` and the
@@ -157,12 +160,15 @@ def ray_cluster() -> Iterator[str]:
     # cluster keeps Ray's default
     saved_mode = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = {**os.environ, "PORT": str(port), "NODE_IP": "127.0.0.1", "CPUS": "1", "RAY_TEMP_DIR": temp}
+    env = {**os.environ, "PORT": str(port), "NODE_IP": LOOPBACK_NODE_IP, "CPUS": "1", "RAY_TEMP_DIR": temp}
+    # a `ray start` head's dashboard posts a "usage stats disabled" report to usage-stats.ray.io even with
+    # --disable-usage-stats (ray/dashboard/modules/usage_stats/usage_stats_head.py): to a closed loopback port here
+    env["RAY_USAGE_STATS_REPORT_URL"] = "http://127.0.0.1:9/"
     head = subprocess.Popen(["launch/ray_executors.sh", "head"], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     worker = None
     try:
-        address = f"127.0.0.1:{port}"
+        address = f"{LOOPBACK_NODE_IP}:{port}"
         status = subprocess.run([str(REPO / ".venv/bin/ray"), "status", f"--address={address}"],
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
         for _ in range(60):
@@ -189,6 +195,34 @@ def ray_cluster() -> Iterator[str]:
         for proc in (worker, head):
             if proc is not None:
                 stop_group(proc)
+        shutil.rmtree(temp, ignore_errors=True)  # the nodes' session folders
+
+
+# the learner's fleet joined to a cluster, as the learner joins it (executor.ray_address); one-CPU executors, so
+# that the head and the worker (CPUS=1 each) each take one
+RAY_ADDRESSES = """
+import json, sys
+from mle_jax.executor.fleet import RayFleet
+from mle_jax.executor.settings import ExecutorSettings
+
+fleet = RayFleet(ExecutorSettings(backend="bwrap", fleet="ray", slots=2, ray_actor_cpus=1, ray_address=sys.argv[1]))
+print(json.dumps(fleet.ray_addresses()))
+fleet.close()
+"""
+
+
+def test_ray_executors_stay_on_loopback(ray_cluster):
+    """Tests send traffic to loopback only: every address of the ray_executors.sh cluster and of a fleet joined to
+    it (the GCS, the driver's node, both nodes' raylets, object managers and runtime-env agents, the executors'
+    nodes) is a loopback address."""
+    done = subprocess.run([str(REPO / ".venv/bin/python"), "-c", RAY_ADDRESSES, ray_cluster], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    addresses = json.loads(done.stdout.splitlines()[-1])
+    assert addresses["gcs"] == ray_cluster
+    assert sum(role.startswith("raylet") for role in addresses) == 2, addresses  # the head and the worker
+    assert sum(role.startswith("executor") for role in addresses) == 2, addresses
+    assert {role: a for role, a in addresses.items() if not is_loopback(address_host(a))} == {}, addresses
 
 
 def test_ray_executors_serve_a_run(ray_cluster, tmp_path):

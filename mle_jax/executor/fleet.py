@@ -16,6 +16,7 @@ executor, then returns Status.INFRA: not the agent's -10, and never trained on.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import queue
@@ -188,6 +189,30 @@ def local_fleet(
 
 
 # -- Ray -----------------------------------------------------------------------------------------
+# The node address of a Ray cluster on this machine alone. Ray turns 127.0.0.1, localhost and ::1 given as a node's
+# address into this machine's interface address (ray._private.services.resolve_ip_for_localhost), and its GCS,
+# raylets, object managers and workers then listen and dial there; any other address in 127.0.0.0/8 it keeps as
+# given, and Linux routes all of them over loopback. ray_executors.sh's NODE_IP=127.0.0.2 does the same for a
+# cluster started by hand.
+LOOPBACK_NODE_IP = "127.0.0.2"
+
+
+def address_host(address: str) -> str:
+    """The host of "host:port", "[v6]:port" or a bare host."""
+    if address.startswith("["):
+        return address[1:].split("]", 1)[0]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _import_ray():
     try:
         import ray  # optional dependency
@@ -204,6 +229,12 @@ class SandboxActorImpl:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_ip(self) -> str:
+        """The address of the Ray node this actor runs on, as Ray sees it."""
+        import ray
+
+        return ray.util.get_node_ip_address()
 
     def run(self, code: str, task: Task, limits: Limits) -> tuple[ExecResult, bytes | None]:
         """The result and the submission's bytes; the results dir here is removed (the driver keeps them)."""
@@ -233,6 +264,9 @@ class RaySlot:
     def pid(self) -> int:
         return self.ray.get(self._pid_ref)
 
+    def node_ip(self) -> str:
+        return self.ray.get(self.actor.node_ip.remote())
+
     def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
         result, data = self.ray.get(self.actor.run.remote(code, task, limits))
         # the results on this machine, as a local sandbox would leave them
@@ -251,6 +285,10 @@ class RaySlot:
         # raises is worth seeing; the slot goes on either way (max_restarts=0: the old actor stays dead or
         # is reaped with the cluster)
         try:
+            if not self.ray.is_initialized():
+                # the cluster was shut down under the fleet: ray.kill would start a fresh default cluster (Ray's
+                # auto-init, on this machine's interface address) only to fail on this handle
+                raise RuntimeError("Ray is not initialized: its cluster was shut down")
             self.ray.kill(self.actor, no_restart=True)
         except Exception as e:
             log.warning("ray.kill of executor actor %s failed: %r", self.actor, e)
@@ -288,15 +326,21 @@ class RayFleet(SlotFleet):
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phoning home
             if address:
-                # a cluster on this machine's loopback (ray_executors.sh with NODE_IP=127.0.0.1): the driver's node
-                # is 127.0.0.1 too. (Ray still dials the head's GCS at this machine's own interface address: it
-                # rewrites a loopback bootstrap address, ray/_private/services.resolve_ip_for_localhost.)
-                loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+                # a cluster on this machine's loopback (ray_executors.sh with NODE_IP=127.0.0.2): the driver's node
+                # is on the same loopback address, or Ray would make it the interface address
+                host = address_host(address)
+                if host in ("127.0.0.1", "localhost", "::1"):
+                    log.warning(
+                        "executor.ray_address=%s: Ray replaces %s with this machine's interface address, so the "
+                        "cluster's traffic leaves loopback; for a one-machine cluster on loopback start it with "
+                        "NODE_IP=%s (launch/ray_executors.sh) and join %s:PORT",
+                        address, host, LOOPBACK_NODE_IP, LOOPBACK_NODE_IP,
+                    )  # fmt: skip
                 ray.init(
                     address=address,
                     runtime_env={"env_vars": env},
                     log_to_driver=False,
-                    **({"_node_ip_address": "127.0.0.1"} if loopback else {}),
+                    **({"_node_ip_address": host} if is_loopback(host) else {}),
                 )
             else:
                 self._ray_tmp = tempfile.mkdtemp(prefix="mle_jax_ray_")
@@ -305,7 +349,7 @@ class RayFleet(SlotFleet):
                     include_dashboard=False,
                     _temp_dir=self._ray_tmp,
                     runtime_env={"env_vars": env},
-                    _node_ip_address="127.0.0.1",
+                    _node_ip_address=LOOPBACK_NODE_IP,
                     log_to_driver=False,
                 )
             self._owns_ray = True
@@ -320,6 +364,20 @@ class RayFleet(SlotFleet):
     def executor_pids(self) -> list[int]:
         """Process ids of the slots' actors (for tests that kill one)."""
         return [slot.pid() for slot in self._slots]
+
+    def ray_addresses(self) -> dict[str, str]:
+        """Every address of this fleet's Ray cluster, by role: the GCS, this driver's node, each node's raylet,
+        object manager and runtime-env agent, each slot's executor node ("host:port" or a bare host)."""
+        ray = self.ray
+        out = {"gcs": ray.get_runtime_context().gcs_address, "driver node": ray.util.get_node_ip_address()}
+        for node in ray.nodes():
+            name, host = node["NodeID"][:8], node["NodeManagerAddress"]
+            out[f"raylet {name}"] = f"{host}:{node['NodeManagerPort']}"
+            out[f"object manager {name}"] = f"{host}:{node['ObjectManagerPort']}"
+            out[f"runtime env agent {name}"] = f"{host}:{node['RuntimeEnvAgentPort']}"
+        for i, slot in enumerate(self._slots):
+            out[f"executor {i}"] = slot.node_ip()
+        return out
 
     def close(self, cancel_pending: bool = False) -> None:
         super().close(cancel_pending)

@@ -14,7 +14,16 @@ from dataclasses import replace
 import pytest
 
 from configs.base import get_config
-from mle_jax.executor.fleet import Fleet, LocalSlot, RayFleet, SlotFleet, local_fleet, make_fleet
+from mle_jax.executor.fleet import (
+    Fleet,
+    LocalSlot,
+    RayFleet,
+    SlotFleet,
+    address_host,
+    is_loopback,
+    local_fleet,
+    make_fleet,
+)
 from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
@@ -150,6 +159,17 @@ def test_killing_ray_executors_mid_run_retries_the_samples(ray_fleet, pizza_task
         assert "slept 3" in r.stdout_tail
 
 
+def test_ray_fleet_stays_on_loopback(ray_fleet):
+    """Tests send traffic to loopback only: every address the local Ray cluster reports (the GCS, the driver's
+    node, the raylet, object manager and runtime-env agent, each executor's node) is a loopback address. Ray turns
+    a node address of 127.0.0.1 into this machine's interface address, so the fleet must not give it one."""
+    addresses = ray_fleet.ray_addresses()
+    roles = {role.split(" ")[0] for role in addresses}
+    assert {"gcs", "driver", "raylet", "object", "runtime", "executor"} <= roles, addresses
+    assert sum(role.startswith("executor") for role in addresses) == 2
+    assert {role: a for role, a in addresses.items() if not is_loopback(address_host(a))} == {}, addresses
+
+
 def test_both_fleets_are_fleets(pool, ray_fleet):
     assert isinstance(pool, Fleet) and isinstance(ray_fleet, Fleet)
     assert pool.n_slots == ray_fleet.n_slots == 2
@@ -170,7 +190,8 @@ def test_make_fleet_from_config(pizza_task, tmp_path):
 
 
 # The Ray cluster of a fleet disappears (shut down under it) before the fleet closes: killing its actors
-# then fails, and that must be seen, not swallowed. In a process of its own: this one's Ray is in use.
+# then fails, and that must be seen, not swallowed, nor start a new cluster (Ray's ray.kill would start one).
+# In a process of its own: this one's Ray is in use.
 RAY_GONE = """
 import logging, sys
 import ray
@@ -191,5 +212,6 @@ def test_a_failing_ray_kill_is_logged():
         [sys.executable, "-c", RAY_GONE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True
     )
     assert "actor pid" in out.stdout and "closed" in out.stdout
+    assert out.stderr.count("Started a local Ray instance") == 1, out.stderr[-2000:]  # the fleet's, no other
     warnings = [x for x in out.stderr.splitlines() if x.startswith("WARNING mle_jax.executor.fleet: ray.kill")]
     assert len(warnings) == 1 and "failed" in warnings[0], out.stderr[-2000:]
