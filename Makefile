@@ -35,7 +35,7 @@ test-unit: install
 	$(VPY) -m pytest -q -m "not model and not integration and not e2e" tests
 
 bench: install apt sandbox-env vllm-env
-	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; $(VPY) $$b || exit 1; done
+	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
 
 lint: install
 	$(VENV)/bin/ruff check .

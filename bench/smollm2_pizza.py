@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of README.md "SmolLM2".
 
-    PYTHONPATH=. .venv/bin/python bench/smollm2_pizza.py STAGE [--samples 128] [--steps 3|5] [--programs 64]
+    .venv/bin/python bench/smollm2_pizza.py [STAGE (default: samplers)] [--samples 128] [--steps 3|5] [--programs 64]
         [--batch 8|2] [--kill-after 2] [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
 
 STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends it to --out):
@@ -48,29 +48,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from configs import pizza
-from mle_jax import builders
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.executor.runtime import sandbox_packages
-from mle_jax.executor.sandbox import make_sandbox
-from mle_jax.instrument import instrument_batch
-from mle_jax.instrument.lm import lm_instrument_batch
-from mle_jax.models.hf import from_pretrained
-from mle_jax.models.tokenizer import load_tokenizer
-from mle_jax.report import MetricsWriter
-from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.rl.rollout import Environment
-from mle_jax.sampling.jax_sampler import JaxSampler
-from mle_jax.sampling.vllm import VLLMSampler
-from mle_jax.sampling.vllm_server import VLLMServer
-from mle_jax.settings import RunSettings, from_config
-from mle_jax.tasks.graders import grade
-from mle_jax.tasks.prepare import prepare_task
-from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages
-from mle_jax.warmstart.corpus import sandbox_run_fn
-from mle_jax.warmstart.programs import generate_corpus
-from mle_jax.warmstart.stage import verify_cached, warm_start
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
+from configs import pizza  # noqa: E402
+from mle_jax import builders  # noqa: E402
+from mle_jax.checkpoint import Checkpointer  # noqa: E402
+from mle_jax.executor.fleet import make_fleet  # noqa: E402
+from mle_jax.executor.runtime import sandbox_packages  # noqa: E402
+from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
+from mle_jax.instrument import instrument_batch  # noqa: E402
+from mle_jax.instrument.lm import lm_instrument_batch  # noqa: E402
+from mle_jax.models.hf import from_pretrained  # noqa: E402
+from mle_jax.models.tokenizer import load_tokenizer  # noqa: E402
+from mle_jax.report import MetricsWriter  # noqa: E402
+from mle_jax.rl.loop import AsyncRLLoop  # noqa: E402
+from mle_jax.rl.rollout import Environment  # noqa: E402
+from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
+from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
+from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
+from mle_jax.settings import RunSettings, from_config  # noqa: E402
+from mle_jax.tasks.graders import grade  # noqa: E402
+from mle_jax.tasks.prepare import prepare_task  # noqa: E402
+from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages  # noqa: E402
+from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
+from mle_jax.warmstart.programs import generate_corpus  # noqa: E402
+from mle_jax.warmstart.stage import verify_cached, warm_start  # noqa: E402
 
 MAX_BATCH = 16
 REPO = Path(__file__).resolve().parents[1]
@@ -401,7 +402,8 @@ STAGES = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("stage", choices=sorted(STAGES))
+    # no stage (as `make bench` runs every script): the peer benchmark of the two samplers
+    ap.add_argument("stage", nargs="?", default="samplers", choices=sorted(STAGES))
     ap.add_argument("--samples", type=int, default=None, help="128 (samplers: 16)")
     ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5")
     ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's)")
