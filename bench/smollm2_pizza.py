@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from configs import pizza
-from mle_jax import builders
+from mle_jax import builders, provenance
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
@@ -423,11 +423,8 @@ def main() -> None:
     t0 = time.perf_counter()
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)
-    line = json.dumps(result)
-    print(line)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.out, "a") as f:
-        f.write(line + "\n")
+    print(json.dumps(result))
+    provenance.append_jsonl(a.out, result)  # with the command and date (README tables render from these lines)
 
 
 if __name__ == "__main__":
