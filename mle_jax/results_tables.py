@@ -460,7 +460,6 @@ LEGACY: dict[str, str] = {
     for p in LEARNING_RUNS
 } | {
     SMOL: "bench/smollm2_pizza.py's lines of 2026-11-24, before the bench stamped its command and date",
-    f"{RESULTS}/ppo_epochs.json": "written before the experiment stamped its command and date",
 }  # fmt: skip
 
 
