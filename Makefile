@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux python3.11 python3.11-venv libgomp1
 
-.PHONY: install apt run test test-unit bench lint sandbox-env sandbox-image vllm-env smol-model aot-env clean
+.PHONY: install apt run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model aot-env clean
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ test-unit: install
 
 bench: install apt sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
+
+# README.md's and BUILD.md's result tables, rewritten from docs/results (tests/test_results_tables.py checks them).
+tables: install
+	$(VPY) -m mle_jax.results_tables --write
 
 lint: install
 	$(VENV)/bin/ruff check .

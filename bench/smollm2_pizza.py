@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from configs import pizza  # noqa: E402
-from mle_jax import builders  # noqa: E402
+from mle_jax import builders, provenance  # noqa: E402
 from mle_jax.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.executor.fleet import make_fleet  # noqa: E402
 from mle_jax.executor.runtime import sandbox_packages  # noqa: E402
@@ -425,11 +425,8 @@ def main() -> None:
     t0 = time.perf_counter()
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)
-    line = json.dumps(result)
-    print(line)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.out, "a") as f:
-        f.write(line + "\n")
+    print(json.dumps(result))
+    provenance.append_jsonl(a.out, result)  # with the command and date (README tables render from these lines)
 
 
 if __name__ == "__main__":

@@ -341,6 +341,10 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # the instruct model instruments from the C.3 prompt as the paper's does: no instrumentation examples in its
     # short SFT (and so no held-out measurement, which would cost 32 generations of up to 1024 tokens)
     c.warmstart.instrument_examples = 0
+    # the paper's free decoding, not apply_cpu's copy decoding: SmolLM2 was not taught the task on the AST
+    # instrumenter's targets, and with copy decoding it copied every program without a print (0 of 64, README
+    # "A real pretrained model"), at one generate call per line instead of one per program
+    c.instrument.decoding = "free"
     c.loop.in_flight_multiplier = 2  # sampling, not the sandboxes, is the bottleneck with a 135M model on 2 cores
     return c
 

@@ -16,11 +16,13 @@ of the probability; afterwards the better kind's rare samples pull the policy ba
 smaller --lr, e.g. 0.2, the plain arm peaks on "fast" around step 40 and recovers by step ~150). With
 weights, the expected update is π_k (R_k - mean R) whatever the arrival rates and baseline.
 
-    python -m mle_jax.experiments.duration_bias --steps 300 --out duration_bias.png
+    python -m mle_jax.experiments.duration_bias --steps 300 --out duration_bias.png \
+        [--results docs/results/duration_bias.jsonl]   (appends the settings and final policies, stamped)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Sequence
@@ -34,6 +36,7 @@ from absl import app, flags
 from matplotlib.figure import Figure
 from rich.progress import Progress
 
+from mle_jax import provenance
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
 
@@ -287,6 +290,19 @@ def run(
     return histories
 
 
+def result_record(cfg: SimConfig, histories: dict[str, History]) -> dict:
+    """What a results file keeps of a run: its settings and each arm's final policy over the kinds."""
+    final = {
+        mode: {
+            "probs": {k.name: round(float(p), 4) for k, p in zip(cfg.kinds, h.probs[-1], strict=True)},
+            "argmax": cfg.kinds[int(np.argmax(h.probs[-1]))].name,
+            "policy_mean_duration_s": round(h.policy_mean_duration[-1], 3),
+        }
+        for mode, h in histories.items()
+    }
+    return {"settings": dataclasses.asdict(cfg), "final": final}
+
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 300, "PPO updates per arm")
 flags.DEFINE_integer("batch_size", 32, "B: samples per update")
@@ -304,6 +320,7 @@ flags.DEFINE_bool("whiten", False, "whiten advantages over the batch")
 flags.DEFINE_integer("epochs", 2, "PPO epochs per batch")
 flags.DEFINE_integer("seed", 0, "random seed (same for both arms)")
 flags.DEFINE_string("out", "duration_bias.png", "where to write the plot")
+flags.DEFINE_string("results", "", "append the settings and final policies, with command and date, to this JSONL")
 
 
 def config_from_flags() -> SimConfig:
@@ -344,6 +361,8 @@ def main(argv: Sequence[str]) -> None:
             f"policy mean Δt {h.policy_mean_duration[-1]:.2f}s; simulated clock {h.clock_s[-1]:.0f}s"
         )
     print(f"plot: {FLAGS.out}")
+    if FLAGS.results:
+        print(f"results: {provenance.append_jsonl(FLAGS.results, result_record(cfg, histories))}")
 
 
 if __name__ == "__main__":

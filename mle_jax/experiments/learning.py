@@ -9,7 +9,8 @@ instrumenter, sampler and learner, in two arms with the same seed that differ on
 both arms start from it, with the same seeds) and after RL in each arm, on `eval_samples` scratch prompts
 with the same seeds. Written to DIR:
 
-    summary.json   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
+    summary.json   the command, the date and the wall time of the processes that measured it (`record_wall`);
+                   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
                    per-step series (reward, score, valid fraction, mean Δt, share of each solution kind),
                    executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares;
                    and the corpus's kinds of solution measured on this machine (Δt and score per family)
@@ -39,7 +40,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from ml_collections import config_flags
 
-from mle_jax import builders
+from mle_jax import builders, provenance
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.executor.fleet import make_fleet
@@ -354,14 +355,12 @@ def run_arm(
     writer = MetricsWriter(arm_dir, tensorboard=False)
     loop = AsyncRLLoop(arm.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
     loop.restore()
-    t0 = time.monotonic()
     loop.run(arm.loop.steps)
     loop.close()
     c = loop.counters
     stats = {
         "duration_weights": duration_weights,
-        "rl_wall_s": round(c.wall_s, 1),
-        "rl_wall_s_this_process": round(time.monotonic() - t0, 1),
+        "rl_wall_s": round(c.wall_s, 1),  # the loop's own clock, checkpointed: kept across resumes
         "samples_drawn": c.sampled,
         "resampled_stale": c.resampled_stale,
         "infra_failures": c.infra_failures,
@@ -378,6 +377,7 @@ def run_arm(
 def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
     """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json."""
     t_start = time.monotonic()
+    measures = work_left(out, [name for name, _ in ARMS])
     s = from_config(cfg)
     s = dataclasses.replace(
         s,
@@ -411,6 +411,7 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         corpus = corpus_kinds(verified, task.id, lambda rec: kinds.get(rec["sha256"], "other"))
     slow = slow_and_better(corpus, medians, task.lower_is_better)
     summary = {
+        **record_wall(out, round(time.monotonic() - t_start, 1) if measures else None),
         "task": task.id,
         "scale": dataclasses.asdict(scale),
         "batch_size": s.loop.batch_size,
@@ -420,11 +421,41 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         "slow_and_better": share_contrast(slow, arms, scale.eval_samples),
         "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in arms},
         "arms": arms,
-        "wall_s_this_process": round(time.monotonic() - t_start, 1),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(summary, out)
     return summary
+
+
+def work_left(out: Path, arm_names: list[str]) -> bool:
+    """Whether a process started on `out` measures anything: False when the before-RL evaluation and every
+    arm's after-RL evaluation are cached (each is written after the stages before it), so that the process only
+    regenerates summary.json and the report."""
+    cached = [out / "before.json", *(out / "arms" / name / "after.json" for name in arm_names)]
+    return not all(p.is_file() for p in cached)
+
+
+def record_wall(out: Path, wall_s: float | None) -> dict[str, Any]:
+    """The summary's provenance, from the ledger out/wall.jsonl: one line per process that measured something
+    and finished (`wall_s` given; None for a process that only regenerated the summary, which adds nothing).
+
+    Returns {"command", "date": of the last measuring process, "wall_s": the sum of their wall times,
+    "processes": the ledger}. Wall times are recorded when measured and never recomputed: regenerating a
+    summary keeps them. A process killed before it finished is not in the ledger. A folder whose summary
+    predates the ledger keeps that summary's `wall_s_this_process` as it was.
+    """
+    ledger = out / "wall.jsonl"
+    if wall_s is not None:
+        provenance.append_jsonl(ledger, {"wall_s": wall_s})
+    runs = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()] if ledger.is_file() else []
+    if runs:
+        return {"command": runs[-1]["command"], "date": runs[-1]["date"],
+                "wall_s": round(sum(r["wall_s"] for r in runs), 1), "processes": runs}  # fmt: skip
+    previous = out / "summary.json"
+    if previous.is_file():
+        old = json.loads(previous.read_text())
+        return {k: old[k] for k in ("command", "date", "wall_s", "wall_s_this_process") if k in old}
+    return {}
 
 
 def share_warm_start(source: Path, out: Path) -> None:
@@ -536,6 +567,8 @@ def write_report(summary: dict, out: Path) -> Path:
             f"Of the accepted outputs' progress prints, {ws['instrument_heldout_print_precision']:.0%} sit where the "
             f"AST instrumenter puts them, and they hold {ws['instrument_heldout_print_recall']:.0%} of the AST's."
         )
+    if "wall_s" in summary:
+        lines.append(f"\n`{summary['command']}`: {summary['wall_s']:.0f} s of wall time, finished {summary['date']}.")
     lines += ["", *[f"![{p.stem}](plots/{p.name})" for p in plots]]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")

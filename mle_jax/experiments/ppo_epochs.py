@@ -13,7 +13,6 @@ ratio left the clip range), and the valid fraction of fresh samples from it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from mle_jax import builders
+from mle_jax import builders, provenance
 from mle_jax.evaluation import evaluate
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
@@ -102,8 +101,7 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
         "before": {"valid_fraction": base["valid_fraction"], "mean_reward": base["mean_reward"]},
         "epochs": results,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ppo_epochs.json").write_text(json.dumps(summary, indent=1))
+    provenance.write_json(out / "ppo_epochs.json", summary)  # with the command and date
     rows = [["before (no update)", None, None, None, base["valid_fraction"], base["mean_reward"]]]
     rows += [
         [n, r["kl_from_behaviour"], r["outside_clip"], r["mean_clipfrac_during_update"], r["valid_fraction_after"],

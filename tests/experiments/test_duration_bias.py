@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,10 @@ def test_arms_end_on_different_kinds(seed):
 
 @pytest.mark.model
 def test_cli_writes_plot_and_prints(tmp_path):
-    out = tmp_path / "db.png"
+    out, results = tmp_path / "db.png", tmp_path / "db.jsonl"
+    cmd = ["-m", "mle_jax.experiments.duration_bias", "--steps", "40", "--out", str(out), "--results", str(results)]
     res = subprocess.run(
-        [sys.executable, "-m", "mle_jax.experiments.duration_bias", "--steps", "40", "--out", str(out)],
+        [sys.executable, *cmd],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -56,3 +58,7 @@ def test_cli_writes_plot_and_prints(tmp_path):
     assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
     assert "weights        off: final probabilities" in res.stdout
     assert "argmax fast" in res.stdout and "argmax slow" in res.stdout
+    (record,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert record["command"] == "python " + " ".join(cmd) and record["date"][:2] == "20"
+    assert record["settings"]["steps"] == 40 and record["final"]["off"]["argmax"] == "fast"
+    assert abs(sum(record["final"]["batch_mean"]["probs"].values()) - 1) < 1e-3

@@ -17,10 +17,12 @@ from mle_jax.experiments.learning import (
     kind_outcomes,
     kind_shares,
     lag_of_kinds,
+    record_wall,
     share_contrast,
     share_warm_start,
     slow_and_better,
     step_series,
+    work_left,
     write_report,
 )
 from mle_jax.report import MetricsWriter
@@ -205,3 +207,27 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
     e = eval_summary(result, TASK)
     assert e["se_score"] == pytest.approx(0.1) and e["kinds"] == {"logreg": 2 / 3, "no code": 1 / 3}
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
+
+
+def test_wall_time_is_recorded_when_measured_and_kept_when_the_summary_is_regenerated(tmp_path):
+    arms = ["duration_weighted", "unweighted"]
+    assert work_left(tmp_path, arms)  # nothing cached: this process measures
+    first = record_wall(tmp_path, 700.4)
+    assert first["wall_s"] == 700.4 and first["command"].startswith("python") and first["date"][:2] == "20"
+    for name in ("before.json", "arms/duration_weighted/after.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    assert work_left(tmp_path, arms)  # one arm's evaluation still to do
+    (tmp_path / "arms/unweighted").mkdir()
+    (tmp_path / "arms/unweighted/after.json").write_text("{}")
+    assert not work_left(tmp_path, arms)
+    regenerated = record_wall(tmp_path, None)  # a 2-second regeneration does not replace the 700 s
+    assert regenerated == first
+    resumed = record_wall(tmp_path, 50.0)  # a second measuring process (more steps) adds to it
+    assert resumed["wall_s"] == 750.4 and len(resumed["processes"]) == 2
+
+
+def test_a_summary_written_before_the_ledger_keeps_its_wall_time(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"task": "t", "wall_s_this_process": 247.7}))
+    assert record_wall(tmp_path, None) == {"wall_s_this_process": 247.7}
+    assert record_wall(tmp_path / "new", None) == {}

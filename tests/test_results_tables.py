@@ -1,0 +1,102 @@
+"""README.md's and BUILD.md's result tables and quoted figures are what mle_jax.results_tables renders from the
+files in docs/results, and those files say which command wrote them and when."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from mle_jax import provenance, results_tables
+from mle_jax.results_tables import DOCS, LEGACY, REGISTRY, ROOT, blocks, differences, records, rewrite, wall_figure
+
+
+def _markers() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for m in blocks((ROOT / doc).read_text()):
+            found.setdefault(m["name"], set()).add(m["kind"])
+    return found
+
+
+def test_the_documents_blocks_are_what_their_renderers_write_now():
+    assert differences() == []
+    assert results_tables.main(["--check"]) == 0
+
+
+def test_every_marker_has_an_entry_of_its_kind_and_every_entry_a_marker():
+    found = _markers()
+    assert set(found) == set(REGISTRY), set(found) ^ set(REGISTRY)
+    for name, kinds in found.items():
+        assert kinds == {"figure" if REGISTRY[name].inline else "table"}, name
+
+
+def _copy_of_the_docs(tmp_path):
+    for doc in DOCS:
+        shutil.copy(ROOT / doc, tmp_path / doc)
+    (tmp_path / "docs").symlink_to(ROOT / "docs")
+    return tmp_path
+
+
+def test_a_corrupted_table_is_found_and_named_and_write_restores_it(tmp_path, capsys):
+    root = _copy_of_the_docs(tmp_path)
+    text = (root / "README.md").read_text()
+    block = next(m for m in blocks(text) if m["name"] == "spooky_learning").group(0)
+    changed = block.replace("0.81 → 0.98", "0.81 → 0.99", 1)
+    assert changed != block
+    (root / "README.md").write_text(text.replace(block, changed))
+    (diff,) = differences(root)
+    assert diff.startswith("README.md: table:spooky_learning differs") and "+| 150 SFT steps" in diff
+    assert results_tables.main(["--check", "--root", str(root)]) == 1
+    assert "table:spooky_learning" in capsys.readouterr().out
+    assert results_tables.main(["--write", "--root", str(root)]) == 0
+    assert (root / "README.md").read_text() == text and differences(root) == []
+
+
+def test_a_corrupted_inline_figure_is_found(tmp_path):
+    root = _copy_of_the_docs(tmp_path)
+    text = (root / "README.md").read_text()
+    m = next(m for m in blocks(text) if m["kind"] == "figure")
+    (root / "README.md").write_text(text.replace(m.group(0), m.group(0).replace(m["body"], "12.3 min"), 1))
+    (diff,) = differences(root)
+    assert f"figure:{m['name']} differs" in diff
+
+
+def test_a_marker_without_an_entry_is_an_error():
+    with pytest.raises(KeyError, match="table:no_such_table"):
+        rewrite("<!-- table:no_such_table -->\n<!-- /table:no_such_table -->", where="README.md")
+    with pytest.raises(ValueError, match="registered as a table"):
+        rewrite("<!-- figure:spooky_learning -->x<!-- /figure:spooky_learning -->")
+
+
+def test_every_results_file_a_table_reads_records_its_command_and_date():
+    sources = {src for entry in REGISTRY.values() for src in entry.sources}
+    for src in sorted(sources - set(LEGACY)):
+        for rec in records(src):
+            assert provenance.missing(rec) == [], (
+                f"{src} lacks {provenance.missing(rec)}: stamp it (mle_jax.provenance)"
+            )
+    for src in LEGACY:  # the exemptions shrink: a file that gets its command and date leaves the list
+        assert (ROOT / src).is_file(), src
+        assert any(provenance.missing(rec) for rec in records(src)), f"{src} has command and date: drop it from LEGACY"
+
+
+def test_a_regenerated_summary_quotes_no_wall_time_and_a_ledger_quotes_the_recorded_one():
+    arms = {"a": {"stats": {"rl_wall_s_this_process": 0.0}}}
+    assert "not recorded" in wall_figure({"arms": arms, "wall_s_this_process": 1.9})
+    assert wall_figure({"arms": {"a": {"stats": {"rl_wall_s_this_process": 80.0}}}, "wall_s_this_process": 247.7}) == (
+        "4.1 min"
+    )
+    assert wall_figure({"arms": {}, "wall_s": 4694.7, "command": "c", "date": "d"}) == "78.2 min"
+
+
+def test_provenance_stamps_the_command_and_the_date(tmp_path):
+    path = provenance.write_json(tmp_path / "r.json", {"x": 1})
+    rec = json.loads(path.read_text())
+    assert list(rec)[:2] == ["command", "date"] and rec["x"] == 1 and provenance.missing(rec) == []
+    assert rec["command"].startswith("python") and rec["date"].endswith("+00:00")
+    provenance.append_jsonl(tmp_path / "r.jsonl", {"y": 2})
+    provenance.append_jsonl(tmp_path / "r.jsonl", {"y": 3})
+    assert [r["y"] for r in records(tmp_path / "r.jsonl", root=tmp_path)] == [2, 3]
+    assert provenance.missing({"command": "", "x": 1}) == ["command", "date"]
