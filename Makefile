@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
-APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux python3.11 python3.11-venv libgomp1
+APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux iproute2 python3.11 python3.11-venv libgomp1
 
 .PHONY: install apt run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model aot-env clean
 
@@ -27,8 +27,15 @@ apt:
 run: install apt sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
+# Every tier, on two pytest-xdist workers (a module's tests on one worker: tests/conftest.py), in a network
+# namespace whose only interface is lo (tests/loopback_only.sh), with one JAX compilation cache for the session.
+# The 40 slowest phases are listed at the end (CI's log keeps them). TEST_TIMES=docs/results/test_tiers.json
+# records each tier's time for the README's table.
+PYTEST_WORKERS ?= 2
+TEST_TIMES ?=
 test: install apt sandbox-env vllm-env smol-model
-	$(VPY) -m pytest -q --timeout=1200 tests
+	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
+	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadgroup --durations=40 tests
 
 # The unit tier only: pure functions, graders, configs (seconds to a minute; no sandbox, no model tier).
 test-unit: install

@@ -1,12 +1,122 @@
-"""Shared fixtures: the real task data that ships in the repository (data/raw/)."""
+"""Shared set-up of the test session, and the fixtures every folder uses.
+
+- JAX's persistent compilation cache in one folder for the whole session (this process, its pytest-xdist workers
+  and every subprocess a test starts inherit it through the environment): the same shapes are compiled once per
+  `make test`, not once per test or process. A fresh folder per session (MLE_JAX_TEST_JAX_CACHE names a lasting
+  one), so a run's time never depends on an earlier run's leftovers.
+- Loopback only: under `make test` (MLE_JAX_TEST_NETNS=1) the session runs in a network namespace of its own
+  whose only interface is `lo`; the session refuses to start if that is not so.
+- MLE_JAX_TEST_TIMES=FILE records how long each tier took (the README's test-tier table renders it).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import socket
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax is imported, here and in every subprocess
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ.get("MLE_JAX_TEST_JAX_CACHE") or tempfile.mkdtemp(
+        prefix="mle_jax-test-jax-cache-"
+    )
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny models compile fast, but often
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
-from mle_jax.tasks.prepare import RAW_DATA_DIR
+import pytest  # noqa: E402
+
+from mle_jax.tasks.prepare import RAW_DATA_DIR  # noqa: E402
+
+TIERS = ("model", "integration", "e2e")  # a test with none of these marks is in the unit tier
+
+# pytest-xdist (`make test` runs two workers, --dist loadgroup): a module's tests stay on one worker, so that its
+# module-scoped fixtures (servers, clusters, trained models) are built once; the modules here hold independent
+# tests with no shared fixture and are spread test by test. The longest modules start first, so that neither
+# worker is left with one of them at the end.
+SPREAD_TEST_BY_TEST = {"tests/test_e2e_tasks.py"}
+LONGEST_FIRST = (
+    "tests/test_launch_scripts.py",
+    "tests/test_e2e_tasks.py",
+    "tests/test_e2e.py",
+)
+
+
+def network_interfaces() -> list[str]:
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("MLE_JAX_TEST_NETNS") == "1" and network_interfaces() != ["lo"]:
+        raise pytest.UsageError(
+            f"MLE_JAX_TEST_NETNS=1 but this network namespace has {network_interfaces()}, not only lo: "
+            "run the suite with `make test` (tests/loopback_only.sh), which gives it a namespace of its own"
+        )
+    session.config._tier_started = time.time()  # type: ignore[attr-defined]
+    session.config._tier_seconds = defaultdict(float)  # type: ignore[attr-defined]
+    session.config._tier_counts = defaultdict(int)  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def rank(item: pytest.Item) -> int:
+        return LONGEST_FIRST.index(module(item)) if module(item) in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each module, and of the other modules, is kept
+    for item in items:
+        if module(item) not in SPREAD_TEST_BY_TEST:
+            item.add_marker(pytest.mark.xdist_group(module(item)))
+
+
+def tier_of(keywords) -> str:
+    return next((t for t in TIERS if t in keywords), "unit")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Adds each phase's time to its test's tier (in the controller when pytest-xdist runs the tests)."""
+    config = _CONFIG.get("config")
+    if config is None or not hasattr(config, "_tier_seconds"):
+        return
+    tier = tier_of(report.keywords)
+    config._tier_seconds[tier] += report.duration
+    if report.when == "call":
+        config._tier_counts[tier] += 1
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG["config"] = config
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    out = os.environ.get("MLE_JAX_TEST_TIMES")
+    if not out or hasattr(session.config, "workerinput"):  # only the controller writes
+        return
+    config = session.config
+    record = {
+        "command": os.environ.get("MLE_JAX_TEST_COMMAND") or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} CPUs",
+        "workers": int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", 0) or 1),
+        "exit_status": int(exitstatus),
+        "wall_s": round(time.time() - config._tier_started, 1),
+        "tiers": {
+            t: {"tests": config._tier_counts[t], "test_seconds": round(config._tier_seconds[t], 1)}
+            for t in ("unit", *TIERS)
+        },
+    }
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=2) + "\n")
 
 
 @pytest.fixture(scope="session")
