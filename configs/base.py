@@ -134,6 +134,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.executor.max_file_mb = 2048
     c.executor.max_output_bytes = 65536
     c.executor.max_work_mb = 8192  # cap on a run's work dir (disk), on top of max_file_mb per file
+    c.executor.max_work_files = 200_000  # cap on the files and folders of a run's work dir (inodes)
     c.executor.docker_url = ""  # docker backend: the Docker API socket; empty: DOCKER_HOST / local Docker
     c.executor.ray_actor_cpus = 0.0  # CPUs each Ray executor actor reserves; 0: executor.cpus
 

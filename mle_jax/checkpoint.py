@@ -15,11 +15,18 @@ shardings the restored arrays take. The loop's `--config.resume`:
     ckpt.save(step, {"learner": learner.state_dict(), "loop": loop_state})  # loop_state: JSON-able dict
 
 The learner is built from the initial model first, so its frozen reference stays the initial policy.
+
+A resume reads back every item of the step it picks: a step that does not read back whole (a truncated array
+file, a torn JSON item) is moved aside to `<directory>.unreadable/` (never deleted), with a one-line warning, and
+the resume goes on from the newest step that reads back. When none does, CheckpointError says so in one line.
+Half-written `*.orbax-checkpoint-tmp*` folders of a killed save are orbax's to delete (cleanup_tmp_directories)
+and never count as steps.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,18 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 _KINDS_ITEM = "_kinds"  # records which items are arrays and which are JSON, so restore needs no schema
+UNREADABLE_SUFFIX = ".unreadable"  # <directory><this>/<step>: where a step that does not read back is moved
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint step reads back; the message is one line and names the folder."""
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:limit] if text else ''}".rstrip(": ")
 
 
 def _is_json_able(x: Any) -> bool:
@@ -155,11 +174,44 @@ class Checkpointer:
         return {name: restored[name] for name in kinds}
 
     def restore_latest(self, targets: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]] | None:
-        """(step, items) of the newest checkpoint, or None when the directory has none (a fresh run)."""
-        step = self.latest_step()
-        if step is None:
-            return None
-        return step, self.restore(step, targets)
+        """(step, items) of the newest checkpoint that reads back whole, or None when the directory has none (a
+        fresh run).
+
+        Newer steps that fail to read are moved aside (one warning line each) once an older one has read back, so
+        that the resumed run can write their step numbers again; when none reads back, nothing is moved and
+        CheckpointError names the folder (the targets may be what is wrong: a different model).
+        """
+        failed: list[tuple[int, str]] = []
+        for step in reversed(self.all_steps()):
+            try:
+                items = self.restore(step, targets)
+            except Exception as e:  # orbax and tensorstore raise ValueError, OSError, JSONDecodeError, ... alike
+                failed.append((step, _first_line(e)))
+                continue
+            for bad, why in failed:
+                moved = self.move_aside(bad)
+                log.warning(
+                    "checkpoint step %d in %s is unreadable (%s): moved to %s; resuming from step %d",
+                    bad, self.directory, why, moved, step,
+                )  # fmt: skip
+            return step, items
+        if failed:
+            reasons = "; ".join(f"step {s}: {why}" for s, why in failed)
+            raise CheckpointError(f"no checkpoint in {self.directory} reads back ({reasons})")
+        return None
+
+    def move_aside(self, step: int) -> Path:
+        """Moves a step's folder to <directory>.unreadable/<step>[.n] (out of orbax's sight, kept for a look). In a
+        multi-process run process 0 moves it (the processes share the folder)."""
+        aside = self.directory.with_name(self.directory.name + UNREADABLE_SUFFIX)
+        dest, n = aside / str(step), 1
+        while dest.exists():
+            dest, n = aside / f"{step}.{n}", n + 1
+        if jax.process_index() == 0:
+            aside.mkdir(parents=True, exist_ok=True)
+            (self.directory / str(step)).rename(dest)
+        self._manager.reload()
+        return dest
 
     def close(self) -> None:
         self._manager.wait_until_finished()

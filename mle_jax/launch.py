@@ -17,6 +17,7 @@ from absl import app, flags, logging
 from ml_collections import ConfigDict, config_flags
 
 from mle_jax import preflight
+from mle_jax.checkpoint import CheckpointError
 from mle_jax.run import run_settings
 from mle_jax.settings import ConfigError, from_config
 
@@ -129,7 +130,10 @@ def main(argv: list[str]) -> None:
         preflight.check(settings)
     except (ConfigError, preflight.PreflightError) as e:
         fail(str(e).replace("\n", "\nerror: "))
-    run_settings(settings, config_json=cfg.to_json_best_effort(indent=2))
+    try:
+        run_settings(settings, config_json=cfg.to_json_best_effort(indent=2))
+    except CheckpointError as e:  # --config.resume over checkpoints none of which reads back
+        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Checks, before a run starts any work, that what its settings need exists: the model folder, the task's
-data (and, for the tiny model, its warm-start corpus), the sandbox runtime (bubblewrap and the sandbox venv, or
-a Docker daemon), the vLLM servers.
+"""Checks, before a run starts any work, that what its settings need exists: a workdir it can write, the model
+folder and a config.json it can read, the task's data (and, for the tiny model, its warm-start corpus), the
+sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers.
 
 Each problem is one line saying what is missing and how to get it; `launch` prints them and exits.
 """
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 from mle_jax.executor.runtime import check_venv, venv_of
+from mle_jax.models.hf import read_config
 from mle_jax.settings import RunSettings
 from mle_jax.tasks.prepare import PREPARERS
 from mle_jax.warmstart.programs import registered_tasks
@@ -33,6 +35,33 @@ def _model(s: RunSettings) -> list[str]:
             f"model.path={s.model.path} is not an HF model folder (no config.json): pass a local folder "
             "(e.g. Qwen2.5-3B-Instruct downloaded elsewhere; `make smol-model` writes "
             "checkpoints/smollm2-135m-instruct for the :smol configs), or " + _without_path(s)
+        ]
+    try:
+        read_config(path)
+    except (ValueError, TypeError, OSError) as e:  # read_config's errors name the file and what is wrong
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return [f"model.path={s.model.path}: {why}: pass an HF Qwen2 or Llama model folder"]
+    return []
+
+
+def workdir_problems(workdir: str) -> list[str]:
+    """The workdir must be a folder this process can write, or one it can create: not a file, not under one, not
+    on a read-only filesystem or in a folder it may not write. Nothing is created."""
+    path = Path(workdir)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == path and not path.is_dir():
+        return [f"workdir={workdir} is a file, not a folder: pass --config.workdir=<a folder>"]
+    if not existing.is_dir():
+        return [f"workdir={workdir} lies under {existing}, which is a file: pass --config.workdir=<a folder>"]
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        where = "" if existing == path else f" ({existing} is its nearest existing folder)"
+        return [
+            f"workdir={workdir} is not writable{where}: {e.strerror or e}; pass --config.workdir=<a writable folder>"
         ]
     return []
 
@@ -154,7 +183,8 @@ def problems(s: RunSettings, env: Mapping[str, str] | None = None) -> list[str]:
     """Everything the settings need that is missing, one line each (empty: ready to run). env: the process
     environment (default os.environ)."""
     task = _task(s)
-    return _model(s) + task + (_corpus(s) if not task else []) + _executor(s) + _sampler(s) + _hosts(s, env)
+    found = workdir_problems(s.workdir) + _model(s) + task + (_corpus(s) if not task else [])
+    return found + _executor(s) + _sampler(s) + _hosts(s, env)
 
 
 def check(s: RunSettings) -> None:

@@ -2,7 +2,7 @@
 
 Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
-  tb/               TensorBoard event files
+  tb/               TensorBoard event files (a resume drops the points past its checkpoint from them too)
   plots/*.png       score mean/max, valid fraction, mean Δt, reward components per step
   report.md         the run's table: before/after RL, evaluation, throughput
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tensorboardX import SummaryWriter
+
+from mle_jax.tensorboard_events import drop_steps_after
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,23 @@ class MetricsWriter:
         self.path = self.workdir / "metrics.jsonl"
         self._tb = None
         if tensorboard:
-            self._tb = SummaryWriter(str(self.workdir / "tb"))
+            self._tb = _summary_writer(self.workdir / "tb")
 
     def truncate_after(self, step: int) -> None:
-        """Drops rows past `step` (a resumed run rewrites the steps after its checkpoint)."""
+        """Drops rows and TensorBoard points past `step` (a resumed run rewrites the steps after its checkpoint):
+        one point per step in every view of the run."""
         for path in (self.path, self.workdir / "samples.jsonl"):
             rows = [r for r in read_metrics(path) if r.get("step", -1) <= step]
             tmp = path.with_suffix(".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             tmp.replace(path)
+        tb_dir = self.workdir / "tb"
+        if tb_dir.is_dir():
+            if self._tb is not None:  # its own file is rewritten too: closed first, a new one opened after
+                self._tb.close()
+            drop_steps_after(tb_dir, step)
+            if self._tb is not None:
+                self._tb = _summary_writer(tb_dir)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
@@ -68,6 +79,12 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def _summary_writer(tb_dir: Path) -> SummaryWriter:
+    """A writer of a new event file. tensorboardX names a file by the second it opens in: a suffix of its own
+    keeps a second writer in the same second (a resume's reopen) from truncating the first one's file."""
+    return SummaryWriter(str(tb_dir), filename_suffix=f".{uuid.uuid4().hex[:8]}")
 
 
 def _jsonable(v: Any) -> Any:

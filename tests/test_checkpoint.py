@@ -1,8 +1,11 @@
-"""Checkpointer: round trip, keep-last-k, restore into targets, atomicity under SIGKILL."""
+"""Checkpointer: round trip, keep-last-k, restore into targets, atomicity under SIGKILL, resuming past a step
+that does not read back."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,9 @@ import numpy as np
 import optax
 import pytest
 
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.checkpoint import Checkpointer, CheckpointError
+from mle_jax.report import MetricsWriter, read_metrics
+from mle_jax.tensorboard_events import scalar_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,3 +101,86 @@ def test_sigkill_mid_save_leaves_consistent_steps(tmp_path):
         assert got["loop"]["step"] == step
         np.testing.assert_array_equal(np.asarray(got["a"]["w"]), np.full((256, 256), float(step)))
     ck.close()
+
+
+def _truncate_arrays(step_dir: Path) -> None:
+    """Halves every array data file of the learner item (what a disk that filled up mid-write leaves)."""
+    files = [p for p in (step_dir / "learner").rglob("*") if p.is_file() and p.parent.name == "d"]
+    assert files
+    for f in files:
+        os.truncate(f, f.stat().st_size // 2)
+
+
+def _run_until(workdir: Path, steps: range, ck: Checkpointer, writer: MetricsWriter, offset: float = 0.0) -> None:
+    """What the loop leaves per step: a metrics row (JSONL + TensorBoard), its samples, a checkpoint."""
+    for step in steps:
+        writer.write(step, {"reward/mean": step + offset})
+        writer.write_samples(step, [{"reward": step + offset}])
+        ck.save(step, {"learner": state(float(step)), "loop": {"step": step}})
+    ck.wait()
+
+
+def test_a_truncated_newest_step_is_moved_aside_and_the_resume_rewrites_its_step_once(tmp_path, caplog):
+    """Three checkpoints, the newest with truncated array files: the rerun resumes from the second (said in one
+    line, the bad step moved aside, not deleted), writes the step again, and every view has one point per step."""
+    ck, writer = Checkpointer(tmp_path / "checkpoints", keep=3), MetricsWriter(tmp_path)
+    _run_until(tmp_path, range(1, 6), ck, writer)
+    ck.close()
+    writer.close()
+    assert Checkpointer(tmp_path / "checkpoints").all_steps() == [3, 4, 5]
+    _truncate_arrays(tmp_path / "checkpoints" / "5")
+
+    ck, writer = Checkpointer(tmp_path / "checkpoints", keep=3), MetricsWriter(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="mle_jax.checkpoint"):
+        step, items = ck.restore_latest({"learner": state(0.0)})
+    assert step == 4 and items["loop"] == {"step": 4}
+    np.testing.assert_array_equal(np.asarray(items["learner"]["params"]["w"]), np.full((3, 4), 4.0))
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "\n" not in warning and "step 5" in warning and "unreadable" in warning and "from step 4" in warning
+    aside = tmp_path / "checkpoints.unreadable" / "5"
+    assert aside.is_dir() and str(aside) in warning and (aside / "learner").is_dir()
+    assert ck.all_steps() == [3, 4]
+
+    writer.truncate_after(step)  # as AsyncRLLoop.restore does
+    _run_until(tmp_path, range(5, 7), ck, writer, offset=100.0)  # step 5's number is free again
+    ck.close()
+    writer.close()
+    assert Checkpointer(tmp_path / "checkpoints").all_steps() == [4, 5, 6]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in read_metrics(tmp_path / "samples.jsonl")] == [1, 2, 3, 4, 5, 6]
+    points = sorted((s, v) for tag, s, v in scalar_points(tmp_path / "tb") if tag == "reward/mean")
+    assert points == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 105.0), (6, 106.0)]
+
+
+def test_a_torn_loop_item_falls_back_and_none_readable_is_one_line(tmp_path):
+    with Checkpointer(tmp_path / "ck", keep=3) as ck:
+        for step in (1, 2, 3):
+            ck.save(step, {"learner": state(float(step)), "loop": {"step": step}})
+    (tmp_path / "ck" / "3" / "loop" / "metadata").write_text('{"ste')  # JSONDecodeError
+    with Checkpointer(tmp_path / "ck", keep=3) as ck:
+        step, items = ck.restore_latest({"learner": state(0.0)})
+        assert step == 2 and items["loop"] == {"step": 2}
+        for s in (1, 2):
+            _truncate_arrays(tmp_path / "ck" / str(s))
+        with pytest.raises(CheckpointError) as err:
+            ck.restore_latest({"learner": state(0.0)})
+    message = str(err.value)
+    assert "\n" not in message and str(tmp_path / "ck") in message and "step 2: ValueError" in message
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if p.name.isdigit()) == ["1", "2"]  # nothing moved
+    assert [p.name for p in (tmp_path / "ck.unreadable").iterdir()] == ["3"]
+
+
+def test_a_half_written_tmp_step_is_not_a_step(tmp_path):
+    """A save killed mid-write leaves <step>.orbax-checkpoint-tmp-<n>: never listed or restored, and cleaned up."""
+    with Checkpointer(tmp_path / "ck", keep=3) as ck:
+        ck.save(1, {"learner": state(1.0), "loop": {"step": 1}})
+    half = tmp_path / "ck" / "2.orbax-checkpoint-tmp-1700000000"
+    shutil.copytree(tmp_path / "ck" / "1", half)
+    (half / "_CHECKPOINT_METADATA").unlink()
+    _truncate_arrays(half)
+    with Checkpointer(tmp_path / "ck", keep=3) as ck:
+        assert ck.all_steps() == [1]
+        step, _ = ck.restore_latest({"learner": state(0.0)})
+        assert step == 1
+    assert not half.exists()
+    assert not (tmp_path / "ck.unreadable").exists()

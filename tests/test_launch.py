@@ -3,9 +3,12 @@ it, before any work starts (no traceback, exit 2)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,7 @@ def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
             ["--config=configs/pizza.py:cpu", "--config.task.raw_dir=/no/such/data"],
             "no data for random-acts-of-pizza at /no/such/data",
         ),
+        (["--config=configs/pizza.py:cpu", "--config.loop.steps=-1"], "loop.steps must be >= 0"),
     ],
 )
 def test_user_errors_are_one_line(args, says, tmp_path):
@@ -136,3 +140,69 @@ def test_a_missing_model_folder_says_what_no_path_would_build(arg, says):
     assert says in problem, problem
     if arg == "paper":
         assert "drop --config.model.path" not in problem and "36 layers of hidden 2048" in problem
+
+
+def _cpu_settings(**overrides: str):
+    cfg = importlib.import_module("configs.pizza").get_config("cpu")
+    for key, value in overrides.items():
+        section, field = key.split("__")
+        cfg[section][field] = value
+    return from_config(cfg)
+
+
+def test_a_workdir_that_is_or_lies_under_a_file_is_one_line_each(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert preflight.workdir_problems(str(tmp_path / "file")) == [
+        f"workdir={tmp_path / 'file'} is a file, not a folder: pass --config.workdir=<a folder>"
+    ]
+    under = tmp_path / "file" / "run" / "deeper"
+    assert preflight.workdir_problems(str(under)) == [
+        f"workdir={under} lies under {tmp_path / 'file'}, which is a file: pass --config.workdir=<a folder>"
+    ]
+    assert preflight.workdir_problems(str(tmp_path / "new" / "run")) == []  # to be made: fine
+    assert not (tmp_path / "new").exists()  # the check creates nothing
+
+
+def test_a_read_only_workdir_is_one_line(tmp_path):
+    """Checked as an unprivileged user (root writes through a read-only mode): a folder of mode 0555."""
+    ro = Path(tempfile.mkdtemp(prefix="mle_jax_ro_"))
+    try:
+        ro.chmod(0o555)
+        probe = f"from mle_jax import preflight; print(preflight.workdir_problems({str(ro / 'run')!r}))"
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        done = subprocess.run([*as_nobody, sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "HOME": str(ro)})  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        problems = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+        assert problems == [
+            f"workdir={ro / 'run'} is not writable ({ro} is its nearest existing folder): Permission denied; "
+            "pass --config.workdir=<a writable folder>"
+        ]
+    finally:
+        ro.chmod(0o755)
+        ro.rmdir()
+
+
+@pytest.mark.parametrize(
+    "config_json, says",
+    [
+        ('{"model_type": "qwen2", "hidden_size": ', "config.json: not valid JSON"),
+        ('{"model_type": "qwen2", "num_attention_heads": 2, "hidden_size": 32}', "lacks the field 'vocab_size'"),
+        ("[1, 2]", "config.json: not a JSON object"),
+    ],
+)
+def test_a_model_config_that_does_not_read_is_caught_before_any_work(tmp_path, config_json, says):
+    (tmp_path / "config.json").write_text(config_json)
+    [problem] = preflight.problems(_cpu_settings(model__path=str(tmp_path)))
+    assert problem.startswith(f"model.path={tmp_path}: ") and says in problem, problem
+
+
+def test_a_broken_model_config_fails_launch_in_one_line(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{not json")
+    done = launch("--config=configs/pizza.py:cpu", f"--config.model.path={tmp_path / 'model'}",
+                  f"--config.workdir={tmp_path / 'run'}")  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: model.path={tmp_path / 'model'}: ") and "not valid JSON" in line, line
+    assert not (tmp_path / "run").exists()

@@ -1,9 +1,10 @@
 """Executor CLI.
 
   python -m mle_jax.executor run --task random-acts-of-pizza --code solution.py [--backend bwrap|docker]
-                                 [--timeout S] [--instrument] [--prepared DIR] [--docker-url URL]
+                                 [--timeout S] [--work-mb MB] [--work-files N] [--instrument] [--prepared DIR]
+                                 [--docker-url URL]
       runs one program in a sandbox, grades its submission, prints JSON (status, exit_code, duration_s,
-      submission_valid, score, reward, stdout tail)
+      killed_reason, submission_valid, score, reward, stdout tail)
   python -m mle_jax.executor build-image [--docker-url URL] [--tag T] [--base IMAGE] [--rebuild]
   python -m mle_jax.executor packages     what the sandbox runtime really imports
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -55,6 +57,18 @@ def _task(task_id: str, prepared: str | None, raw: str) -> Task:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        settings = ExecutorSettings(
+            backend=args.backend,
+            timeout_s=args.timeout,
+            memory_mb=args.memory_mb,
+            cpus=args.cpus,
+            max_work_mb=args.work_mb,
+            max_work_files=args.work_files,
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     task = _task(args.task, args.prepared, args.raw)
     code = Path(args.code).read_text()
     instrumented_path = None
@@ -62,15 +76,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         inst = instrument(code, mode="ast")
         code, instrumented_path = inst.code, inst.path
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(docker_url(args.docker_url)) if args.backend == "docker" else ""
-        settings = ExecutorSettings(
-            backend=args.backend, docker_url=url, timeout_s=args.timeout, memory_mb=args.memory_mb, cpus=args.cpus
-        )
+        if args.backend == "docker":
+            settings = dataclasses.replace(settings, docker_url=stack.enter_context(docker_url(args.docker_url)))
         result = make_sandbox(settings).run(code, task, settings.limits())
     out: dict = {
         "status": str(result.status),
         "exit_code": result.exit_code,
         "duration_s": round(result.duration_s, 3),
+        "killed_reason": result.extra.get("killed_reason", ""),
+        "disk_reason": result.extra.get("disk_reason", ""),
     }
     if result.status is Status.INFRA:
         out.update(submission_valid=None, score=None, reward=None)
@@ -123,6 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit, seconds")
     run.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     run.add_argument("--cpus", type=int, default=Limits.cpus)
+    run.add_argument(
+        "--work-mb", type=int, default=ExecutorSettings.max_work_mb, help="cap on the work dir's disk use, MB"
+    )
+    run.add_argument(
+        "--work-files",
+        type=int,
+        default=ExecutorSettings.max_work_files,
+        help="cap on the work dir's files and folders (inodes)",
+    )
     run.add_argument("--instrument", action="store_true", help="insert the progress prints (AST) first")
     run.add_argument("--prepared", help="an MLE-bench prepared/ folder (default: prepare from --raw)")
     run.add_argument("--raw", default=str(RAW_DATA_DIR), help="raw data (folder of tasks or of this task)")

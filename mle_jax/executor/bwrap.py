@@ -41,6 +41,7 @@ from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import REPO_ROOT, VENV_MOUNT, check_venv, venv_of
 from mle_jax.executor.workspace import (
     CODE_NAME,
+    MAX_WORK_ENTRIES,
     DiskWatchdog,
     create_workspace,
     finish_run,
@@ -120,6 +121,7 @@ class BwrapSandbox:
     python: the sandbox venv's interpreter (default .sandbox-venv/bin/python, `make sandbox-env`).
     work_root / out_root: where per-run work dirs (deleted after the run) and results go.
     max_work_mb: cap on the work dir's total disk use (RLIMIT_FSIZE caps each file).
+    max_work_files: cap on the work dir's entries (a million empty files fill a disk's inodes).
     use_cgroups: put each run in its own memory/pids/cpu cgroup when this host allows it.
     """
 
@@ -131,6 +133,7 @@ class BwrapSandbox:
         work_root: str | Path | None = None,
         out_root: str | Path | None = None,
         max_work_mb: int = 8192,
+        max_work_files: int = MAX_WORK_ENTRIES,
         use_cgroups: bool = True,
         keep_work: bool = False,
         bwrap: str = "bwrap",
@@ -147,6 +150,7 @@ class BwrapSandbox:
         self.work_root = Path(work_root) if work_root else base / "work"
         self.out_root = Path(out_root) if out_root else base / "results"
         self.max_work_mb = max_work_mb
+        self.max_work_files = max_work_files
         self.use_cgroups = use_cgroups and self.root
         self.keep_work = keep_work
         self.profile_args = profile_args(load_profile(Path(profile)))
@@ -355,7 +359,9 @@ class BwrapSandbox:
             t.start()
         threads += [drain_in_thread(proc.stdout, out, "stdout"), drain_in_thread(proc.stderr, err, "stderr")]
         timed_out = False
-        with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
+        with DiskWatchdog(
+            ws.work_dir, self.max_work_mb << 20, lambda: kill("disk"), max_entries=self.max_work_files
+        ) as watchdog:
             try:
                 proc.wait(timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:

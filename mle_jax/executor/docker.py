@@ -29,6 +29,7 @@ from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import VENV_MOUNT, check_venv, venv_of
 from mle_jax.executor.workspace import (
     CODE_NAME,
+    MAX_WORK_ENTRIES,
     DiskWatchdog,
     create_workspace,
     finish_run,
@@ -96,6 +97,7 @@ class DockerSandbox:
         work_root: str | Path | None = None,
         out_root: str | Path | None = None,
         max_work_mb: int = 8192,
+        max_work_files: int = MAX_WORK_ENTRIES,
         keep_work: bool = False,
         build: bool = True,
         base_image: str | None = None,
@@ -112,6 +114,7 @@ class DockerSandbox:
         self.work_root = Path(work_root) if work_root else base / "work"
         self.out_root = Path(out_root) if out_root else base / "results"
         self.max_work_mb = max_work_mb
+        self.max_work_files = max_work_files
         self.keep_work = keep_work
 
     def _create(self, task: Task, limits: Limits, work_dir: Path):
@@ -207,7 +210,9 @@ class DockerSandbox:
         t_start = time.monotonic()
         container.start()
         timed_out = False
-        with DiskWatchdog(ws.work_dir, self.max_work_mb << 20, lambda: kill("disk")) as watchdog:
+        with DiskWatchdog(
+            ws.work_dir, self.max_work_mb << 20, lambda: kill("disk"), max_entries=self.max_work_files
+        ) as watchdog:
             try:
                 container.wait(timeout=limits.timeout_s)
             except Exception as e:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mle_jax.executor.result import Limits
+from mle_jax.executor.workspace import MAX_WORK_ENTRIES
 
 BACKEND_NAMES = ("bwrap", "docker")
 FLEET_KINDS = ("local", "ray")
@@ -34,6 +35,7 @@ class ExecutorSettings:
     max_file_mb: int = 2048
     max_output_bytes: int = 65536
     max_work_mb: int = 8192  # cap on a run's work dir (disk), on top of max_file_mb per file
+    max_work_files: int = MAX_WORK_ENTRIES  # cap on the entries (files, folders, links) of a run's work dir: inodes
     docker_url: str = ""  # docker backend: the Docker API socket; "": DOCKER_HOST / local Docker
     ray_actor_cpus: float = 0.0  # CPUs each Ray executor actor reserves; 0: cpus
 
@@ -51,6 +53,7 @@ class ExecutorSettings:
             "max_file_mb": 1,
             "max_output_bytes": 1,
             "max_work_mb": 1,
+            "max_work_files": 1,
             "ray_actor_cpus": 0,
         }
         for name, low in at_least.items():
@@ -73,7 +76,11 @@ class ExecutorSettings:
     def sandbox_options(self) -> dict[str, Any]:
         """Every constructor option of the backend's sandbox that these settings decide
         (the host's work/results dirs are the caller's: see `make_sandbox`)."""
-        opts: dict[str, Any] = {"python": self.sandbox_python or None, "max_work_mb": int(self.max_work_mb)}
+        opts: dict[str, Any] = {
+            "python": self.sandbox_python or None,
+            "max_work_mb": int(self.max_work_mb),
+            "max_work_files": int(self.max_work_files),
+        }
         if self.backend == "docker":
             opts["image"] = self.image
             opts["base_url"] = self.docker_url or None

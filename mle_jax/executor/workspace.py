@@ -2,8 +2,8 @@
 
 The work dir is writable by the sandbox and therefore untrusted after the run: the submission is copied
 out only if it is a regular file (not a symlink, FIFO or device) under a size cap, and the whole dir is
-deleted afterwards. A watchdog bounds the dir's total disk use while the program runs (RLIMIT_FSIZE
-bounds each file only).
+deleted afterwards. A watchdog bounds the dir's total disk use and its number of entries (inodes) while the
+program runs (RLIMIT_FSIZE bounds each file only).
 """
 
 from __future__ import annotations
@@ -84,15 +84,27 @@ def collect_submission(work_dir: Path, out_dir: Path, max_bytes: int) -> tuple[P
             os.close(fd)
 
 
-def disk_usage_bytes(root: Path, max_entries: int = 200_000) -> int:
-    """Allocated bytes under root (st_blocks, so sparse files count what they use); symlinks not followed."""
+MAX_WORK_ENTRIES = 200_000  # files, dirs and links a run's work dir may hold (an inode cap: empty files cost too)
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    bytes: int  # allocated (st_blocks), symlinks not followed; a lower bound when the walk stopped early
+    entries: int  # entries seen; the walk stops at max_entries + 1, so more than max_entries means "over"
+
+
+def disk_usage(root: Path, max_entries: int = MAX_WORK_ENTRIES) -> DiskUsage:
+    """What the tree under root uses. The walk is bounded (a poll must stay cheap whatever the program makes): it
+    stops after max_entries + 1 entries, which then count as too many rather than as not counted at all."""
     total, seen, stack = 0, 0, [root]
-    while stack and seen < max_entries:
+    while stack and seen <= max_entries:
         d = stack.pop()
         try:
             with os.scandir(d) as it:
                 for e in it:
                     seen += 1
+                    if seen > max_entries:
+                        break
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
@@ -102,15 +114,25 @@ def disk_usage_bytes(root: Path, max_entries: int = 200_000) -> int:
                         stack.append(Path(e.path))
         except OSError:
             continue
-    return total
+    return DiskUsage(total, seen)
 
 
 class DiskWatchdog:
-    """Polls a dir's disk use and calls on_exceed() once when it passes max_bytes."""
+    """Polls a dir's disk use and calls on_exceed() once when it passes max_bytes or holds more than max_entries
+    entries; `reason` then says which."""
 
-    def __init__(self, root: Path, max_bytes: int, on_exceed: Callable[[], None], interval_s: float = 0.25):
+    def __init__(
+        self,
+        root: Path,
+        max_bytes: int,
+        on_exceed: Callable[[], None],
+        interval_s: float = 0.25,
+        max_entries: int = MAX_WORK_ENTRIES,
+    ):
         self.root, self.max_bytes, self.on_exceed, self.interval_s = root, max_bytes, on_exceed, interval_s
+        self.max_entries = max_entries
         self.exceeded = False
+        self.reason = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="disk-watchdog", daemon=True)
 
@@ -124,7 +146,12 @@ class DiskWatchdog:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            if disk_usage_bytes(self.root) > self.max_bytes:
+            used = disk_usage(self.root, self.max_entries)
+            if used.entries > self.max_entries:
+                self.reason = f"the work dir holds more than {self.max_entries} files and folders"
+            elif used.bytes > self.max_bytes:
+                self.reason = f"the work dir uses more than {self.max_bytes >> 20} MB"
+            if self.reason:
                 self.exceeded = True
                 self.on_exceed()
                 return
@@ -185,6 +212,7 @@ def finish_run(
             "signal": signal_name(exit_code),
             "killed_reason": killed_reason,
             "disk_exceeded": watchdog.exceeded,
+            "disk_reason": watchdog.reason,
             "submission_reason": why,
             "stdout_bytes": out.total_bytes,
             "stderr_bytes": err.total_bytes,

@@ -44,8 +44,10 @@ def read_config(path: str | Path) -> Qwen2Config:
         raise FileNotFoundError(f"no config.json in {path} (expected an HF Qwen2 or Llama checkpoint folder)")
     try:
         d = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{cfg_path}: not a JSON object (an HF config is one)")
     return Qwen2Config.from_hf_dict(d, source=str(cfg_path))
 
 

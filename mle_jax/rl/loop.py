@@ -52,6 +52,8 @@ class LoopSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"loop.steps must be >= 0 (0: no RL, the warm-started policy), got {self.steps}")
         if self.batch_size < 1 or self.in_flight_multiplier < 1:
             raise ValueError(
                 f"loop.batch_size and loop.in_flight_multiplier must be >= 1, got {self.batch_size}, "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -174,14 +175,19 @@ def sandbox_run_fn(
     "off"; the LM instrumenter needs a model, which the warm start is still building), so the returned
     output is what an improve prompt about this program shows (`rollout.previous_output`, the last
     `output_chars` characters). A run that does not exit ok or writes no submission grades invalid, with
-    the sandbox's stderr tail in the reason.
+    the sandbox's stderr tail in the reason. The run's results folder (its output and submission copy, outside
+    the run's workdir) is removed once graded, as a rollout's is.
     """
     if instrument_mode not in ("ast", "off"):
         raise ValueError(f"instrument_mode must be 'ast' or 'off' for corpus verification, got {instrument_mode!r}")
 
     def run(code: str) -> tuple[GradeLike, float, str]:
         res = sandbox.run(instrument_batch([code], instrument_mode)[0].code, task, limits)
-        graded = grade_run(task, res)
+        try:
+            graded = grade_run(task, res)
+        finally:
+            if res.extra.get("results_dir"):
+                shutil.rmtree(res.extra["results_dir"], ignore_errors=True)
         if not graded.valid and res.stderr_tail:
             graded = GradeResult(False, None, f"{graded.reason}: {res.stderr_tail[-500:]}")
         return graded, res.duration_s, previous_output(res, output_chars)

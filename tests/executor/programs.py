@@ -204,3 +204,26 @@ import os
 os.symlink("/etc/passwd", "submission.csv")
 print("linked")
 """
+
+# a 7.9 MB submission whose header has a million extra fields, written in well under a second
+WIDE_HEADER = """
+n = 10**6
+with open("submission.csv", "w") as f:
+    f.write("request_id,requester_received_pizza," + ",".join(f"c{i}" for i in range(n)) + "\\nt3_x,0.5\\n")
+print("wrote a wide header", flush=True)
+"""
+
+# many empty files first (they used to stop the disk watchdog's count), then 800 MB; format with files=N
+MANY_FILES_THEN_BYTES = """
+import os
+os.makedirs("many", exist_ok=True)
+for i in range({files}):
+    open(f"many/{{i}}", "w").close()
+print("made {files} empty files", flush=True)
+block = b"x" * (1 << 20)
+for n in range(16):
+    with open(f"big{{n}}.bin", "wb") as f:
+        for _ in range(50):
+            f.write(block)
+    print("wrote", (n + 1) * 50, "MB", flush=True)
+"""

@@ -110,3 +110,46 @@ def test_sandbox_packages_reports_what_imports():
     ):
         assert name in pkgs
     assert "timm" not in pkgs  # torchvision has no CPU build here, so timm is not installed
+
+
+def _cli_run(task, code_path, *extra: str, timeout: int = 300) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "mle_jax.executor", "run", "--task", task.id, "--code", str(code_path),
+         "--prepared", str(task.public_dir.parent), *extra],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+@pytest.mark.timeout(120)  # before the fix, grading alone took minutes and gigabytes
+def test_a_million_column_header_from_a_sandboxed_program_is_refused(pizza_task, tmp_path):
+    code = tmp_path / "solution.py"
+    code.write_text(programs.WIDE_HEADER)
+    res = _cli_run(pizza_task, code, "--timeout", "60")
+    assert res["status"] == "ok", res
+    assert res["submission_valid"] is False and "header has 1000002 fields" in res["grade_reason"], res
+
+
+def test_many_files_then_a_big_write_is_killed_for_disk(pizza_task, tmp_path):
+    """The walk that measures the work dir is bounded; past its bound the entries themselves are over the cap
+    (they used to stop the count, and the bytes written after them went unseen)."""
+    code = tmp_path / "solution.py"
+    code.write_text(programs.MANY_FILES_THEN_BYTES.format(files=2200))
+    res = _cli_run(pizza_task, code, "--timeout", "120", "--work-mb", "300", "--work-files", "2000")
+    assert res["status"] == "killed" and res["killed_reason"] == "disk", res
+    assert "more than 2000 files" in res["disk_reason"], res
+    assert "wrote 800 MB" not in res["stdout_tail"]
+
+
+def test_bad_work_cap_is_one_line(pizza_task, tmp_path):
+    code = tmp_path / "solution.py"
+    code.write_text("print(1)\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "mle_jax.executor", "run", "--task", pizza_task.id, "--code", str(code),
+         "--work-mb", "0"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+    )  # fmt: skip
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == "error: executor.max_work_mb=0 is too small: it must be at least 1"
+    )

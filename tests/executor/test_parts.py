@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import threading
+import time
 
 import pytest
 
@@ -14,7 +16,7 @@ from mle_jax.executor.cgroups import RunCgroup
 from mle_jax.executor.result import Limits, Status, classify, signal_exit_code, signal_name
 from mle_jax.executor.sandbox import BACKENDS, make_sandbox
 from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
-from mle_jax.executor.workspace import collect_submission, disk_usage_bytes
+from mle_jax.executor.workspace import DiskWatchdog, collect_submission, disk_usage
 
 
 def test_capture_keeps_head_and_tail_and_counts_everything():
@@ -67,8 +69,29 @@ def test_disk_usage_counts_allocated_blocks_not_sparse_size(tmp_path):
         f.truncate(1 << 30)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "real").write_bytes(b"x" * (1 << 20))
-    used = disk_usage_bytes(tmp_path)
-    assert (1 << 20) <= used < (4 << 20)
+    used = disk_usage(tmp_path)
+    assert (1 << 20) <= used.bytes < (4 << 20) and used.entries == 3
+
+
+def test_too_many_entries_count_as_over_the_cap(tmp_path):
+    """The walk stops at its bound: what lies past it is not 'unseen' but over the cap (a program used to make
+    200,000 empty files and then write past the byte cap unnoticed)."""
+    (tmp_path / "many").mkdir()
+    for i in range(150):
+        (tmp_path / "many" / str(i)).touch()
+    (tmp_path / "big").write_bytes(b"x" * (2 << 20))
+    assert disk_usage(tmp_path, max_entries=100).entries == 101
+    assert disk_usage(tmp_path, max_entries=1000).entries == 152
+    fired = threading.Event()
+    with DiskWatchdog(tmp_path, 1 << 30, fired.set, interval_s=0.01, max_entries=100) as dog:
+        assert fired.wait(10)
+    assert dog.exceeded and dog.reason == "the work dir holds more than 100 files and folders"
+    with DiskWatchdog(tmp_path, 1 << 20, fired.set, interval_s=0.01, max_entries=1000) as dog:
+        for _ in range(1000):
+            if dog.exceeded:
+                break
+            time.sleep(0.01)
+    assert dog.exceeded and dog.reason == "the work dir uses more than 1 MB"
 
 
 def test_run_cgroup_limits_and_cleanup():

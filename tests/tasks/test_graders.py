@@ -247,3 +247,69 @@ def test_cli_grade_prints_json(pizza):
         check=True,
     )
     assert json.loads(out.stdout) == {"valid": True, "score": 0.5, "reason": ""}
+
+
+PIZZA_HEADER = b"request_id,requester_received_pizza"
+MILLION = 10**6
+
+
+def wide_record(n: int, quoted: bool = False) -> bytes:
+    """One CSV record of n fields (7.9 MB at a million)."""
+    cell = '"c{}"' if quoted else "c{}"
+    return ",".join(cell.format(i) for i in range(n)).encode()
+
+
+@pytest.mark.timeout(60)  # pandas alone takes minutes and gigabytes over this header
+def test_a_million_column_header_is_refused_before_pandas(pizza, tmp_path):
+    result = _grade_bytes(pizza, tmp_path, PIZZA_HEADER + b"," + wide_record(MILLION) + b"\nt3_x,0.5\n")
+    assert not result.valid and result.score is None
+    assert "header has 1000002 fields, more than the 102 columns" in result.reason, result.reason
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        # pandas reads a first row wider than the header as that many index columns: as slow as a wide header
+        (PIZZA_HEADER + b"\n" + wide_record(MILLION) + b"\n", "first row has 1000000 fields"),
+        (b"\n \n" + wide_record(MILLION) + b"\n", "header has 1000000 fields"),  # blank lines above: still found
+        (b"\xef\xbb\xbf" + wide_record(MILLION) + b"\n", "header has 1000000 fields"),  # behind a BOM
+        (wide_record(MILLION, quoted=True) + b"\n", "quoted record over 1048576 bytes"),
+        # a quote in mid-field is a plain character (to pandas and csv alike); the field opened by the next one
+        # holds a line end: the header is 5002 fields long, not the first physical line's 2
+        (b'a"b,"c\nx",' + wide_record(5000) + b"\n1,2\n", "header has 5002 fields"),
+        (b"\r".join([PIZZA_HEADER, *[b"t3_%d,0.5" % i for i in range(3000)]]), "3000 rows by its line ends"),
+    ],
+)
+def test_hostile_shapes_are_refused_on_the_raw_bytes(pizza, tmp_path, data, why):
+    result = _grade_bytes(pizza, tmp_path, data)
+    assert not result.valid and why in result.reason, result.reason
+
+
+def test_exact_column_task_refuses_an_extra_field_in_the_header(prepared, tmp_path):
+    spooky = prepared["spooky-author-identification"]
+    assert spooky.spec.exact_columns
+    header = ",".join([spooky.spec.id_column, *spooky.spec.target_columns, "notes"])
+    result = _grade_bytes(spooky, tmp_path, f"{header}\nid1,0.3,0.3,0.4,x\n".encode())
+    assert not result.valid and "header has 5 fields, more than the 4 columns" in result.reason, result.reason
+
+
+def test_quoted_header_and_multiline_fields_still_grade(pizza, tmp_path):
+    """The raw-byte checks count what pandas reads: quoted names, and a row whose field holds line ends."""
+    answers = pd.read_csv(pizza.answers_path)
+    pairs = zip(answers["request_id"], answers["requester_received_pizza"], strict=True)
+    text = '"request_id","requester_received_pizza","note"\n' + "".join(f'{i},{p},"two\nlines"\n' for i, p in pairs)
+    result = _grade_bytes(pizza, tmp_path, text.encode())
+    assert result == GradeResult(True, 1.0, ""), result
+
+
+@pytest.mark.timeout(60)
+def test_grade_cli_refuses_a_million_column_header(pizza, tmp_path):
+    path = tmp_path / "submission.csv"
+    path.write_bytes(PIZZA_HEADER + b"," + wide_record(MILLION) + b"\nt3_x,0.5\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "mle_jax.tasks", "grade", pizza.id, str(path), "--answers", str(pizza.answers_path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["valid"] is False and "header has 1000002 fields" in result["reason"], result

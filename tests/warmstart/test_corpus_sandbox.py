@@ -12,7 +12,7 @@ from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.prepare import prepare
-from mle_jax.warmstart.corpus import sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.corpus import public_dir_in_sandbox, sandbox_run_fn, verify_corpus
 from mle_jax.warmstart.programs import full_grid, generate_corpus
 from mle_jax.warmstart.programs.insults import INSULTS
 from mle_jax.warmstart.programs.leaf import LEAF
@@ -164,3 +164,21 @@ def test_a_corpus_run_that_times_out_is_reported_as_such_and_run_again(pizza, tm
     [v] = verify_cached([slow], pizza, counting, cache, 1, progress=False)
     assert len(calls) == 1 and v.duration_s > 8 and 0.55 < v.score < 0.85
     assert verified_reasons(cache) == []  # the program's last record decides
+
+
+@pytest.mark.integration
+def test_verification_leaves_no_results_folder_behind(pizza, tmp_path):
+    """Like a rollout, a verification run's results folder (output and submission copy) goes once graded."""
+    sandbox = make_sandbox(ExecutorSettings(backend="bwrap"), work_root=tmp_path / "work", out_root=tmp_path / "out")
+    run_fn = sandbox_run_fn(sandbox, pizza, LIMITS, instrument_mode="off")
+    valid = (
+        "import pandas as pd\n"
+        f"test = pd.read_json('{public_dir_in_sandbox(PIZZA)}test.json')\n"
+        "pd.DataFrame({'request_id': test['request_id'], 'requester_received_pizza': 0.3})"
+        ".to_csv('submission.csv', index=False)\n"
+    )
+    for code, ok in ((valid, True), ("raise SystemExit(3)\n", False)):
+        graded, _, _ = run_fn(code)
+        assert graded.valid is ok, graded
+        assert list((tmp_path / "out").iterdir()) == []
+        assert list((tmp_path / "work").iterdir()) == []

@@ -21,7 +21,7 @@ from mle_jax.tasks.graders.frames import InvalidSubmission
 from mle_jax.tasks.graders.jaccard import grade_jaccard
 from mle_jax.tasks.graders.kappa import grade_qwk
 from mle_jax.tasks.graders.log_loss import grade_log_loss
-from mle_jax.tasks.graders.reading import read_answers, read_submission, size_cap
+from mle_jax.tasks.graders.reading import max_columns, read_answers, read_submission, size_cap
 from mle_jax.tasks.graders.rmsle import grade_mean_column_rmsle
 from mle_jax.tasks.task import Task, TaskSpec
 
@@ -76,7 +76,9 @@ def grade_csv(spec: TaskSpec, submission_csv: str | Path, answers_path: str | Pa
     answers_path = Path(answers_path)
     answers = read_answers(answers_path)
     try:
-        submission = read_submission(submission_csv, max_bytes=size_cap(answers_path))
+        submission = read_submission(
+            submission_csv, max_bytes=size_cap(answers_path), max_fields=max_columns(spec), max_rows=len(answers)
+        )
     except InvalidSubmission as e:
         return GradeResult(False, None, str(e))
     return grade_frames(spec, submission, answers)
