@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -22,10 +23,11 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+SESSION_JAX_CACHE = None  # the folder this process made (and removes at the end), if it made one
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax is imported, here and in every subprocess
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ.get("MLE_JAX_TEST_JAX_CACHE") or tempfile.mkdtemp(
-        prefix="mle_jax-test-jax-cache-"
-    )
+    if not os.environ.get("MLE_JAX_TEST_JAX_CACHE"):
+        SESSION_JAX_CACHE = tempfile.mkdtemp(prefix="mle_jax-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ.get("MLE_JAX_TEST_JAX_CACHE") or SESSION_JAX_CACHE
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny models compile fast, but often
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
@@ -99,6 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if SESSION_JAX_CACHE and not hasattr(session.config, "workerinput"):
+        shutil.rmtree(SESSION_JAX_CACHE, ignore_errors=True)  # nothing the session made outlives it
     out = os.environ.get("MLE_JAX_TEST_TIMES")
     if not out or hasattr(session.config, "workerinput"):  # only the controller writes
         return
