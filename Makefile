@@ -27,7 +27,7 @@ apt:
 run: install apt sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
-test: install apt sandbox-env vllm-env smol-model
+test: install apt sandbox-env vllm-env smol-model aot-env
 	$(VPY) -m pytest -q --timeout=1200 tests
 
 # The unit tier only: pure functions, graders, configs (seconds to a minute; no sandbox, no model tier).
