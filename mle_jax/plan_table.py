@@ -93,6 +93,7 @@ def row(entry: str, sl: TpuSlice | None, plan: dict[str, Any], overrides: dict[s
         "projected_step_s": plan["projected_step_s"],
         "peak_tflops_per_device": plan["peak_tflops_per_device"],
         "dcn_gib_per_device_per_step": (plan["dcn"] or {}).get("gib_per_device_per_step"),
+        "compile_error": d["xla"].get("compile_error"),
         "plan": {k: v for k, v in plan.items() if k != "layer_stack"},
     }
 
@@ -125,6 +126,8 @@ def markdown(results: dict[str, Any]) -> str:
             continue
         m = r["mesh"]
         mem = f"{r['total_gib']:.2f} ({r['learner_gib']:.2f} + {r['sampler_gib']:.2f})" if r["total_gib"] else "-"
+        if r.get("compile_error"):  # libtpu refused: its temporaries plus the state, a lower bound
+            mem = f">= {mem}"
         step = f"{r['projected_step_s']:.1f} s" if r["projected_step_s"] else "-"
         fit = {True: "**yes**", False: "no", None: "-"}[r["fits"]]
         lines.append(
@@ -132,6 +135,12 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r['device_memory_gib']:.0f} | {fit} | {r['flops_per_step']:.3e} | {step} | {over} |"
         )
     lines.append("")
+    refused = [r for r in results["rows"] if r.get("compile_error")]
+    if refused:
+        lines.append(
+            "`>=`: libtpu refused to compile the update for that slice (" + refused[0]["compile_error"] + "); the "
+            "figure is the state plus the temporaries it names, a lower bound."
+        )
     lines.append(
         f"Projected step: FLOPs / (chips x bf16 peak x MFU {results['mfu']}). From `{results['command']}` "
         f"({results['date']}); rendered by `python -m mle_jax.plan_table`."

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -415,6 +416,20 @@ def _memory(compiled: jax.stages.Compiled) -> dict[str, float]:
     return out
 
 
+def _out_of_memory(message: str) -> dict[str, Any]:
+    """libtpu's refusal ("... required for HLO temporaries (32.14G) exceeds available HBM (30.75G)") as figures:
+    the compiler's own temporaries (its G taken as GiB) and its first line."""
+    first = message.strip().splitlines()[0]
+    out: dict[str, Any] = {"compile_error": first}
+    m = re.search(r"required for ([\w ]+?) \(([\d.]+)([KMG])\) exceeds available HBM \(([\d.]+)([KMG])\)", first)
+    if m:
+        scale = {"K": 2**-20, "M": 2**-10, "G": 1.0}
+        key = "temporaries_gib" if m.group(1).endswith("temporaries") else "required_gib"
+        out[key] = float(m.group(2)) * scale[m.group(3)]
+        out["available_hbm_gib"] = float(m.group(4)) * scale[m.group(5)]
+    return out
+
+
 def _xla_flops(compiled: jax.stages.Compiled) -> float | None:
     try:
         cost = compiled.cost_analysis()
@@ -443,23 +458,31 @@ def compile_update(
     traced = program.fn.trace(state, ref, program.abstract_batch(batch, seq_len))
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
     ref_bytes = per_device_bytes(ref)
-    compiled, lower_s, compile_s, found = None, 0.0, 0.0, []
+    compiled, lower_s, compile_s, found, oom = None, 0.0, 0.0, [], {}
     if compile:
         lowered = traced.lower()
         lower_s = time.perf_counter() - start
         print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
-        compiled = lowered.compile()
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as e:  # libtpu refuses a program that cannot fit its HBM
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            oom = _out_of_memory(str(e))
+            oom["arguments_gib"] = (per_device_bytes(state) + (0 if program.reference_on_host else ref_bytes)) / GIB
+            oom["peak_gib"] = oom["arguments_gib"] + oom.get("temporaries_gib", 0.0)
         compile_s = time.perf_counter() - start
         print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
-        found, unknown = hlo_collectives.collectives(compiled.as_text(), mesh.devices.shape, mesh.axis_names)
-        if unknown:
-            print(f"note: {unknown} loops of unknown trip count in the update", file=sys.stderr, flush=True)
+        if compiled:
+            found, unknown = hlo_collectives.collectives(compiled.as_text(), mesh.devices.shape, mesh.axis_names)
+            if unknown:
+                print(f"note: {unknown} loops of unknown trip count in the update", file=sys.stderr, flush=True)
     return {
         "compile_s": compile_s,
         "lower_s": lower_s,
         "flops": matmul_flops(traced.jaxpr.jaxpr),
         "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled) if compiled else None,
-        "xla": _memory(compiled) if compiled else {},
+        "xla": _memory(compiled) if compiled else (oom if compile else {}),
         "collectives": found,
         "policy_params": n_params,
         "params_gib": {
@@ -639,7 +662,7 @@ def make_plan(
         "target": target.name,
         "platform": target.platform,
         "mesh": dict(zip(shd.MESH_AXES, mesh_shape, strict=True)),
-        "fits": total <= device_memory_gib if update else None,
+        "fits": (total <= device_memory_gib and "compile_error" not in upd["xla"]) if update else None,
         "update_compiled": update,
         "per_device": per_device,
         "sampler": sampler,
@@ -661,7 +684,9 @@ def make_plan(
             "step_time": f"flops_per_step / (devices x {peak} TFLOP/s peak x MFU {mfu}) (assumed MFU)",
         },
         "notes": notes,
-        "dcn": dcn_traffic(update_info["collectives"], mesh, int(s.mesh.dcn_data)) if update else None,
+        "dcn": dcn_traffic(upd["collectives"], mesh, int(s.mesh.dcn_data))
+        if update and "compile_error" not in upd["xla"]
+        else None,
     }
     if dec and target.hbm_gb_s:
         step = (dec["weights_gib"] + dec["kv_cache_gib"]) * GIB / (target.hbm_gb_s * 1e9)
@@ -723,6 +748,8 @@ def format_plan(p: dict[str, Any]) -> str:
             f"across {dcn['slices']} slices (DCN), per device per step: {dcn['gib_per_device_per_step']:.3f} GiB in "
             + ", ".join(f"{k} (x{v['runs_per_call']})" for k, v in dcn["by_op_and_axes"].items())
         )
+    if x.get("compile_error"):
+        rows.append(f"the compiler: {x['compile_error']}")
     rows += [f"note: {n}" for n in p["notes"]]
     rows.append(f"memory method: {p['method']['memory']}")
     return "\n".join(rows)

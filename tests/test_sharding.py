@@ -30,6 +30,16 @@ def test_mesh_shape():
         shd.mesh_shape(mesh_cfg(0, -1, 1), 4)
 
 
+def test_mesh_shape_over_slices():
+    """mesh.dcn_data slices multiply the data axis; -1 takes what remains of one slice."""
+    assert shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=2), 8) == (2, 4, 1)
+    assert shd.mesh_shape(shd.MeshSettings(2, -1, 2, dcn_data=2), 16) == (4, 2, 2)
+    with pytest.raises(ValueError, match="6 devices do not split into mesh.dcn_data = 4 slices"):
+        shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=4), 6)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=0), 4)
+
+
 def test_make_mesh_on_this_host():
     mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
     assert mesh.axis_names == shd.MESH_AXES and mesh.size == jax.device_count()
