@@ -135,6 +135,20 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r['device_memory_gib']:.0f} | {fit} | {r['flops_per_step']:.3e} | {step} | {over} |"
         )
     lines.append("")
+    for r in results["rows"]:
+        dcn = (r.get("plan") or {}).get("dcn") or {}
+        if dcn.get("slices", 1) > 1:
+            parts = ", ".join(
+                f"{k}: {v['gib_per_device_per_call']:.3f} GiB in {v['runs_per_call']} transfers"
+                for k, v in sorted(dcn["by_op_and_axes"].items(), key=lambda kv: -kv[1]["gib_per_device_per_call"])
+            )
+            grads = r["plan"]["per_device"]["params_gib"]
+            lines.append(
+                f"Across the {dcn['slices']} slices of {r['target']} (DCN), per chip per step: "
+                f"**{dcn['gib_per_device_per_step']:.2f} GiB** ({parts}); the policy's and critic's gradients on "
+                f"one chip are {grads['policy'] + grads['critic']:.2f} GiB."
+            )
+            lines.append("")
     refused = [r for r in results["rows"] if r.get("compile_error")]
     if refused:
         lines.append(

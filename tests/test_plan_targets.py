@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mle_jax import plan_table
 from mle_jax import planning as plan
 from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
 
@@ -106,6 +107,20 @@ def test_two_slices_send_only_data_parallel_reductions_over_the_dcn(plans):
     assert dcn["gib_per_device_per_step"] == pytest.approx(
         sum(v["gib_per_device_per_call"] for v in dcn["by_op_and_axes"].values())
     )
+
+
+def test_table_renders_between_markers(plans):
+    """The markdown of a --table_out file, put between a doc's markers (how BUILD.md's TPU tables are made)."""
+    table = plan_table.markdown(plans["slices"])
+    assert "| 2x v5e-4 | 8 | TPU v5 lite | 2, 4, 1 |" in table and "Across the 2 slices of 2x v5e-4 (DCN)" in table
+    assert plans["slices"]["command"] in table and plans["slices"]["date"] in table
+    doc = "intro\n<!-- table:x -->\nold\n<!-- /table:x -->\nrest\n"
+    assert (
+        plan_table.replace_between_markers(doc, "x", table)
+        == f"intro\n<!-- table:x -->\n{table}\n<!-- /table:x -->\nrest\n"
+    )
+    with pytest.raises(ValueError, match="no <!-- table:y -->"):
+        plan_table.replace_between_markers(doc, "y", table)
 
 
 def test_a_topology_libtpu_cannot_make_fails_in_one_line(plans):
