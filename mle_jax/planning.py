@@ -467,7 +467,7 @@ def compile_update(
             compiled = lowered.compile()
         except jax.errors.JaxRuntimeError as e:  # libtpu refuses a program that cannot fit its HBM
             if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
+                raise PlanError(f"compiling the PPO update: {str(e).strip().splitlines()[0]}") from None
             oom = _out_of_memory(str(e))
             oom["arguments_gib"] = (per_device_bytes(state) + (0 if program.reference_on_host else ref_bytes)) / GIB
             oom["peak_gib"] = oom["arguments_gib"] + oom.get("temporaries_gib", 0.0)
@@ -531,7 +531,10 @@ def compile_decode(s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, max
     )
     start = time.perf_counter()
     traced = fn.trace(*args)
-    compiled = traced.lower().compile()
+    try:
+        compiled = traced.lower().compile()
+    except jax.errors.JaxRuntimeError as e:
+        raise PlanError(f"compiling the decode step: {str(e).strip().splitlines()[0]}") from None
     compile_s = time.perf_counter() - start
     weights = per_device_bytes(jax.tree.map(_abstract_with, nnx.to_pure_dict(params), nnx.to_pure_dict(param_sh)))
     cache_bytes = per_device_bytes(jax.tree.map(_abstract_with, cache, cache_sh))
