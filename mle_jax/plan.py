@@ -13,7 +13,7 @@ per-device memory, FLOPs and the projected step time (`mle_jax.planning` says ho
     --until_fits                           with --targets: a TPU slice that does not fit tries the next size
                                            of its generation; a layout that does not divide takes the fix
                                            its error names
-    --table-out=docs/results/x.json        with --targets: one row per plan, with the command and date
+    --table_out=docs/results/x.json        with --targets: one row per plan, with the command and date
     --compare_scan                         also compile the other layer stack (scanned / unrolled)
     --config.a.b=v                         overrides, as in mle_jax.launch
 
