@@ -9,12 +9,15 @@ the markdown table of such a file (`python -m mle_jax.plan_table F [--doc BUILD.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import jax
 
 from mle_jax import planning
 from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
@@ -62,6 +65,9 @@ def plan_targets(
                     continue
                 break
             rows.append(row(entry, sl, plan, applied))
+            print(format_row(rows[-1]), file=sys.stderr, flush=True)
+            jax.clear_caches()  # the compiled update of a 3B model is GBs of host memory: one at a time
+            gc.collect()
             if not until_fits or sl is None or plan["fits"] is not False:
                 break
             grown = sl.larger()
