@@ -2,8 +2,9 @@
 
 Every collective (all-reduce, reduce-scatter, all-gather, all-to-all, collective-permute) with the mesh axes
 its device groups span, the bytes of its result on one device, and how often it runs per call: the product of
-the known trip counts of the while loops around it (XLA writes `known_trip_count` on each loop it can count;
-a loop it cannot is counted once and reported). What goes over the data-centre network in a multi-slice run:
+the trip counts of the while loops around it (XLA's `known_trip_count` where it writes one, else the loop
+condition's `i < N` against a constant, as lax's loops count from 0; any other loop is counted once and
+reported). What goes over the data-centre network in a multi-slice run:
 on TPU, libtpu compiles one program per slice, its collectives within the slice, and sends what crosses slices
 to the Megascale runtime as host-transfer `send`s tagged `_xla_megascale_transfer_type` (ALL_REDUCE,
 ALL_GATHER, ...): those are listed with op "dcn <type>"; on other devices (hosts standing in for slices)
@@ -65,6 +66,22 @@ def _groups(rest: str, n_devices: int) -> list[list[int]]:
     return [list(range(n_devices))]  # no groups: every device
 
 
+def _bound(condition: list[str]) -> int | None:
+    """The trip count of a loop whose condition is `i < N` (or `N > i`) against a constant: lax's loops count
+    from 0 by 1. None for any other condition."""
+    consts = {}
+    for line in condition:
+        c = re.match(r"^\s*%?([\w.\-]+)\s*=\s*s32\[\][^ ]*\s+constant\((\d+)\)", line)
+        if c:
+            consts[c.group(1)] = int(c.group(2))
+    for line in condition:
+        cmp = re.search(r"compare\(%?([\w.\-]+), %?([\w.\-]+)\), direction=(LT|GT)", line)
+        if cmp and line.lstrip().startswith("ROOT"):
+            bound = cmp.group(2) if cmp.group(3) == "LT" else cmp.group(1)
+            return consts.get(bound)
+    return None
+
+
 def collectives(hlo: str, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> tuple[list[Collective], int]:
     """The collectives of an optimized HLO module (`compiled.as_text()`) and the number of while loops whose trip
     count XLA did not know (their bodies counted once). Device index i is the mesh's flat device order."""
@@ -91,11 +108,14 @@ def collectives(hlo: str, mesh_shape: Sequence[int], axis_names: Sequence[str]) 
             m = _INSTR.match(line)
             if not m or m.group(2) in _OPS or m.group(2).removesuffix("-start") in _OPS:
                 continue  # a collective's to_apply is its reduction: no collectives inside
-            trips = _TRIPS.search(line)
-            if m.group(2) == "while" and not trips:
-                unknown += 1
+            trips = None
+            if m.group(2) == "while":
+                known = _TRIPS.search(line)
+                cond = re.search(r"condition=%?([\w.\-]+)", line)
+                trips = int(known.group(1)) if known else _bound(bodies.get(cond.group(1), []) if cond else [])
+                unknown += trips is None
             for kind, callee in _CALLEE.findall(line):
-                visit(callee, times * (int(trips.group(1)) if trips and kind == "body" else 1))
+                visit(callee, times * ((trips or 1) if kind == "body" else 1))
             for branches in _BRANCHES.findall(line):
                 for callee in re.findall(r"%?([\w.\-]+)", branches):
                     visit(callee, times)

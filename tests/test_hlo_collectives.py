@@ -64,6 +64,16 @@ def test_a_loop_without_known_trip_count_counts_once():
     assert unknown == 1 and {c.runs_per_call for c in found} == {1}
 
 
+def test_a_loop_bound_by_a_constant_counts_its_trips():
+    """libtpu's scheduled HLO carries no known_trip_count: the condition's `i < 16` gives it."""
+    hlo = HLO.replace(', backend_config={"known_trip_count":{"n":"16"}}', "").replace(
+        "  ROOT %lt = pred[] compare(%i, %n), direction=LT",
+        "  %c = s32[]{:T(128)} constant(16)\n  ROOT %lt = pred[]{:T(512)} compare(%i, %c), direction=LT",
+    )
+    found, unknown = hc.collectives(hlo, (2, 4, 1), ("data", "fsdp", "tensor"))
+    assert unknown == 0 and {c.op: c.runs_per_call for c in found}["dcn all-reduce (sum)"] == 16
+
+
 def test_libtpu_out_of_memory_message_becomes_figures():
     message = (
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (32.14G) "
