@@ -33,7 +33,7 @@ run: install apt sandbox-env
 # records each tier's time for the README's table.
 PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
-test: install apt sandbox-env vllm-env smol-model
+test: install apt sandbox-env vllm-env smol-model aot-env
 	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
 	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadgroup --durations=40 tests
 

@@ -66,10 +66,9 @@ def device_peak_tflops(kind: str) -> float:
     for target in GPU_TARGETS.values():
         if target.name.split()[1].split("-")[0] in kind:
             return target.peak_bf16_tflops
-    kind = kind.lower().replace(" ", "")
-    for gen, (peak, _, _) in TPU_CHIPS.items():
-        if gen in kind:
-            return peak
+    for chip in TPU_CHIPS.values():
+        if chip.device_kind == kind:  # "TPU v5 lite" is v5e, "TPU v5" v5p
+            return chip.peak_bf16_tflops
     return 0.0
 
 

@@ -187,6 +187,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.mesh.data = 1
     c.mesh.fsdp = -1  # -1: all remaining devices
     c.mesh.tensor = 1
+    c.mesh.dcn_data = 1  # TPU slices the data axis spans over the data-centre network (data = dcn_data x data)
     c.mesh.reference_on_host = False
 
     c.loop = ml_collections.ConfigDict()

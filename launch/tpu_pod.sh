@@ -7,15 +7,20 @@
 #
 #   MODEL=gs-fuse/Qwen2.5-3B-Instruct CONFIG=configs/pizza.py VLLM_URL=http://host0:8100 \
 #   INSTR_URL=http://host0:8101 RAY_ADDRESS=host0:6379 WORKDIR=/mnt/shared/runs/pizza launch/tpu_pod.sh
+#
+# More than one slice (a Cloud TPU multislice job, which sets MEGASCALE_NUM_SLICES on every host; or NUM_SLICES=N):
+# the mesh's data axis spans the slices over the data-centre network (mesh.dcn_data = N, a hybrid mesh), fsdp
+# stays inside each slice, as `python -m mle_jax.plan --num_slices N` plans it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${MODEL:?}" "${VLLM_URL:?}" "${INSTR_URL:?}" "${RAY_ADDRESS:?}" "${WORKDIR:?shared storage (NFS/GCS fuse) for checkpoints}"
 CONFIG=${CONFIG:-configs/pizza.py}
+NUM_SLICES=${NUM_SLICES:-${MEGASCALE_NUM_SLICES:-1}}
 export MLE_JAX_DISTRIBUTED=auto  # sharding.maybe_initialize_distributed(): jax.distributed.initialize() finds the pod
 .venv/bin/python -m mle_jax.launch --config="$CONFIG" \
   --config.model.path="$MODEL" \
   --config.sampler.backend=vllm --config.sampler.vllm_url="$VLLM_URL" \
   --config.instrument.vllm_url="$INSTR_URL" \
   --config.executor.fleet=ray --config.executor.ray_address="$RAY_ADDRESS" \
-  --config.mesh.data=1 --config.mesh.fsdp=-1 --config.mesh.tensor=1 \
+  --config.mesh.data=1 --config.mesh.fsdp=-1 --config.mesh.tensor=1 --config.mesh.dcn_data="$NUM_SLICES" \
   --config.workdir="$WORKDIR" "$@"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from jax.experimental import topologies
 from jax.extend import core as jex_core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mle_jax import hlo_collectives
 from mle_jax import sharding as shd
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
@@ -55,7 +57,12 @@ AOT_PYTHON = ".aot-venv/bin/python"  # `make aot-env`: .venv's packages plus lib
 
 
 class PlanError(ValueError):
-    """A plan that cannot be made as asked; the message is one line naming the numbers that clash."""
+    """A plan that cannot be made as asked; the message is one line naming the numbers that clash. `fix`: the
+    config overrides that the message names, when there are ({"ppo.micro_batch_size": 16})."""
+
+    def __init__(self, message: str, fix: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.fix = dict(fix or {})
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,34 @@ GPU_TARGETS = {
     "h100-80": GpuTarget("NVIDIA H100 80GB HBM3", 80, 989, 3352, 132, (9, 0), 1.98, 50 << 20, 233472, 232448, 128),
     "h200": GpuTarget("NVIDIA H200", 141, 989, 4800, 132, (9, 0), 1.98, 50 << 20, 233472, 232448, 128),
 }
-# TPU generation -> (dense bf16 peak TFLOP/s, HBM GiB, HBM GB/s) per chip, from Google Cloud's TPU pages
-TPU_CHIPS = {"v4": (275, 32, 1200), "v5e": (197, 16, 819), "v5p": (459, 95, 2765), "v6e": (918, 32, 1640)}
+
+
+@dataclass(frozen=True)
+class TpuChip:
+    """One TPU generation as the planner needs it: per-chip figures from Google Cloud's TPU pages, and the
+    device layout JAX uses on that hardware."""
+
+    peak_bf16_tflops: float  # dense, per chip
+    hbm_gib: float
+    hbm_gb_s: float
+    device_kind: str  # jax.Device.device_kind on this generation
+    # two TensorCores per chip driven as one device (the runtime's default "megacore" mode on v4 and v5p);
+    # v5e and v6e have one core per chip. Accelerator names count cores when megacore (v4-8: 4 chips)
+    megacore: bool
+    dims: int  # topology dimensions: 3 (a torus, AxBxC) or 2 (AxB)
+
+
+TPU_CHIPS = {
+    "v4": TpuChip(275, 32, 1200, "TPU v4", True, 3),
+    "v5e": TpuChip(197, 16, 819, "TPU v5 lite", False, 2),
+    "v5p": TpuChip(459, 95, 2765, "TPU v5", True, 3),
+    "v6e": TpuChip(918, 32, 1640, "TPU v6 lite", False, 2),
+}
+# the slice shapes Cloud TPU offers, by chips (v5e and v6e: 2-D; v4 and v5p: 3-D)
+_SLICE_SHAPES = {
+    2: {4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"},
+    3: {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8", 512: "8x8x8"},
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,24 +205,87 @@ def gpu_target(name: str, n: int) -> Target:
     return Target(list(desc.devices), "gpu", name, method, gpu.peak_bf16_tflops, gpu.hbm_gb_s, gpu.memory_gib)
 
 
-def tpu_target(topology: str, n: int) -> Target:
-    """The chips of a TPU topology such as v5p:2x2x2, compile-only through libtpu."""
+@dataclass(frozen=True)
+class TpuSlice:
+    """A TPU slice asked for by topology (v5p:2x2x2) or accelerator type (v5p-16, v5e-8)."""
+
+    generation: str
+    shape: str  # "2x2x2"
+    chips: int
+
+    @property
+    def topology(self) -> str:
+        return f"{self.generation}:{self.shape}"
+
+    @property
+    def accelerator(self) -> str:
+        """Cloud TPU's accelerator type: cores for megacore generations (v4-8 is 4 chips), else chips."""
+        return f"{self.generation}-{self.chips * (2 if TPU_CHIPS[self.generation].megacore else 1)}"
+
+    def larger(self) -> TpuSlice | None:
+        """The next slice size Cloud TPU offers of this generation (twice the chips), or None."""
+        shapes = _SLICE_SHAPES[TPU_CHIPS[self.generation].dims]
+        bigger = sorted(c for c in shapes if c > self.chips)
+        return TpuSlice(self.generation, shapes[bigger[0]], bigger[0]) if bigger else None
+
+
+def tpu_slice(spec: str) -> TpuSlice:
+    """'v5p:2x2x2' or 'v5p-16' -> TpuSlice; PlanError (one line) for an unknown generation or shape."""
+    text = spec.strip().lower()
+    gen, sep, rest = text.partition(":") if ":" in text else text.partition("-")
+    gen = {"v5litepod": "v5e", "v5lite": "v5e", "v6litepod": "v6e"}.get(gen, gen)
+    if gen not in TPU_CHIPS or not sep or not rest:
+        raise PlanError(
+            f"--topology={spec}: not a TPU slice of a known generation; use GEN:SHAPE or GEN-SIZE with GEN in "
+            f"{sorted(TPU_CHIPS)}, e.g. v5p:2x2x2, v4-8, v5e-8"
+        )
+    chip = TPU_CHIPS[gen]
+    shapes = _SLICE_SHAPES[chip.dims]
+    if sep == "-":
+        size = int(rest) if rest.isdigit() else 0
+        chips = size // 2 if chip.megacore else size
+        if chips not in shapes or (chip.megacore and size % 2):
+            sizes = [c * (2 if chip.megacore else 1) for c in shapes]
+            raise PlanError(f"--topology={spec}: {gen} slices come in sizes {sizes}")
+        return TpuSlice(gen, shapes[chips], chips)
+    dims = rest.split("x")
+    if len(dims) != chip.dims or not all(d.isdigit() and int(d) > 0 for d in dims):
+        example = "2x2x2" if chip.dims == 3 else "2x4"
+        raise PlanError(f"--topology={spec}: a {gen} topology has {chip.dims} dimensions, e.g. {gen}:{example}")
+    return TpuSlice(gen, rest, math.prod(int(d) for d in dims))
+
+
+def tpu_target(topology: str, n: int, num_slices: int = 1) -> Target:
+    """The chips of `num_slices` TPU slices of a topology such as v5p:2x2x2 (or v5p-16), compile-only through
+    libtpu, one device per chip as JAX sees the hardware (megacore on v4 and v5p)."""
+    sl = tpu_slice(topology)
+    chip = TPU_CHIPS[sl.generation]
     jax.config.update("jax_platforms", "cpu")  # no device backends (nor the CUDA plugin's checks): compile only
+    kwargs: dict[str, Any] = {"chip_config_name": "megacore"} if chip.megacore else {}
+    if num_slices > 1:
+        kwargs["num_slices"] = num_slices
     try:
-        desc = topologies.get_topology_desc(topology, "tpu")
-    except RuntimeError as e:
-        if "not installed" in str(e):
+        desc = topologies.get_topology_desc(sl.topology, "tpu", **kwargs)
+    except Exception as e:  # noqa: BLE001 (libtpu reports a bad topology as RuntimeError, ValueError, ...)
+        text = str(e).strip()
+        if "not installed" in text or "No module named" in text:
             raise PlanError(
                 f"--topology={topology} compiles with libtpu, which this interpreter lacks: run `make aot-env`, "
                 f"then {AOT_PYTHON} -m mle_jax.plan ..."
             ) from None
-        raise PlanError(f"--topology={topology}: {str(e).splitlines()[0]}") from None
+        raise PlanError(f"--topology={topology}: libtpu: {(text.splitlines() or [type(e).__name__])[0]}") from None
     devices = list(desc.devices)
-    if n and n != len(devices):
-        raise PlanError(f"--devices={n} but topology {topology} has {len(devices)} chips")
-    chip = next((v for k, v in TPU_CHIPS.items() if topology.lower().startswith(k)), (0.0, 0.0, 0.0))
-    method = f"xla-tpu-compile (libtpu, topology {topology})"
-    return Target(devices, "tpu", topology, method, chip[0], chip[2], chip[1])
+    if len(devices) != sl.chips * num_slices:
+        raise PlanError(
+            f"--topology={topology}: libtpu made {len(devices)} devices for {num_slices} x {sl.chips} chips"
+        )
+    if n and n != sl.chips:
+        raise PlanError(f"--devices={n} but topology {sl.topology} has {sl.chips} chips")
+    name = sl.accelerator if num_slices == 1 else f"{num_slices}x {sl.accelerator}"
+    mode = ", megacore: one device per chip" if chip.megacore else ""
+    slices = f", {num_slices} slices" if num_slices > 1 else ""
+    method = f"xla-tpu-compile (libtpu, topology {sl.topology}{slices}{mode})"
+    return Target(devices, "tpu", name, method, chip.peak_bf16_tflops, chip.hbm_gb_s, chip.hbm_gib)
 
 
 def model_config(s: RunSettings) -> Qwen2Config:
@@ -228,7 +324,17 @@ def check_layout(s: RunSettings, cfg: Qwen2Config, mesh_shape: tuple[int, int, i
             f"loop.batch_size={batch}, ppo.mini_batch_size={mini}, ppo.micro_batch_size={micro} do not nest"
         )
     if micro % div:
-        raise PlanError(f"ppo.micro_batch_size={micro} is not a multiple of mesh data*fsdp = {data}*{fsdp} = {div}")
+        fixed = math.lcm(micro, div)
+        fix = {"ppo.micro_batch_size": fixed}
+        if mini % fixed:
+            fix["ppo.mini_batch_size"] = math.lcm(mini, fixed)
+        hint = " ".join(f"--config.{k}={v}" for k, v in fix.items())
+        if batch % fix.get("ppo.mini_batch_size", mini):
+            fix, hint = {}, f"a batch that {div} devices divide, or devices on mesh.tensor"
+        raise PlanError(
+            f"ppo.micro_batch_size={micro} is not a multiple of mesh data*fsdp = {data}*{fsdp} = {div}: set {hint}",
+            fix,
+        )
     notes = []
     if cfg.num_key_value_heads % tensor:
         notes.append(
@@ -310,6 +416,20 @@ def _memory(compiled: jax.stages.Compiled) -> dict[str, float]:
     return out
 
 
+def _out_of_memory(message: str) -> dict[str, Any]:
+    """libtpu's refusal ("... required for HLO temporaries (32.14G) exceeds available HBM (30.75G)") as figures:
+    the compiler's own temporaries (its G taken as GiB) and its first line."""
+    first = message.strip().splitlines()[0]
+    out: dict[str, Any] = {"compile_error": first}
+    m = re.search(r"required for ([\w ]+?) \(([\d.]+)([KMG])\) exceeds available HBM \(([\d.]+)([KMG])\)", first)
+    if m:
+        scale = {"K": 2**-20, "M": 2**-10, "G": 1.0}
+        key = "temporaries_gib" if m.group(1).endswith("temporaries") else "required_gib"
+        out[key] = float(m.group(2)) * scale[m.group(3)]
+        out["available_hbm_gib"] = float(m.group(4)) * scale[m.group(5)]
+    return out
+
+
 def _xla_flops(compiled: jax.stages.Compiled) -> float | None:
     try:
         cost = compiled.cost_analysis()
@@ -326,29 +446,44 @@ def _xla_flops(compiled: jax.stages.Compiled) -> float | None:
 
 
 def compile_update(
-    s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, seq_len: int, donate: bool
+    s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, seq_len: int, donate: bool, compile: bool = True
 ) -> dict[str, Any]:
-    """Lower and compile the PPO update for a B x T batch; memory, FLOPs, compile time, state sizes."""
+    """Lower and compile the PPO update for a B x T batch; memory, FLOPs, compile time, state sizes, and the
+    collectives of the compiled program. compile=False: traced only (FLOPs and state sizes, no XLA figures)."""
     policy, value = abstract_models(s, cfg)
     program = UpdateProgram(s.learner, policy, value, mesh, donate=donate)
     state, ref = program.abstract_state(), program.abstract_reference()
     stack = "scanned" if cfg.scan_layers else "unrolled"
     start = time.perf_counter()
     traced = program.fn.trace(state, ref, program.abstract_batch(batch, seq_len))
-    lowered = traced.lower()
-    lower_s = time.perf_counter() - start
-    print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
-    compiled = lowered.compile()
-    compile_s = time.perf_counter() - start
-    print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
     ref_bytes = per_device_bytes(ref)
+    compiled, lower_s, compile_s, found, oom = None, 0.0, 0.0, [], {}
+    if compile:
+        lowered = traced.lower()
+        lower_s = time.perf_counter() - start
+        print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as e:  # libtpu refuses a program that cannot fit its HBM
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise PlanError(f"compiling the PPO update: {str(e).strip().splitlines()[0]}") from None
+            oom = _out_of_memory(str(e))
+            oom["arguments_gib"] = (per_device_bytes(state) + (0 if program.reference_on_host else ref_bytes)) / GIB
+            oom["peak_gib"] = oom["arguments_gib"] + oom.get("temporaries_gib", 0.0)
+        compile_s = time.perf_counter() - start
+        print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
+        if compiled:
+            found, unknown = hlo_collectives.collectives(compiled.as_text(), mesh.devices.shape, mesh.axis_names)
+            if unknown:
+                print(f"note: {unknown} loops of unknown trip count in the update", file=sys.stderr, flush=True)
     return {
         "compile_s": compile_s,
         "lower_s": lower_s,
         "flops": matmul_flops(traced.jaxpr.jaxpr),
-        "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled),
-        "xla": _memory(compiled),
+        "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled) if compiled else None,
+        "xla": _memory(compiled) if compiled else (oom if compile else {}),
+        "collectives": found,
         "policy_params": n_params,
         "params_gib": {
             "policy": per_device_bytes(state.policy) / GIB,
@@ -396,7 +531,10 @@ def compile_decode(s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, max
     )
     start = time.perf_counter()
     traced = fn.trace(*args)
-    compiled = traced.lower().compile()
+    try:
+        compiled = traced.lower().compile()
+    except jax.errors.JaxRuntimeError as e:
+        raise PlanError(f"compiling the decode step: {str(e).strip().splitlines()[0]}") from None
     compile_s = time.perf_counter() - start
     weights = per_device_bytes(jax.tree.map(_abstract_with, nnx.to_pure_dict(params), nnx.to_pure_dict(param_sh)))
     cache_bytes = per_device_bytes(jax.tree.map(_abstract_with, cache, cache_sh))
@@ -416,6 +554,24 @@ def _abstract_with(x: Any, sharding: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sh)
 
 
+def dcn_traffic(found: list[hlo_collectives.Collective], mesh: Mesh, slices: int) -> dict[str, Any]:
+    """What the compiled update sends between slices per step (one call): the collectives whose device groups
+    span slices, by op and mesh axes, bytes per device (None for one slice: nothing crosses)."""
+    if slices < 2:
+        return {"slices": 1, "gib_per_device_per_step": 0.0, "by_op_and_axes": {}}
+    flat = list(mesh.devices.flat)
+    slice_of_device = {d.id: i for i, g in enumerate(shd.device_slices(flat, slices)) for d in g}
+    crossing = hlo_collectives.crossing(found, [slice_of_device[d.id] for d in flat])
+    out = hlo_collectives.summary(crossing)
+    return {
+        "slices": slices,
+        "gib_per_device_per_step": out["gib_per_device_per_call"],
+        "by_op_and_axes": out["by_op_and_axes"],
+        "method": "collectives of the compiled update whose device groups span slices (hlo_collectives): "
+        "result bytes on one device x runs per step (the known trip counts of the loops around them)",
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # The plan
 # --------------------------------------------------------------------------------------------
@@ -429,8 +585,10 @@ def make_plan(
     peak_tflops: float | None = None,
     compare_scan: bool = False,
     decode: bool = True,
+    update: bool = True,
 ) -> dict[str, Any]:
-    """The plan of run settings `s` on `target`'s devices (see the module docstring); a JSON-able dict."""
+    """The plan of run settings `s` on `target`'s devices (see the module docstring); a JSON-able dict.
+    update=False traces the PPO update without compiling it (FLOPs and state sizes; no learner memory, no fit)."""
     cfg = model_config(s)
     n = len(target.devices)
     try:
@@ -443,16 +601,21 @@ def make_plan(
     if bucket and seq_len % bucket:
         seq_len += bucket - seq_len % bucket
     notes = check_layout(s, cfg, mesh_shape, batch)
-    mesh = shd.make_mesh(s.mesh, target.devices)
+    try:
+        mesh = shd.make_mesh(s.mesh, target.devices)
+    except (ValueError, AssertionError, NotImplementedError) as e:  # mesh_utils asserts on layouts it cannot map
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise PlanError(f"mesh {dict(zip(shd.MESH_AXES, mesh_shape, strict=True))} on {target.name}: {first}") from None
     donate = target.platform != "cpu"
-    update = compile_update(s, cfg, mesh, batch, seq_len, donate)
-    layer_stack = {("scanned" if cfg.scan_layers else "unrolled"): _stack_entry(update)}
-    if compare_scan:
+    upd = compile_update(s, cfg, mesh, batch, seq_len, donate, compile=update)
+    layer_stack = {("scanned" if cfg.scan_layers else "unrolled"): _stack_entry(upd)} if update else {}
+    if compare_scan and update:
         other = dataclasses.replace(cfg, scan_layers=not cfg.scan_layers)
         layer_stack[("scanned" if other.scan_layers else "unrolled")] = _stack_entry(
             compile_update(s, other, mesh, batch, seq_len, donate)
         )
-    learner_gib = update["xla"].get("peak_gib", 0.0)
+    update_info = upd
+    learner_gib = upd["xla"].get("peak_gib", 0.0)
 
     n_servers = 1 + (s.instrument.mode == "lm")
     sampler: dict[str, Any] = {"backend": s.sampler.backend}
@@ -468,13 +631,13 @@ def make_plan(
     total = learner_gib + sampler["gib"]
 
     peak = peak_tflops if peak_tflops is not None else target.peak_tflops
-    flops = update["flops"]
+    flops = update_info["flops"]
     step_s = flops / (n * peak * 1e12 * mfu) if peak else None
     tokens = batch * seq_len
     per_device = {
-        "params_gib": update["params_gib"],
-        "optimizer_gib": update["optimizer_gib"],
-        "xla": update["xla"],
+        "params_gib": update_info["params_gib"],
+        "optimizer_gib": update_info["optimizer_gib"],
+        "xla": update_info["xla"],
         "learner_gib": learner_gib,
         "sampler_gib": sampler["gib"],
         "total_gib": total,
@@ -495,22 +658,25 @@ def make_plan(
             "layers": cfg.num_hidden_layers,
             "vocab": cfg.vocab_size,
         },  # fmt: skip
-        "policy_params": update["policy_params"],
+        "policy_params": update_info["policy_params"],
         "devices": n,
+        "device_kind": target.devices[0].device_kind,
+        "slices": int(s.mesh.dcn_data),
         "target": target.name,
         "platform": target.platform,
         "mesh": dict(zip(shd.MESH_AXES, mesh_shape, strict=True)),
-        "fits": total <= device_memory_gib,
+        "fits": (total <= device_memory_gib and "compile_error" not in upd["xla"]) if update else None,
+        "update_compiled": update,
         "per_device": per_device,
         "sampler": sampler,
         "flops_per_step": flops,
-        "xla_flops_per_device_loop_bodies_once": update["xla_flops_per_device_loop_bodies_once"],
+        "xla_flops_per_device_loop_bodies_once": update_info["xla_flops_per_device_loop_bodies_once"],
         "tokens_per_step": tokens,
         "mfu": mfu,
         "peak_tflops_per_device": peak,
         "projected_step_s": step_s,
         "projected_tokens_per_s": tokens / step_s if step_s else None,
-        "compile_s": update["compile_s"],
+        "compile_s": update_info["compile_s"],
         "layer_stack": layer_stack,
         "decode": dec,
         "method": {
@@ -521,6 +687,9 @@ def make_plan(
             "step_time": f"flops_per_step / (devices x {peak} TFLOP/s peak x MFU {mfu}) (assumed MFU)",
         },
         "notes": notes,
+        "dcn": dcn_traffic(upd["collectives"], mesh, int(s.mesh.dcn_data))
+        if update and "compile_error" not in upd["xla"]
+        else None,
     }
     if dec and target.hbm_gb_s:
         step = (dec["weights_gib"] + dec["kv_cache_gib"]) * GIB / (target.hbm_gb_s * 1e9)
@@ -556,7 +725,7 @@ def format_plan(p: dict[str, Any]) -> str:
         f"  learner peak                {gib(d['learner_gib'])}",
         f"  sampler ({p['sampler']['backend']:>4})               {gib(d['sampler_gib'])}",
         f"  total                       {gib(d['total_gib'])}  of {d['device_memory_gib']:.1f} GiB: "
-        + ("FITS" if p["fits"] else "DOES NOT FIT"),
+        + {True: "FITS", False: "DOES NOT FIT", None: "the update was not compiled (--noupdate)"}[p["fits"]],
         "per step",
         f"  FLOPs                       {p['flops_per_step']:.3e}",
     ]
@@ -576,16 +745,30 @@ def format_plan(p: dict[str, Any]) -> str:
             f"KV cache {dec['kv_cache_gib']:.2f} GiB, temporaries {dec['xla'].get('temporaries_gib', 0):.2f} GiB, "
             f"compile {dec['compile_s']:.1f} s"
         )
+    if p.get("dcn") and p["dcn"]["slices"] > 1:
+        dcn = p["dcn"]
+        rows.append(
+            f"across {dcn['slices']} slices (DCN), per device per step: {dcn['gib_per_device_per_step']:.3f} GiB in "
+            + ", ".join(f"{k} (x{v['runs_per_call']})" for k, v in dcn["by_op_and_axes"].items())
+        )
+    if x.get("compile_error"):
+        rows.append(f"the compiler: {x['compile_error']}")
     rows += [f"note: {n}" for n in p["notes"]]
     rows.append(f"memory method: {p['method']['memory']}")
     return "\n".join(rows)
 
 
-def make_target(target: str, topology: str, devices: int) -> Target:
+def make_target(target: str, topology: str, devices: int, num_slices: int = 1) -> Target:
+    """The devices to plan for: a TPU topology's chips (times num_slices), else `devices` (per slice) CPUs or
+    GPUs of model `target`."""
+    if num_slices < 1:
+        raise PlanError(f"--num_slices must be >= 1, got {num_slices}")
     if topology:
-        return tpu_target(topology, devices)
+        return tpu_target(topology, devices, num_slices)
     if devices < 1:
         raise PlanError("--devices must be >= 1 (or give --topology)")
     if target == "cpu":
-        return cpu_target(devices)
-    return gpu_target(target, devices)
+        return cpu_target(devices * num_slices)
+    if target not in GPU_TARGETS:
+        raise PlanError(f"--target={target}: not one of cpu, {', '.join(GPU_TARGETS)}")
+    return gpu_target(target, devices * num_slices)

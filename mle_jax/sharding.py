@@ -9,6 +9,11 @@ metadata (mle_jax.models.qwen2.LOGICAL_AXES); `LOGICAL_RULES` maps them to mesh 
 
 A mesh axis that does not divide a weight's dimension (e.g. 2 KV heads over 4-way tensor
 parallelism) is dropped for that weight: it stays replicated along that axis.
+
+More than one TPU slice (`mesh.dcn_data` = the number of slices): the data axis is `dcn_data x data`, its outer
+factor across slices over the data-centre network (DCN), everything else inside a slice on the chips' own
+interconnect (ICI), built with JAX's hybrid device mesh as MaxText builds its multi-slice meshes. fsdp and
+tensor never leave a slice, so what crosses the DCN is the reduction of the gradients over data.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -73,15 +79,28 @@ def maybe_initialize_distributed(
 
 @dataclass(frozen=True)
 class MeshSettings:
-    """Sizes of the (data, fsdp, tensor) mesh axes; one may be -1 (all remaining devices)."""
+    """Sizes of the (data, fsdp, tensor) mesh axes within one slice; one may be -1 (all remaining devices of
+    a slice). `dcn_data` slices multiply the data axis (one slice: 1)."""
 
     data: int = 1
     fsdp: int = -1
     tensor: int = 1
+    dcn_data: int = 1
 
 
 def mesh_shape(mesh: MeshSettings, n_devices: int) -> tuple[int, int, int]:
-    """(data, fsdp, tensor) sizes over n_devices; one entry may be -1 (all remaining devices)."""
+    """(data, fsdp, tensor) sizes over n_devices, data counting every slice (dcn_data x data); one entry may be
+    -1 (all remaining devices of a slice)."""
+    slices = int(mesh.dcn_data)
+    if slices < 1:
+        raise ValueError(f"mesh.dcn_data (slices) must be >= 1, got {slices}")
+    if n_devices % slices:
+        raise ValueError(f"{n_devices} devices do not split into mesh.dcn_data = {slices} slices")
+    data, fsdp, tensor = _slice_shape(mesh, n_devices // slices)
+    return slices * data, fsdp, tensor
+
+
+def _slice_shape(mesh: MeshSettings, n_devices: int) -> tuple[int, int, int]:
     sizes = [int(mesh.data), int(mesh.fsdp), int(mesh.tensor)]
     free = [i for i, s in enumerate(sizes) if s == -1]
     if len(free) > 1:
@@ -99,10 +118,45 @@ def mesh_shape(mesh: MeshSettings, n_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mesh: MeshSettings, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A (data, fsdp, tensor) mesh over `devices` (default: all devices of all processes)."""
+    """A (data, fsdp, tensor) mesh over `devices` (default: all devices of all processes); with
+    mesh.dcn_data > 1, a hybrid mesh whose data axis spans that many slices."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(mesh, len(devices))
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+    slices = int(mesh.dcn_data)
+    groups = device_slices(devices, slices)
+    if len(groups) != slices:
+        raise ValueError(
+            f"mesh.dcn_data={slices} but the devices form {len(groups)} TPU slices: "
+            f"set --config.mesh.dcn_data={len(groups)}"
+        )
+    axis_types = (AxisType.Auto,) * 3
+    if slices == 1:
+        return jax.make_mesh(shape, MESH_AXES, axis_types=axis_types, devices=devices)
+    ici = (shape[0] // slices, shape[1], shape[2])
+    if _on_tpu_slices(devices):  # a multi-slice job, or libtpu's multi-slice topology
+        grid = mesh_utils.create_hybrid_device_mesh(ici, (slices, 1, 1), devices)
+    else:
+        grid = np.concatenate([mesh_utils.create_device_mesh(ici, g) for g in groups], axis=0)
+    return Mesh(grid, MESH_AXES, axis_types=axis_types)
+
+
+def _on_tpu_slices(devices: Sequence[jax.Device]) -> bool:
+    """TPU devices of a multi-slice job (or libtpu's multi-slice topology) carry their slice's index."""
+    return devices[0].platform == "tpu" and getattr(devices[0], "slice_index", None) is not None
+
+
+def device_slices(devices: Sequence[jax.Device], n: int) -> list[list[jax.Device]]:
+    """The devices grouped by slice: TPU devices by their `slice_index` (as many groups as there are slices,
+    whatever n); any other devices (CPU, GPU: hosts standing in for slices, or fake CPU devices) split into n
+    equal runs ordered by process, then id."""
+    if _on_tpu_slices(devices):
+        groups: dict[int, list[jax.Device]] = {}
+        for d in devices:
+            groups.setdefault(d.slice_index, []).append(d)
+        return [groups[k] for k in sorted(groups)]
+    ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
+    per = len(ordered) // n
+    return [ordered[i * per : (i + 1) * per] for i in range(n)]
 
 
 def logical_to_spec(

@@ -97,7 +97,10 @@ def settings_with(**overrides: object):
             {"mesh__fsdp": 1, "mesh__tensor": 4, "model__num_attention_heads": 6},
             "model.num_attention_heads=6 is not a multiple of mesh.tensor=4",
         ),
-        ({"ppo__micro_batch_size": 2}, "ppo.micro_batch_size=2 is not a multiple of mesh data*fsdp = 1*4 = 4"),
+        (
+            {"ppo__micro_batch_size": 2},
+            "ppo.micro_batch_size=2 is not a multiple of mesh data*fsdp = 1*4 = 4: set --config.ppo.micro_batch_size=4",
+        ),
     ],
 )
 def test_bad_layouts_are_plan_errors(overrides, says):
@@ -106,6 +109,7 @@ def test_bad_layouts_are_plan_errors(overrides, says):
     with pytest.raises(plan.PlanError) as e:
         plan.make_plan(settings_with(**overrides), target, device_memory_gib=1.0)
     assert says in str(e.value) and "\n" not in str(e.value)
+    assert e.value.fix == ({"ppo.micro_batch_size": 4} if "set --config" in says else {})  # what --until_fits applies
 
 
 def test_cli_errors_are_one_line():

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -10,6 +14,8 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 from mle_jax import sharding as shd
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def mesh_cfg(data, fsdp, tensor):
@@ -28,6 +34,16 @@ def test_mesh_shape():
         shd.mesh_shape(mesh_cfg(2, 2, 2), 4)
     with pytest.raises(ValueError, match="positive"):
         shd.mesh_shape(mesh_cfg(0, -1, 1), 4)
+
+
+def test_mesh_shape_over_slices():
+    """mesh.dcn_data slices multiply the data axis; -1 takes what remains of one slice."""
+    assert shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=2), 8) == (2, 4, 1)
+    assert shd.mesh_shape(shd.MeshSettings(2, -1, 2, dcn_data=2), 16) == (4, 2, 2)
+    with pytest.raises(ValueError, match="6 devices do not split into mesh.dcn_data = 4 slices"):
+        shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=4), 6)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        shd.mesh_shape(shd.MeshSettings(1, -1, 1, dcn_data=0), 4)
 
 
 def test_make_mesh_on_this_host():
@@ -79,3 +95,17 @@ def test_no_distributed_without_settings(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     assert shd.maybe_initialize_distributed() is False
     assert jax.process_count() == 1
+
+
+def test_make_mesh_over_slices_of_cpu_devices():
+    """Without TPU slices, dcn_data splits the devices in order (processes first): 4 fake CPU devices, 2 slices of
+    2, the data axis across them. A fresh process: the fake devices exist before JAX starts."""
+    code = (
+        "import jax; jax.config.update('jax_num_cpu_devices', 4)\n"
+        "from mle_jax import sharding as shd\n"
+        "m = shd.make_mesh(shd.MeshSettings(1, -1, 1, dcn_data=2))\n"
+        "print(dict(m.shape), [[d.id for d in row.flat] for row in m.devices])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "{'data': 2, 'fsdp': 2, 'tensor': 1} [[0, 1], [2, 3]]"

@@ -1,0 +1,204 @@
+"""Plans of one config over several targets, as rows (`python -m mle_jax.plan --targets=... --table_out=F`), and
+the markdown table of such a file (`python -m mle_jax.plan_table F [--doc BUILD.md]` writes it between the doc's
+`<!-- table:NAME -->` and `<!-- /table:NAME -->` markers, NAME the file's stem).
+
+    python -m mle_jax.plan --config=configs/pizza.py --targets=v4-8,v5e-8,v6e-8,v5p-8 --until_fits --nodecode \\
+        --table_out=docs/results/tpu_plans.json
+    python -m mle_jax.plan_table docs/results/tpu_plans.json --doc BUILD.md
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from mle_jax import planning
+from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.settings import RunSettings
+
+MAX_GROWTH = 4  # --until_fits: at most this many larger slices per entry (each is a full compile)
+
+
+def plan_targets(
+    base: RunSettings,
+    entries: Sequence[str],
+    num_slices: int = 1,
+    *,
+    until_fits: bool = False,
+    mfu: float = 0.4,
+    decode: bool = True,
+    update: bool = True,
+    overrides: Callable[[dict[str, Any]], RunSettings] | None = None,
+) -> dict[str, Any]:
+    """Plan `base` on each entry (a TPU slice such as v4-8 or v5e:2x4, or GPU:count such as a100-40:8) in this
+    process. until_fits: a TPU slice whose plan does not fit tries the next size of its generation (at most
+    MAX_GROWTH times), and a layout error that names its fix (PlanError.fix) is retried with it, through
+    `overrides` (the fix's config overrides -> settings). One row per plan or error."""
+    rows: list[dict[str, Any]] = []
+    for entry in entries:
+        applied: dict[str, Any] = {}
+        s = base
+        gpu, _, count = entry.partition(":")
+        sl: TpuSlice | None = None if gpu in GPU_TARGETS else planning.tpu_slice(entry)
+        for _ in range(2 * MAX_GROWTH + 2):
+            name = f"{gpu}:{count}" if sl is None else sl.topology
+            try:
+                if sl is None:
+                    if not count.isdigit():
+                        raise PlanError(f"--targets entry {entry}: a GPU entry is MODEL:COUNT, e.g. a100-40:8")
+                    target = planning.make_target(gpu, "", int(count), num_slices)
+                else:
+                    target = planning.make_target("cpu", sl.topology, 0, num_slices)
+                plan = planning.make_plan(s, target, target.memory_gib, mfu, decode=decode, update=update)
+            except PlanError as e:
+                rows.append({"entry": entry, "target": name, "error": str(e), "overrides": dict(applied)})
+                if until_fits and e.fix and overrides and not set(e.fix.items()) <= set(applied.items()):
+                    applied |= e.fix
+                    s = overrides(applied)
+                    continue
+                break
+            rows.append(row(entry, sl, plan, applied))
+            print(format_row(rows[-1]), file=sys.stderr, flush=True)
+            jax.clear_caches()  # the compiled update of a 3B model is GBs of host memory: one at a time
+            gc.collect()
+            if not until_fits or sl is None or plan["fits"] is not False:
+                break
+            grown = sl.larger()
+            if grown is None or sum(r["entry"] == entry for r in rows) > MAX_GROWTH:
+                break
+            sl = grown
+    return {"mfu": mfu, "num_slices": num_slices, "rows": rows}
+
+
+def row(entry: str, sl: TpuSlice | None, plan: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The table's columns of one plan (the plan itself rides along under "plan")."""
+    d = plan["per_device"]
+    return {
+        "entry": entry,
+        "target": plan["target"],
+        "topology": sl.topology if sl else None,
+        "generation": sl.generation if sl else None,
+        "chips": plan["devices"],
+        "slices": plan["slices"],
+        "device_kind": plan["device_kind"],
+        "mesh": plan["mesh"],
+        "overrides": dict(overrides),
+        "learner_gib": d["learner_gib"] if plan["update_compiled"] else None,
+        "sampler_gib": d["sampler_gib"],
+        "total_gib": d["total_gib"] if plan["update_compiled"] else None,
+        "device_memory_gib": d["device_memory_gib"],
+        "fits": plan["fits"],
+        "flops_per_step": plan["flops_per_step"],
+        "projected_step_s": plan["projected_step_s"],
+        "peak_tflops_per_device": plan["peak_tflops_per_device"],
+        "dcn_gib_per_device_per_step": (plan["dcn"] or {}).get("gib_per_device_per_step"),
+        "compile_error": d["xla"].get("compile_error"),
+        "plan": {k: v for k, v in plan.items() if k != "layer_stack"},
+    }
+
+
+def format_row(r: dict[str, Any]) -> str:
+    """One line per row for the terminal."""
+    if "error" in r:
+        return f"{r['target']:>14}: error: {r['error']}"
+    fit = {True: "fits", False: "does not fit", None: "update not compiled"}[r["fits"]]
+    mem = f"{r['total_gib']:.2f}" if r["total_gib"] is not None else "-"
+    step = f"{r['projected_step_s']:.1f} s" if r["projected_step_s"] else "-"
+    over = " ".join(f"--config.{k}={v}" for k, v in r["overrides"].items())
+    return (
+        f"{r['target']:>14}: {r['chips']} x {r['device_kind']}, mesh {r['mesh']}, {mem} of "
+        f"{r['device_memory_gib']:.0f} GiB per chip: {fit}; {r['flops_per_step']:.3e} FLOPs, step {step} {over}"
+    ).rstrip()
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The rows of a --table_out file as a markdown table, with the command and date it came from."""
+    lines = [
+        "| slice | chips | device kind | mesh (data, fsdp, tensor) | per-chip GiB (learner + vLLM) | of | fits | "
+        "FLOPs / step | projected step | overrides |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for r in results["rows"]:
+        over = " ".join(f"`--config.{k}={v}`" for k, v in r["overrides"].items())
+        if "error" in r:
+            lines.append(f"| {r['target']} | | | | | | error: {r['error']} | | | {over} |")
+            continue
+        m = r["mesh"]
+        mem = f"{r['total_gib']:.2f} ({r['learner_gib']:.2f} + {r['sampler_gib']:.2f})" if r["total_gib"] else "-"
+        if r.get("compile_error"):  # libtpu refused: its temporaries plus the state, a lower bound
+            mem = f">= {mem}"
+        step = f"{r['projected_step_s']:.1f} s" if r["projected_step_s"] else "-"
+        fit = {True: "**yes**", False: "no", None: "-"}[r["fits"]]
+        lines.append(
+            f"| {r['target']} | {r['chips']} | {r['device_kind']} | {m['data']}, {m['fsdp']}, {m['tensor']} | {mem} | "
+            f"{r['device_memory_gib']:.0f} | {fit} | {r['flops_per_step']:.3e} | {step} | {over} |"
+        )
+    lines.append("")
+    for r in results["rows"]:
+        dcn = (r.get("plan") or {}).get("dcn") or {}
+        if dcn.get("slices", 1) > 1:
+            parts = ", ".join(
+                f"{k}: {v['gib_per_device_per_call']:.3f} GiB in {v['runs_per_call']} transfers"
+                for k, v in sorted(dcn["by_op_and_axes"].items(), key=lambda kv: -kv[1]["gib_per_device_per_call"])
+            )
+            grads = r["plan"]["per_device"]["params_gib"]
+            lines.append(
+                f"Across the {dcn['slices']} slices of {r['target']} (DCN), per chip per step: "
+                f"**{dcn['gib_per_device_per_step']:.2f} GiB** ({parts}); the policy's and critic's gradients on "
+                f"one chip are {grads['policy'] + grads['critic']:.2f} GiB."
+            )
+            lines.append("")
+    refused = [r for r in results["rows"] if r.get("compile_error")]
+    if refused:
+        lines.append(
+            "`>=`: libtpu refused to compile the update for that slice (" + refused[0]["compile_error"] + "); the "
+            "figure is the state plus the temporaries it names, a lower bound."
+        )
+    lines.append(
+        f"Projected step: FLOPs / (chips x bf16 peak x MFU {results['mfu']}). From `{results['command']}` "
+        f"({results['date']}); rendered by `python -m mle_jax.plan_table`."
+    )
+    return "\n".join(lines)
+
+
+def replace_between_markers(doc: str, name: str, body: str) -> str:
+    """doc with the text between `<!-- table:name -->` and `<!-- /table:name -->` replaced by body."""
+    pattern = re.compile(rf"(<!-- table:{re.escape(name)} -->\n).*?(<!-- /table:{re.escape(name)} -->)", re.S)
+    if not pattern.search(doc):
+        raise ValueError(f"no <!-- table:{name} --> ... <!-- /table:{name} --> markers")
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), doc)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    doc = None
+    if "--doc" in args:
+        i = args.index("--doc")
+        doc = args[i + 1] if i + 1 < len(args) else None
+        del args[i : i + 2]
+    if len(args) != 1 or (doc is None and "--doc" in argv):
+        print("usage: python -m mle_jax.plan_table RESULTS.json [--doc BUILD.md]", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    try:
+        table = markdown(json.loads(path.read_text()))
+        if doc is None:
+            print(table)
+            return 0
+        Path(doc).write_text(replace_between_markers(Path(doc).read_text(), path.stem, table))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote the {path.stem} table into {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
