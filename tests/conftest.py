@@ -64,6 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config._tier_counts = defaultdict(int)  # type: ignore[attr-defined]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
