@@ -27,7 +27,7 @@ apt:
 run: install apt sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
-# Every tier, on two pytest-xdist workers (a module's tests on one worker: tests/conftest.py), in a network
+# Every tier, on two pytest-xdist workers (a module's tests on one worker, the longest first: tests/conftest.py), in a network
 # namespace whose only interface is lo (tests/loopback_only.sh), with one JAX compilation cache for the session.
 # The 40 slowest phases are listed at the end (CI's log keeps them). TEST_TIMES=docs/results/test_tiers.json
 # records each tier's time for the README's table.
@@ -35,7 +35,7 @@ PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
 test: install apt sandbox-env vllm-env smol-model aot-env
 	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
-	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadgroup --durations=40 tests
+	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 tests
 
 # The unit tier only: pure functions, graders, configs (seconds to a minute; no sandbox, no model tier).
 test-unit: install

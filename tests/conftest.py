@@ -37,11 +37,10 @@ from mle_jax.tasks.prepare import RAW_DATA_DIR  # noqa: E402
 
 TIERS = ("model", "integration", "e2e")  # a test with none of these marks is in the unit tier
 
-# pytest-xdist (`make test` runs two workers, --dist loadgroup): a module's tests stay on one worker, so that its
-# module-scoped fixtures (servers, clusters, trained models) are built once; the modules here hold independent
-# tests with no shared fixture and are spread test by test. The longest modules start first, so that neither
-# worker is left with one of them at the end.
-SPREAD_TEST_BY_TEST = {"tests/test_e2e_tasks.py"}
+# pytest-xdist (`make test`: two workers, --dist loadfile --no-loadscope-reorder): a module's tests run on one
+# worker, so that its module-scoped fixtures (servers, clusters, trained models) are built once, and two of the
+# launch/ scripts' runs, which each take most of the machine's memory, never run at once. The longest modules are
+# collected first, so that neither worker is left with one of them at the end.
 LONGEST_FIRST = (
     "tests/test_launch_scripts.py",
     "tests/test_e2e_tasks.py",
@@ -64,18 +63,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config._tier_counts = defaultdict(int)  # type: ignore[attr-defined]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the xdist_group marks added here
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0]
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        return LONGEST_FIRST.index(module(item)) if module(item) in LONGEST_FIRST else len(LONGEST_FIRST)
+        return LONGEST_FIRST.index(module_of(item)) if module_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within each module, and of the other modules, is kept
-    for item in items:
-        if module(item) not in SPREAD_TEST_BY_TEST:
-            item.add_marker(pytest.mark.xdist_group(module(item)))
 
 
 def tier_of(keywords) -> str:
