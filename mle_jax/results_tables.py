@@ -8,7 +8,6 @@ sentence between `<!-- figure:NAME -->` and `<!-- /figure:NAME -->`. `REGISTRY` 
 it reads (JSON, or JSONL: a list of records) and the function that renders them (loaded files, in order ->
 markdown). To add a table: write its renderer here, register it with one line, for example
 
-    "tpu_plans": Entry(("docs/results/tpu_plans.json",), render_tpu_plans),
 
 put the two marker lines where it goes and run `--write`. tests/test_results_tables.py fails when a document's
 block differs from what its renderer writes now, when a marker names no entry or an entry has no marker, and when
@@ -460,9 +459,6 @@ def render_tpu_plans(results: dict) -> str:
 
 
 REGISTRY: dict[str, Entry] = {
-    "tpu_plans": Entry(("docs/results/tpu_plans.json",), render_tpu_plans),
-    "tpu_plans_2slices": Entry(("docs/results/tpu_plans_2slices.json",), render_tpu_plans),
-    "test_tiers": Entry(("docs/results/test_tiers.json",), render_test_tiers),
     "spooky_learning": Entry((_summary("learning-spooky"), _summary("learning-spooky-sft300")), render_spooky_learning),
     "pizza_learning": Entry(tuple(_summary(p) for p in PIZZA_RUNS), render_pizza_learning),
     "learning_utilisation": Entry(tuple(_summary(p) for p in LEARNING_RUNS), render_learning_utilisation),
