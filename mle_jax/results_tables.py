@@ -297,7 +297,7 @@ def render_duration_bias(runs: list[dict]) -> str:
 # ------------------------------------------------------------------------------------------ benchmarks
 
 
-def render_benchmarks(bias: list[dict], epochs: dict) -> str:
+def render_benchmarks(bias: list[dict], epochs: dict, hostile: dict) -> str:
     """The benchmarks whose figures are in docs/results, with the command that measured each."""
     sgd = bias_record(bias, {}, 0)
     ep = epochs["epochs"]
@@ -318,6 +318,18 @@ def render_benchmarks(bias: list[dict], epochs: dict) -> str:
             f"({RESULTS}/ppo_epochs.json))",
         ],
     ]
+    grade, run = hostile["results"]["grade"], hostile["results"]["executor"]
+    wide, files = grade["header of 10^6 extra fields"], run["220,000 empty files then 800 MB, --work-mb 300"]
+    rows.append(
+        [
+            "hostile inputs beside a normal peer in the same run: a 10^6-field header (7.9 MB) through the grade CLI "
+            "(refused in one line); a program making 220,000 empty files, then writing 800 MB, under --work-mb 300",
+            f"{wide['wall_s']} s and {wide['peak_rss_mb']:.0f} MB ({wide['wall_vs_peer']}x / {wide['rss_vs_peer']}x "
+            f"the peer's); {'killed for disk' if files['output'].get('killed_reason') == 'disk' else files['output']}"
+            f" after {files['wall_s']:.0f} s",
+            f"`{hostile['command']}` ([{RESULTS}/hostile_inputs.json]({RESULTS}/hostile_inputs.json))",
+        ]
+    )
     return table(["what", "measured", "reproduce (results file)"], rows)
 
 
@@ -473,7 +485,10 @@ REGISTRY: dict[str, Entry] = {
     "wall_spooky_quick": Entry((_summary("learning-spooky-quick"),), wall_figure, inline=True),
     "wall_spooky_40": Entry((_summary("learning-spooky-concurrent-40"),), wall_figure, inline=True),
     "duration_bias": Entry((f"{RESULTS}/duration_bias.jsonl",), render_duration_bias),
-    "benchmarks": Entry((f"{RESULTS}/duration_bias.jsonl", f"{RESULTS}/ppo_epochs.json"), render_benchmarks),
+    "benchmarks": Entry(
+        (f"{RESULTS}/duration_bias.jsonl", f"{RESULTS}/ppo_epochs.json", f"{RESULTS}/hostile_inputs.json"),
+        render_benchmarks,
+    ),
     "smollm2_samples": Entry((SMOL,), render_smollm2_samples),
     "smollm2_instrument": Entry((SMOL,), render_smollm2_instrument),
     "smollm2_rlstep": Entry((SMOL,), render_smollm2_rlstep),
