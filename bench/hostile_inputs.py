@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from mle_jax.tasks.prepare import RAW_DATA_DIR, prepare  # noqa: E402
 from mle_jax.warmstart.corpus import public_dir_in_sandbox  # noqa: E402
+from tests.executor.programs import MANY_FILES_THEN_BYTES  # noqa: E402  (the test's program, at full size)
 
 PIZZA = "random-acts-of-pizza"
 PEER_PROGRAM = """
@@ -38,19 +39,7 @@ n = 10**6
 with open("submission.csv", "w") as f:
     f.write("request_id,requester_received_pizza," + ",".join(f"c{i}" for i in range(n)) + "\\nt3_x,0.5\\n")
 """
-MANY_FILES_PROGRAM = """
-import os
-os.makedirs("many", exist_ok=True)
-for i in range(220_000):
-    open(f"many/{i}", "w").close()
-print("made 220000 empty files", flush=True)
-block = b"x" * (1 << 20)
-for n in range(16):
-    with open(f"big{n}.bin", "wb") as f:
-        for _ in range(50):
-            f.write(block)
-    print("wrote", (n + 1) * 50, "MB", flush=True)
-"""
+MANY_FILES_PROGRAM = MANY_FILES_THEN_BYTES.format(files=220_000)
 
 
 def timed(args: list[str], timeout: float) -> dict:
