@@ -1,14 +1,16 @@
 """Plans of one config over several targets, as rows (`python -m mle_jax.plan --targets=... --table_out=F`), and
-the markdown table of such a file (`python -m mle_jax.plan_table F [--doc BUILD.md]` writes it between the doc's
-`<!-- table:NAME -->` and `<!-- /table:NAME -->` markers, NAME the file's stem).
+the markdown table of such files (`python -m mle_jax.plan_table F... [--doc BUILD.md] [--name NAME]` writes it
+between the doc's `<!-- table:NAME -->` and `<!-- /table:NAME -->` markers, NAME by default the first file's stem).
 
-    python -m mle_jax.plan --config=configs/pizza.py --targets=v4-8,v5e-8,v6e-8,v5p-8 --until_fits --nodecode \\
-        --table_out=docs/results/tpu_plans.json
-    python -m mle_jax.plan_table docs/results/tpu_plans.json --doc BUILD.md
+    python -m mle_jax.plan --config=configs/pizza.py --targets=v4-8 --until_fits --nodecode \\
+        --table_out=docs/results/tpu_plans_v4.json
+    python -m mle_jax.plan_table docs/results/tpu_plans_v4.json [more files] --name tpu_plans --doc BUILD.md
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import gc
 import json
 import re
@@ -68,6 +70,7 @@ def plan_targets(
             print(format_row(rows[-1]), file=sys.stderr, flush=True)
             jax.clear_caches()  # the compiled update of a 3B model is GBs of host memory: one at a time
             gc.collect()
+            _malloc_trim()
             if not until_fits or sl is None or plan["fits"] is not False:
                 break
             grown = sl.larger()
@@ -75,6 +78,14 @@ def plan_targets(
                 break
             sl = grown
     return {"mfu": mfu, "num_slices": num_slices, "rows": rows}
+
+
+def _malloc_trim() -> None:
+    """Hand freed heap back to the system (libtpu's compiles leave GBs in glibc's arenas otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 def row(entry: str, sl: TpuSlice | None, plan: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -161,11 +172,24 @@ def markdown(results: dict[str, Any]) -> str:
             "`>=`: libtpu refused to compile the update for that slice (" + refused[0]["compile_error"] + "); the "
             "figure is the state plus the temporaries it names, a lower bound."
         )
+    sources = results.get("sources") or [{"command": results["command"], "date": results["date"]}]
+    made = "; ".join(f"`{s['command']}` ({s['date']})" for s in sources)
     lines.append(
-        f"Projected step: FLOPs / (chips x bf16 peak x MFU {results['mfu']}). From `{results['command']}` "
-        f"({results['date']}); rendered by `python -m mle_jax.plan_table`."
+        f"Projected step: FLOPs / (chips x bf16 peak x MFU {results['mfu']}). From {made}; rendered by "
+        "`python -m mle_jax.plan_table`."
     )
     return "\n".join(lines)
+
+
+def merge(files: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several --table_out files (say one process per generation) as one table's results, rows in order."""
+    if len({f["mfu"] for f in files}) > 1:
+        raise ValueError(f"the files assume different MFUs: {sorted({f['mfu'] for f in files})}")
+    return {
+        "mfu": files[0]["mfu"],
+        "rows": [r for f in files for r in f["rows"]],
+        "sources": [{"command": f["command"], "date": f["date"]} for f in files],
+    }
 
 
 def replace_between_markers(doc: str, name: str, body: str) -> str:
@@ -177,26 +201,22 @@ def replace_between_markers(doc: str, name: str, body: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = list(argv)
-    doc = None
-    if "--doc" in args:
-        i = args.index("--doc")
-        doc = args[i + 1] if i + 1 < len(args) else None
-        del args[i : i + 2]
-    if len(args) != 1 or (doc is None and "--doc" in argv):
-        print("usage: python -m mle_jax.plan_table RESULTS.json [--doc BUILD.md]", file=sys.stderr)
-        return 2
-    path = Path(args[0])
+    parser = argparse.ArgumentParser(prog="python -m mle_jax.plan_table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", type=Path, help="--table_out files of mle_jax.plan, rows in order")
+    parser.add_argument("--doc", type=Path, help="write the table between this doc's markers (else print it)")
+    parser.add_argument("--name", help="the markers' NAME (default: the first file's stem)")
+    args = parser.parse_args(argv)
+    name = args.name or args.results[0].stem
     try:
-        table = markdown(json.loads(path.read_text()))
-        if doc is None:
+        table = markdown(merge([json.loads(f.read_text()) for f in args.results]))
+        if args.doc is None:
             print(table)
             return 0
-        Path(doc).write_text(replace_between_markers(Path(doc).read_text(), path.stem, table))
+        args.doc.write_text(replace_between_markers(args.doc.read_text(), name, table))
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote the {path.stem} table into {doc}")
+    print(f"wrote the {name} table into {args.doc}")
     return 0
 
 

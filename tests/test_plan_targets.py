@@ -121,6 +121,10 @@ def test_table_renders_between_markers(plans):
     )
     with pytest.raises(ValueError, match="no <!-- table:y -->"):
         plan_table.replace_between_markers(doc, "y", table)
+    # two files, one table: the rows in order, both commands named
+    both = plan_table.markdown(plan_table.merge([plans["compiled"], plans["slices"]]))
+    assert both.index("| v4-16 |") < both.index("| a100-40 |") < both.index("| 2x v5e-4 |")
+    assert plans["compiled"]["command"] in both and plans["slices"]["command"] in both
 
 
 def test_a_topology_libtpu_cannot_make_fails_in_one_line(plans):
