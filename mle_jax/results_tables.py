@@ -463,13 +463,6 @@ def render_test_tiers(times: dict) -> str:
     return table(["tier (pytest mark)", "what it runs", "tests", "time"], rows)
 
 
-def render_tpu_plans(results: dict) -> str:
-    """The planner's --table_out file (mle_jax.plan_table renders it; imported here only when needed: it loads JAX)."""
-    from mle_jax.plan_table import markdown
-
-    return markdown(results)
-
-
 REGISTRY: dict[str, Entry] = {
     "spooky_learning": Entry((_summary("learning-spooky"), _summary("learning-spooky-sft300")), render_spooky_learning),
     "pizza_learning": Entry(tuple(_summary(p) for p in PIZZA_RUNS), render_pizza_learning),
