@@ -159,11 +159,12 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{k}: {v['gib_per_device_per_call']:.3f} GiB in {v['runs_per_call']} transfers"
                 for k, v in sorted(dcn["by_op_and_axes"].items(), key=lambda kv: -kv[1]["gib_per_device_per_call"])
             )
-            grads = r["plan"]["per_device"]["params_gib"]
+            params = r["plan"]["per_device"]["params_gib"]
+            grads = params["policy"] + params["critic"]
             lines.append(
                 f"Across the {dcn['slices']} slices of {r['target']} (DCN), per chip per step: "
                 f"**{dcn['gib_per_device_per_step']:.2f} GiB** ({parts}); the policy's and critic's gradients on "
-                f"one chip are {grads['policy'] + grads['critic']:.2f} GiB."
+                f"one chip are {grads:.2f} GiB, so {dcn['gib_per_device_per_step'] / grads:.1f}x that crosses."
             )
             lines.append("")
     refused = [r for r in results["rows"] if r.get("compile_error")]
