@@ -170,8 +170,9 @@ def markdown(results: dict[str, Any]) -> str:
     refused = [r for r in results["rows"] if r.get("compile_error")]
     if refused:
         lines.append(
-            "`>=`: libtpu refused to compile the update for that slice (" + refused[0]["compile_error"] + "); the "
-            "figure is the state plus the temporaries it names, a lower bound."
+            "`>=`: libtpu refused to compile the update for that slice (RESOURCE_EXHAUSTED: the temporaries it needs "
+            "exceed the chip's HBM; the message is in the row's `compile_error`); the figure is the state plus the "
+            "temporaries the message names, a lower bound."
         )
     sources = results.get("sources") or [{"command": results["command"], "date": results["date"]}]
     made = "; ".join(f"`{s['command']}` ({s['date']})" for s in sources)
