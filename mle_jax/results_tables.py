@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mle_jax.plan_markdown import markdown as plan_markdown
+from mle_jax.plan_markdown import merge as merge_plans
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS: tuple[str, ...] = ("README.md", "BUILD.md")
 RESULTS = "docs/results"
@@ -463,6 +466,11 @@ def render_test_tiers(times: dict) -> str:
     return table(["tier (pytest mark)", "what it runs", "tests", "time"], rows)
 
 
+def render_plans(*files: dict[str, Any]) -> str:
+    """The planner's --table_out files (one per TPU generation, say) as one table (as mle_jax.plan_table writes)."""
+    return plan_markdown(merge_plans(list(files)))
+
+
 REGISTRY: dict[str, Entry] = {
     "spooky_learning": Entry((_summary("learning-spooky"), _summary("learning-spooky-sft300")), render_spooky_learning),
     "pizza_learning": Entry(tuple(_summary(p) for p in PIZZA_RUNS), render_pizza_learning),
@@ -489,6 +497,8 @@ REGISTRY: dict[str, Entry] = {
     "smollm2_samplers": Entry((SMOL,), smollm2_samplers, inline=True),
     "smollm2_sft_step": Entry((SMOL,), smollm2_sft_step, inline=True),
     "smollm2_resume": Entry((SMOL,), smollm2_resume, inline=True),
+    "tpu_plans": Entry(tuple(f"{RESULTS}/tpu_plans_{g}.json" for g in ("v4", "v5e", "v6e", "v5p")), render_plans),
+    "tpu_plans_2slices": Entry((f"{RESULTS}/tpu_plans_2slices.json",), render_plans),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mle_jax import plan_table
+from mle_jax import plan_markdown
 from mle_jax import planning as plan
 from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
 
@@ -111,18 +111,18 @@ def test_two_slices_send_only_data_parallel_reductions_over_the_dcn(plans):
 
 def test_table_renders_between_markers(plans):
     """The markdown of a --table_out file, put between a doc's markers (how BUILD.md's TPU tables are made)."""
-    table = plan_table.markdown(plans["slices"])
+    table = plan_markdown.markdown(plans["slices"])
     assert "| 2x v5e-4 | 8 | TPU v5 lite | 2, 4, 1 |" in table and "Across the 2 slices of 2x v5e-4 (DCN)" in table
     assert plans["slices"]["command"] in table and plans["slices"]["date"] in table
     doc = "intro\n<!-- table:x -->\nold\n<!-- /table:x -->\nrest\n"
     assert (
-        plan_table.replace_between_markers(doc, "x", table)
+        plan_markdown.replace_between_markers(doc, "x", table)
         == f"intro\n<!-- table:x -->\n{table}\n<!-- /table:x -->\nrest\n"
     )
     with pytest.raises(ValueError, match="no <!-- table:y -->"):
-        plan_table.replace_between_markers(doc, "y", table)
+        plan_markdown.replace_between_markers(doc, "y", table)
     # two files, one table: the rows in order, both commands named
-    both = plan_table.markdown(plan_table.merge([plans["compiled"], plans["slices"]]))
+    both = plan_markdown.markdown(plan_markdown.merge([plans["compiled"], plans["slices"]]))
     assert both.index("| v4-16 |") < both.index("| a100-40 |") < both.index("| 2x v5e-4 |")
     assert plans["compiled"]["command"] in both and plans["slices"]["command"] in both
 
