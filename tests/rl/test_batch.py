@@ -72,3 +72,23 @@ def test_validation_errors():
         RolloutBatch(**dict(good, durations_s=np.array([-1.0, 2.0])))
     with pytest.raises(ValueError, match="right-padded"):
         RolloutBatch(**dict(good, attention_mask=np.array([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])))
+
+
+def test_group_ids_default_to_one_group_per_sample_and_travel_with_the_rows():
+    b = make(pad_to=6)
+    assert b.group_ids.dtype == np.int32
+    np.testing.assert_array_equal(b.group_ids, [0, 1])  # no groups given: every sample its own
+    g = RolloutBatch.from_sequences(
+        [[5], [6], [7]], [[1], [2], [3]], [[-0.1], [-0.2], [-0.3]], [1.0, 0.0, 2.0], [1.0, 2.0, 3.0], [0, 0, 1],
+        group_ids=[40, 7, 40],
+    )  # fmt: skip
+    assert g.group_ids.dtype == np.int32
+    np.testing.assert_array_equal(g.group_ids, [40, 7, 40])
+    np.testing.assert_array_equal(g.pad_to(9).group_ids, [40, 7, 40])
+    np.testing.assert_array_equal(g.select([2, 0]).group_ids, [40, 40])
+    np.testing.assert_array_equal(RolloutBatch.concat([g, g.select([1])]).group_ids, [40, 7, 40, 7])
+    with pytest.raises(ValueError, match="group_ids has 1 entries"):
+        RolloutBatch.from_sequences([[1], [2]], [[2], [3]], [[-1.0], [-1.0]], [0.0, 0.0], [1.0, 1.0], [0, 0],
+                                    group_ids=[0])  # fmt: skip
+    with pytest.raises(ValueError, match=r"group_ids must be \[B\]"):
+        RolloutBatch(**dict(b.as_dict(), group_ids=np.zeros((2, 1))))
