@@ -101,6 +101,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampler.top_p = 1.0
     c.sampler.top_k = -1
     c.sampler.max_tokens = 1024
+    # n: each prompt sampled n times in one request, a group (for grpo / dr_grpo / rloo); an update trains on whole
+    # groups only, so loop.batch_size must be a multiple of n (not in the paper: 1, one sample per prompt)
+    c.sampler.group_size = 1
     c.sampler.vllm_url = ""  # empty: launch/ starts one
     c.sampler.vllm_gpu_memory_utilization = 0.2
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps

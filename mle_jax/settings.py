@@ -108,6 +108,7 @@ def from_config(cfg: Any) -> RunSettings:
         SamplingSettings, "sampler", {k: sampler.pop(k) for k in ("temperature", "top_p", "top_k", "max_tokens")}
     )
     sync_every = sampler.pop("sync_every")
+    group_size = sampler.pop("group_size", 1)  # a run config saved before sampler.group_size existed: one
     sync_source = sampler.pop("sync_source")
     if sync_source == "orbax" and sampler.get("backend") != "vllm":
         raise ConfigError("sampler.sync_source=orbax needs sampler.backend=vllm (the JAX sampler shares the weights)")
@@ -152,6 +153,7 @@ def from_config(cfg: Any) -> RunSettings:
             LoopSettings,
             "loop",
             _section(cfg, "loop"),
+            group_size=group_size,
             sync_every=sync_every,
             sync_source=sync_source,
             checkpoint_every=checkpoint.pop("every"),

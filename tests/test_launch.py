@@ -48,6 +48,10 @@ def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--config=configs/pizza.py:cpu", "--config.ppo.clip_ratio=abc"], "could not convert string to float: 'abc'"),
         (["--config=configs/pizza.py:cpu", "--config.ppo.loss_agg=sum"], "ppo.loss_agg must be one of"),
         (
+            ["--config=configs/pizza.py:cpu", "--config.sampler.group_size=3"],
+            "loop.batch_size B=8 is not a multiple of sampler.group_size n=3",
+        ),
+        (
             ["--config=configs/pizza.py:cpu", "--config.model.path=/no/such/model"],
             "model.path=/no/such/model is not an HF model folder",
         ),

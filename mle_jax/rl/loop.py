@@ -8,6 +8,12 @@ because its program ran long: that is exactly the bias the duration weights undo
 `loop.max_version_lag` > 0 (off by default), a sample whose program is still *queued* (not yet running)
 when the policy has moved on more than that many versions is taken back and its prompt sampled again
 with the current policy (counted in `resampled_stale`); a run in progress or finished always trains.
+
+With `sampler.group_size` n > 1 each prompt is sampled n times in one request, and the samples of a prompt form a
+group (for the group objectives, whose advantages compare a sample with its group). An update trains on whole
+groups only (B is a multiple of n), in the order the groups finished; a group is finished when all its members
+are, so a group with one slow member waits for it. The stale re-sampling takes back whole groups (all members
+still queued), and an executor failure of one member drops its group (a group cannot be completed without it).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class LoopSettings:
     """The `loop` section of the run config, with the sync and checkpoint cadence and the seed."""
 
     batch_size: int = 128  # B: samples per update
+    group_size: int = 1  # n: samples of each prompt, sampled together; an update trains on B / n whole groups
     in_flight_multiplier: int = 2  # m: m*B samples kept in flight
     max_version_lag: int = 0  # > 0: re-sample prompts whose programs still wait in the queue after this many versions
     steps: int = 100
@@ -59,6 +66,13 @@ class LoopSettings:
                 f"loop.batch_size and loop.in_flight_multiplier must be >= 1, got {self.batch_size}, "
                 f"{self.in_flight_multiplier}"
             )
+        if self.group_size < 1:
+            raise ValueError(f"sampler.group_size must be >= 1, got {self.group_size}")
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"loop.batch_size B={self.batch_size} is not a multiple of sampler.group_size n={self.group_size}: "
+                f"an update trains on whole groups (pick n dividing B)"
+            )
         if self.sync_source not in SYNC_SOURCES:
             raise ValueError(f"sampler.sync_source must be one of {SYNC_SOURCES}, got {self.sync_source!r}")
         if self.sync_every < 1 or self.checkpoint_every < 1 or self.max_consecutive_infra_failures < 1:
@@ -77,6 +91,7 @@ class LoopCounters:
     sampled: int = 0
     resampled_stale: int = 0
     infra_failures: int = 0
+    dropped_with_group: int = 0  # samples never trained on because a member of their group failed in the executor
     instrumented_lm: int = 0  # programs the frozen LM instrumented (accepted by verification)
     instrumented_fallback: int = 0  # programs the LM's output was rejected for: the AST fallback instrumented them
     instrumented_unparsed: int = 0  # programs that do not parse: no instrumenter can place a print in them
@@ -171,9 +186,9 @@ class AsyncRLLoop:
         self.pad_id = int(getattr(env.tokenizer, "pad_token_id", None) or 0)
         self.in_flight: list[rollout.Sample] = []
         self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
-        self.finished: list[rollout.Sample] = []  # completion order
+        self.finished: list[rollout.Sample] = []  # completion order (members of groups not yet finished too)
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
-        self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued runs, to sample again
+        self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -190,16 +205,17 @@ class AsyncRLLoop:
 
     # ---- the boxes, wired ------------------------------------------------------------------
     def _refill(self) -> None:
-        """Samples prompts until m·B samples are in flight (finished-but-unused ones count); prompts taken back
-        from stale queued runs are sampled again first."""
+        """Samples prompts until m·B samples are in flight (finished-but-unused ones count), n samples per prompt;
+        prompts taken back from stale queued groups are sampled again first."""
+        n = self.settings.group_size
         target = self.settings.batch_size * self.settings.in_flight_multiplier
-        need = target - len(self.in_flight) - len(self.finished)
-        if need <= 0:
+        groups = (target - len(self.in_flight) - len(self.finished)) // n
+        if groups <= 0:
             return
         t0 = time.monotonic()
-        again, self.requeued = self.requeued[:need], self.requeued[need:]
-        prompts = again + self.env.prompts(need - len(again), self.buffer, self.rng)
-        samples = self.env.sample(prompts, self.counters.next_uid)
+        again, self.requeued = self.requeued[:groups], self.requeued[groups:]
+        prompts = again + self.env.prompts(groups - len(again), self.buffer, self.rng)
+        samples = self.env.sample(prompts, self.counters.next_uid, n=n)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         self.env.submit(samples)
@@ -216,12 +232,13 @@ class AsyncRLLoop:
         if not pending:
             return
         done, _ = wait(pending, timeout=None if block else 0, return_when=FIRST_COMPLETED)
-        still = []
+        still, broken = [], set()
         for s in self.in_flight:
             if s.future in done:
                 self.env.finish(s, s.future.result())
                 self.counters.exec_busy_s += s.duration_s
                 if s.result.infra_failure:
+                    broken.add(s.group)
                     self._infra_failure(s)
                     continue
                 self.infra_streak = 0
@@ -230,6 +247,19 @@ class AsyncRLLoop:
             else:
                 still.append(s)
         self.in_flight = still
+        if broken:
+            self._drop_groups(broken)
+
+    def _drop_groups(self, groups: set[int]) -> None:
+        """Drops the other members of groups one of whose runs failed in the executor: their queued runs are
+        cancelled, running and finished ones are never trained on (an update trains on whole groups only)."""
+        dropped = [s for s in self.in_flight + self.finished if s.group in groups]
+        for s in dropped:
+            if s.future is not None:
+                s.future.cancel()
+        self.in_flight = [s for s in self.in_flight if s.group not in groups]
+        self.finished = [s for s in self.finished if s.group not in groups]
+        self.counters.dropped_with_group += len(dropped)
 
     def _infra_failure(self, sample: rollout.Sample) -> None:
         """Counts an executor failure (never trained on); too many in a row stop the run."""
@@ -242,19 +272,42 @@ class AsyncRLLoop:
             )
 
     def _resample_stale_queued(self) -> None:
-        """With loop.max_version_lag > 0: a run still waiting in the executor queue whose sample is more than that
-        many versions old is cancelled and its prompt sampled again. Runs in progress and finished ones stay."""
+        """With loop.max_version_lag > 0: a group whose runs all still wait in the executor queue and whose samples
+        are more than that many versions old is cancelled and its prompt sampled again. A group with a run in
+        progress or finished stays whole."""
         lag = self.settings.max_version_lag
         if lag <= 0:
             return
-        still = []
+        started = {s.group for s in self.finished}
+        members: dict[int, list[rollout.Sample]] = {}
         for s in self.in_flight:
-            if self.counters.version - s.version > lag and s.future is not None and s.future.cancel():
-                self.requeued.append(s.prompt)  # cancel() succeeds only for a run that has not started
-                self.counters.resampled_stale += 1
-            else:
-                still.append(s)
-        self.in_flight = still
+            members.setdefault(s.group, []).append(s)
+        taken = set()
+        for group, runs in members.items():
+            if group in started or self.counters.version - runs[0].version <= lag:
+                continue
+            if any(s.future is None or s.future.running() or s.future.done() for s in runs):
+                continue
+            cancelled = [s for s in runs if s.future.cancel()]  # cancel() succeeds only for a run not started
+            if len(cancelled) < len(runs):  # a member started meanwhile: the group trains, the others queue again
+                for s in cancelled:
+                    self.env.queue(s)
+                continue
+            self.requeued.append(runs[0].prompt)  # the group's prompt (its members share it)
+            self.counters.resampled_stale += len(runs)
+            taken.add(group)
+        self.in_flight = [s for s in self.in_flight if s.group not in taken]
+
+    def _finished_groups(self) -> list[list[rollout.Sample]]:
+        """The groups all of whose n members have finished, in the order their last member finished."""
+        n = self.settings.group_size
+        members: dict[int, list[rollout.Sample]] = {}
+        complete = []
+        for s in self.finished:
+            members.setdefault(s.group, []).append(s)
+            if len(members[s.group]) == n:
+                complete.append(members[s.group])
+        return complete
 
     def _batch(self, samples: list[rollout.Sample]) -> RolloutBatch:
         return RolloutBatch.from_sequences(
@@ -266,24 +319,27 @@ class AsyncRLLoop:
             versions=[s.version for s in samples],
             pad_to=self.env.settings.max_sequence_tokens,
             pad_id=self.pad_id,
+            group_ids=[s.group for s in samples],
         )
 
     def step(self) -> dict[str, float]:
-        """One update: fill the pipeline, wait for B finished samples, train, sync, checkpoint."""
-        B = self.settings.batch_size
+        """One update: fill the pipeline, wait for B / n finished groups (B samples), train, sync, checkpoint."""
+        B, n = self.settings.batch_size, self.settings.group_size
         t_start = time.monotonic()
         self._collect(block=False)
         self._resample_stale_queued()
         self._refill()
         t0 = time.monotonic()
-        while len(self.finished) < B:
+        while len(self._finished_groups()) * n < B:
             self._collect(block=True)
             self._resample_stale_queued()
             if len(self.finished) + len(self.in_flight) < B:  # re-sampled prompts or infra failures left a hole
                 self._refill()
         self._collect(block=False)
         self.counters.wait_s += time.monotonic() - t0
-        used, self.finished = self.finished[:B], self.finished[B:]
+        used = [s for group in self._finished_groups()[: B // n] for s in group]
+        taken = {s.uid for s in used}
+        self.finished = [s for s in self.finished if s.uid not in taken]
         self.last_used = used
         stats = StepStats(used)
 
@@ -312,6 +368,7 @@ class AsyncRLLoop:
                 "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
                 "resampled_stale": c.resampled_stale,
                 "infra_failures": c.infra_failures,
+                "dropped_with_group": c.dropped_with_group,
                 "in_flight": len(self.in_flight),
                 "learner_idle_fraction": 1.0 - c.update_s / max(c.wall_s, 1e-9),
                 "executor_utilization": min(1.0, c.exec_busy_s / max(c.wall_s * slots, 1e-9)),

@@ -70,6 +70,9 @@ class Sample:
     completion: Completion
     plan: str
     code: str | None  # None: the response had no code block (total failure, never executed)
+    # the samples of one prompt sampled together (sampler.group_size) share it: the uid of the group's first
+    # member; -1 (default): the sample is its own group
+    group: int = -1
     instrumented_code: str | None = None
     instrument_path: str = "off"
     tag: str | None = None  # per-run marker of the instrumenter's prints (only those earn credit)
@@ -77,6 +80,10 @@ class Sample:
     submitted_at: float = field(default_factory=time.monotonic)
     result: ExecResult | None = None
     reward: Reward | None = None
+
+    def __post_init__(self) -> None:
+        if self.group < 0:
+            self.group = self.uid
 
     @property
     def version(self) -> int:
@@ -104,6 +111,7 @@ class Sample:
         r = self.reward
         return {
             "uid": self.uid,
+            "group": self.group,
             "version": self.version,
             "prompt": self.prompt.kind,
             "duration_s": round(self.duration_s, 3),
@@ -162,14 +170,22 @@ class Environment:
         ids = prompt_lib.render_prompt(msgs, self.tokenizer, self.settings.prompt.max_prompt_tokens)
         return PromptItem("improve", ids, parent)
 
-    def sample(self, prompts: Sequence[PromptItem], first_uid: int) -> list[Sample]:
-        """Generates one response per prompt and parses plan + code."""
+    def sample(self, prompts: Sequence[PromptItem], first_uid: int, n: int = 1) -> list[Sample]:
+        """Generates n responses per prompt (one request of n samples: the sampler's `n`) and parses plan + code.
+
+        Returns len(prompts) * n samples, prompt 0's n first, with uids first_uid, first_uid + 1, ...; the n
+        samples of a prompt form a group whose id is the uid of its first member."""
         ids = [p.prompt_ids for p in prompts]
-        completions = self.sampler.generate(ids, n=1, **self.settings.sampling.generate_kwargs())
+        completions = self.sampler.generate(ids, n=n, **self.settings.sampling.generate_kwargs())
+        if len(completions) != len(prompts) * n:
+            raise RuntimeError(f"the sampler returned {len(completions)} completions for {len(prompts)} x {n}")
         out = []
-        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        for i, c in enumerate(completions):
+            p, group = prompts[i // n], first_uid + (i // n) * n
             parsed = prompt_lib.parse_response(c.text)
-            out.append(Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code))
+            out.append(
+                Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code, group=group)
+            )
         return out
 
     def submit(self, samples: Sequence[Sample]) -> None:
@@ -189,8 +205,12 @@ class Environment:
         for s, inst in zip(runnable, self.instrument_fn(cleaned) if runnable else [], strict=True):
             s.tag = new_tag()
             s.instrumented_code, s.instrument_path = tag_progress(inst.code, s.tag), inst.path
-            s.submitted_at = time.monotonic()
-            s.future = self.fleet.submit(s.instrumented_code, self.task, self.settings.limits)
+            self.queue(s)
+
+    def queue(self, sample: Sample) -> None:
+        """Queues an instrumented sample's program in the executor fleet (again, for one taken back from the queue)."""
+        sample.submitted_at = time.monotonic()
+        sample.future = self.fleet.submit(sample.instrumented_code, self.task, self.settings.limits)
 
     def finish(self, sample: Sample, result: ExecResult) -> Sample:
         """Grades a finished run (outside the sandbox) and computes its reward."""

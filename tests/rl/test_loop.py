@@ -5,6 +5,7 @@ so that run times are known (see scripted_sampler.py)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -58,10 +59,12 @@ def pizza(tmp_path_factory, raw_data_dir):
     )
 
 
-def _loop(tmp_path, task, script, **loop_overrides):
+def _loop(tmp_path, task, script, group_size=1, slots=2, **loop_overrides):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
     cfg.workdir = str(tmp_path)
     cfg.loop.batch_size, cfg.loop.in_flight_multiplier, cfg.loop.max_version_lag = 2, 3, 1
+    cfg.sampler.group_size = group_size
+    cfg.executor.slots = slots
     cfg.ppo.mini_batch_size, cfg.ppo.micro_batch_size = 2, 2
     cfg.prompt.max_prompt_tokens, cfg.sampler.max_tokens = 1536, 256
     cfg.prompt.improve_fraction = 1.0
@@ -128,6 +131,84 @@ def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued
     assert sampler.version == loop.counters.step  # synced after every update
 
 
+def test_groups_train_whole_and_a_group_with_a_slow_member_waits_for_it(tmp_path, pizza):
+    """group_size n=2, B=2 (the other tests' shapes: their compiled update is reused), 6 in flight; the first group
+    is one slow program and one fast one. Every update trains on a whole group (both members of one prompt,
+    sampled in one request at one version), the batch's group_ids are the samples' groups, and the slow program's
+    fast sibling, finished long before, is trained on only with it."""
+    release = pizza.public_dir / "RELEASE"
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 60, group_size=2)
+    batches, update = [], loop.learner.update
+
+    def recording_update(batch):
+        batches.append((batch.group_ids.copy(), list(loop.last_used)))
+        return update(batch)
+
+    loop.learner.update = recording_update
+    found = None
+    try:
+        for _ in range(40):
+            loop.step()
+            if loop.counters.version >= 1:
+                release.touch()
+            slow = [s for s in loop.last_used if s.code and "RELEASE" in s.code]
+            if slow:
+                found = slow[0]
+                break
+    finally:
+        release.unlink(missing_ok=True)
+        loop.close()
+        fleet.close()
+    assert found is not None, "the slow program's group never reached a batch"
+    for group_ids, used in batches:
+        np.testing.assert_array_equal(group_ids, [s.group for s in used])
+        assert len(used) == 2 and group_ids[0] == group_ids[1]  # one whole group
+        for g in set(group_ids.tolist()):
+            members = sorted((s for s in used if s.group == g), key=lambda s: s.uid)
+            assert [s.uid for s in members] == [g, g + 1]  # the group's id is its first member's uid
+            assert members[0].prompt is members[1].prompt and members[0].version == members[1].version
+    sibling = [s for s in loop.last_used if s.group == found.group and s is not found]
+    assert len(sibling) == 1 and sibling[0].reward.valid and found.reward.valid
+    assert sibling[0].duration_s < found.duration_s / 2  # it finished long before, and waited for its group
+    assert all(found.group not in ids for ids, _ in batches[:-1])  # never trained on without its slow member
+    assert len(batches) >= 2
+    assert len(sampler.prompts_seen) * 2 == loop.counters.sampled  # one request of n=2 samples per prompt
+
+
+def test_stale_queued_groups_are_resampled_whole_and_a_group_with_a_running_member_stays(tmp_path, pizza):
+    """One sandbox slot, held by the slow member of the first group; every other run waits in the queue. Once the
+    policy has moved on past max_version_lag, every group whose runs all still wait is taken back whole and its
+    prompt sampled again as one group of n; the slow program's group, with a member running, stays (its queued
+    sibling too)."""
+    release = pizza.public_dir / "RELEASE"
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 60, group_size=2, slots=1, batch_size=4)
+    try:
+        loop._refill()  # m·B = 12 samples: 6 groups of 2, all at version 0
+        assert [s.uid for s in loop.in_flight] == list(range(12)) and loop.counters.sampled == 12
+        first = loop.in_flight[0]
+        for _ in range(600):  # the slot picks the slow run up
+            if first.future.running():
+                break
+            time.sleep(0.05)
+        assert first.future.running() and "RELEASE" in first.code
+        prompts = {s.group: s.prompt for s in loop.in_flight}
+        loop.counters.version = 2  # two updates later: version lag 2 > max_version_lag=1
+        loop._resample_stale_queued()
+        assert [s.uid for s in loop.in_flight] == [0, 1]  # the group of the running slow program
+        assert loop.counters.resampled_stale == 10
+        assert [id(p) for p in loop.requeued] == [id(prompts[g]) for g in (2, 4, 6, 8, 10)]  # the same prompts
+        loop._refill()  # the five prompts again, one request of two samples each, then new prompts: none needed
+        again = loop.in_flight[2:]
+        assert [id(s.prompt) for s in again] == [id(prompts[g]) for g in (2, 2, 4, 4, 6, 6, 8, 8, 10, 10)]
+        assert [s.group for s in again] == [12, 12, 14, 14, 16, 16, 18, 18, 20, 20] and not loop.requeued
+        assert len(sampler.prompts_seen) == 11  # 6 + 5 requests
+    finally:
+        release.touch()
+        loop.close()
+        fleet.close()
+        release.unlink(missing_ok=True)
+
+
 def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp_path, pizza):
     loop, sampler, fleet = _loop(tmp_path, pizza, [FAST, FAST, NO_CODE])
     used, history = [], []
@@ -138,6 +219,7 @@ def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp
     finally:
         loop.close()
         fleet.close()
+    assert all(s.group == s.uid for s in used)  # group_size 1: every sample its own group
     no_code = [s for s in used if s.code is None]
     ran = [s for s in used if s.code is not None]
     assert no_code and all(s.reward.total == -10.0 and s.result is None for s in no_code)  # never executed
