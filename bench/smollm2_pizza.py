@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import os
 import shutil
@@ -50,10 +51,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from configs import pizza  # noqa: E402
-from mle_jax import builders, provenance  # noqa: E402
+from mle_jax import builders, environment, provenance  # noqa: E402
 from mle_jax.checkpoint import Checkpointer  # noqa: E402
-from mle_jax.executor.fleet import make_fleet  # noqa: E402
-from mle_jax.executor.runtime import sandbox_packages  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
 from mle_jax.instrument import instrument_batch  # noqa: E402
 from mle_jax.instrument.lm import lm_instrument_batch  # noqa: E402
@@ -61,13 +60,11 @@ from mle_jax.models.hf import from_pretrained  # noqa: E402
 from mle_jax.models.tokenizer import load_tokenizer  # noqa: E402
 from mle_jax.report import MetricsWriter  # noqa: E402
 from mle_jax.rl.loop import AsyncRLLoop  # noqa: E402
-from mle_jax.rl.rollout import Environment  # noqa: E402
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 from mle_jax.settings import RunSettings, from_config  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
-from mle_jax.tasks.prepare import prepare_task  # noqa: E402
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages  # noqa: E402
 from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
 from mle_jax.warmstart.programs import generate_corpus  # noqa: E402
@@ -155,14 +152,14 @@ def sample_and_run(
 
 def stage_prompted(a) -> dict[str, Any]:
     s = settings("smol", Path(a.workdir), warm=False)
-    task, packages = prepare_task(s.task), sandbox_packages()
+    task, packages = environment.prepare(s)
     tok = load_tokenizer(s.model.path)
     return sample_and_run(a.sampler, Path(s.model.path), tok, s, task, packages, a.samples, a.seed)
 
 
 def _warm(arg: str, workdir: Path):
     s = settings(arg, workdir)
-    task, packages = prepare_task(s.task), sandbox_packages()
+    task, packages = environment.prepare(s)
     t0 = time.perf_counter()
     ws = warm_start(s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart")
     return s, task, packages, ws, time.perf_counter() - t0
@@ -197,7 +194,7 @@ def stage_instrument(a) -> dict[str, Any]:
     on the first --programs verified corpus programs of the warm start (all valid: they ran and graded)."""
     workdir = Path(a.workdir)
     s = settings("smol", workdir)
-    task, packages, ws = prepare_task(s.task), sandbox_packages(), s.warmstart
+    (task, packages), ws = environment.prepare(s), s.warmstart
     run_fn = sandbox_run_fn(
         make_sandbox(s.executor),
         task,
@@ -259,14 +256,12 @@ def stage_rlstep(a) -> dict[str, Any]:
     """The run's objects as mle_jax.run builds them (warm start reused from WORKDIR), --steps updates."""
     workdir = Path(a.workdir)
     s = settings("smol", workdir, batch=a.batch)
-    task, packages = prepare_task(s.task), sandbox_packages()
+    task, packages = environment.prepare(s)
     model, tok, _ = builders.build_policy(s, task, packages, workdir)
-    fleet = make_fleet(s.executor)
     scratch = Path(tempfile.mkdtemp(prefix="smol-rlstep-"))
-    try:
-        learner = builders.make_learner(s, model)
-        sampler = TimedSampler(builders.make_sampler(s.sampler, model, tok, scratch))
-        instrument = builders.make_instrumenter(s, model, tok, scratch)
+    learner = builders.make_learner(s, model)
+    with environment.open_environment(s, task, packages, model, tok, scratch) as env:
+        sampler, instrument = TimedSampler(env.sampler), env.instrument_fn
         instr_s = [0.0]
 
         def timed_instrument(codes):
@@ -276,7 +271,7 @@ def stage_rlstep(a) -> dict[str, Any]:
             finally:
                 instr_s[0] += time.perf_counter() - t0
 
-        env = Environment(s.rollout, task, tok, packages, sampler, timed_instrument, fleet)
+        env = dataclasses.replace(env, sampler=sampler, instrument_fn=timed_instrument)
         loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(scratch / "ckpt", keep=1), MetricsWriter(scratch))
 
         def counts() -> tuple[float, ...]:
@@ -304,8 +299,6 @@ def stage_rlstep(a) -> dict[str, Any]:
                 }
             )
         loop.close()
-    finally:
-        fleet.close()
     return {
         "batch_size": s.loop.batch_size,
         "in_flight": s.loop.batch_size * s.loop.in_flight_multiplier,
@@ -315,7 +308,7 @@ def stage_rlstep(a) -> dict[str, Any]:
 
 def stage_samplers(a) -> dict[str, Any]:
     s = settings("smol", Path(a.workdir), warm=False)
-    task, packages = prepare_task(s.task), sandbox_packages()
+    task, packages = environment.prepare(s)
     folder = Path(s.model.path)
     tok = load_tokenizer(folder)
     prompt = render_prompt(

@@ -9,13 +9,9 @@ from pathlib import Path
 
 from absl import app, flags
 
-from mle_jax import builders
+from mle_jax import builders, environment
 from mle_jax.evaluation import evaluate, format_table
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.executor.runtime import sandbox_packages
-from mle_jax.rl.rollout import Environment
 from mle_jax.settings import from_config
-from mle_jax.tasks.prepare import prepare_task
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "a run's workdir", required=True)
 _SAMPLES = flags.DEFINE_integer("samples", 0, "samples (0: the run's eval.samples, default 128)")
@@ -30,16 +26,11 @@ def main(argv: list[str]) -> None:
     s = from_config({**json.loads(cfg_path.read_text()), "workdir": str(workdir)})
     if _SAMPLES.value:
         s = dataclasses.replace(s, eval=dataclasses.replace(s.eval, samples=_SAMPLES.value))
-    task = prepare_task(s.task)
-    packages = sandbox_packages()
+    task, packages = environment.prepare(s)
     model, initial, tokenizer = builders.load_trained_policy(s, task, packages, workdir)
-    sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
-    instrument_fn = builders.make_instrumenter(s, initial, tokenizer, workdir)  # the run's mode, its frozen model
-    fleet = make_fleet(s.executor)
-    try:
-        result = evaluate(s.eval, Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet))
-    finally:
-        fleet.close()
+    # the run's instrumenter: its mode, its frozen initial model
+    with environment.open_environment(s, task, packages, model, tokenizer, workdir, initial=initial) as env:
+        result = evaluate(s.eval, env)
     (workdir / "evaluation.json").write_text(json.dumps(result, indent=2))
     print(format_table(result))
 

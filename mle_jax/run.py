@@ -17,17 +17,13 @@ import jax
 from flax import nnx
 from rich.console import Console
 
-from mle_jax import builders, report, sharding
+from mle_jax import builders, environment, report, sharding
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
 from mle_jax.rl.hosts import BatchChannel, distributed_store, follow
 from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.rl.rollout import Environment
 from mle_jax.settings import RunSettings, from_config
-from mle_jax.tasks.prepare import prepare_task
 
 console = Console()
 
@@ -65,8 +61,8 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
 def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
     """A follower process of a multi-process run: the same model, learner and sampler sync as the leader, the
     leader's batches (rl/hosts.py); no environment, evaluation or report of its own."""
-    task = prepare_task(s.task)
-    model, tokenizer, _ = builders.build_policy(s, task, sandbox_packages(), workdir)
+    task, packages = environment.prepare(s)
+    model, tokenizer, _ = builders.build_policy(s, task, packages, workdir)
     learner = builders.make_learner(s, model)
     sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
     ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
@@ -84,21 +80,16 @@ def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
 def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: float) -> dict:
     """The run of the one process (or of process 0, the leader, of several): every stage."""
     console.rule(f"[bold]mle_jax: {s.task.id}")
-    task = prepare_task(s.task)
+    task, packages = environment.prepare(s)
     console.print(f"task prepared: public={task.public_dir}")
 
-    packages = sandbox_packages()
     model, tokenizer, ws_metrics = builders.build_policy(s, task, packages, workdir)
     summary: dict[str, Any] = {"task": task.id, "workdir": str(workdir)}
     summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
-    fleet = make_fleet(s.executor)
-    try:
-        learner = builders.make_learner(s, model)
-        sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
-        instrument_fn = builders.make_instrumenter(s, model, tokenizer, workdir)
+    learner = builders.make_learner(s, model)
+    with environment.open_environment(s, task, packages, model, tokenizer, workdir) as env:
         writer = report.MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
-        env = Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
         if s.resume and loop.restore():
             console.print(f"resumed from step {loop.counters.step}")
@@ -118,7 +109,7 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
                 **{f"rl/instrument_{path}_share": v for path, v in c.instrument_shares().items()},
                 "rl/infra_failures": c.infra_failures,
                 "rl/learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
-                "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
+                "rl/executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * env.fleet.n_slots, 1e-9)), 3),
             }
         )
         if rows:
@@ -139,8 +130,6 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
         if s.eval.samples > 0:
             evaluation = evaluate(s.eval, env)
             (workdir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
-    finally:
-        fleet.close()
     summary["wall_s"] = round(time.monotonic() - t_run, 1)
     path = report.write_report(workdir, summary, evaluation)
     console.print(f"report: {path}")

@@ -40,18 +40,15 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from ml_collections import config_flags
 
-from mle_jax import builders, provenance
+from mle_jax import builders, environment, provenance
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate, standard_error
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.instrument import pyast
 from mle_jax.report import MetricsWriter, markdown_table, read_metrics
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import RunSettings, from_config
-from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
 ARMS: tuple[tuple[str, str], ...] = (("duration_weighted", "batch_mean"), ("unweighted", "off"))
@@ -333,25 +330,19 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
 
 
 def run_arm(
-    s: RunSettings,
-    name: str,
-    duration_weights: str,
-    initial: nnx.Module,
-    tokenizer: Any,
-    task: Any,
-    packages: list[str],
-    instrument_fn: Any,
-    fleet: Any,
-    out: Path,
+    s: RunSettings, name: str, duration_weights: str, initial: nnx.Module, base_env: Environment, out: Path
 ) -> dict:
-    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation."""
+    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. The arm's
+    environment is `base_env` (the experiment's task, fleet and frozen instrumenter) with the arm policy's own
+    sampler."""
     arm_dir = out / "arms" / name
     ppo = dataclasses.replace(s.learner.ppo, duration_weights=duration_weights)
     arm = dataclasses.replace(s, workdir=str(arm_dir), learner=dataclasses.replace(s.learner, ppo=ppo))
     policy = nnx.clone(initial)
     learner = builders.make_learner(arm, policy)
+    tokenizer, task, fleet = base_env.tokenizer, base_env.task, base_env.fleet
     sampler = builders.make_sampler(arm.sampler, policy, tokenizer, arm_dir)
-    env = Environment(arm.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+    env = dataclasses.replace(base_env, settings=arm.rollout, sampler=sampler)
     writer = MetricsWriter(arm_dir, tensorboard=False)
     loop = AsyncRLLoop(arm.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
     loop.restore()
@@ -385,22 +376,17 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         loop=dataclasses.replace(s.loop, steps=scale.steps),
         eval=dataclasses.replace(s.eval, samples=scale.eval_samples, improve=False),
     )
-    task = prepare_task(s.task)
-    packages = sandbox_packages()
+    task, packages = environment.prepare(s)
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
-    fleet = make_fleet(s.executor)
-    try:
-        instrument_fn = builders.make_instrumenter(s, initial, tokenizer, out / "base")  # frozen initial policy
-        before_env = Environment(
-            s.rollout, task, tokenizer, packages, JaxSampler(initial, tokenizer), instrument_fn, fleet
-        )
+    # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
+    with environment.open_environment(
+        s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
+    ) as before_env:
         before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
         arms = {}
         for name, mode in ARMS:
-            arm = run_arm(s, name, mode, initial, tokenizer, task, packages, instrument_fn, fleet, out)
+            arm = run_arm(s, name, mode, initial, before_env, out)
             arms[name] = {"before": before, **arm}
-    finally:
-        fleet.close()
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus, medians = {}, {}
     if verified.is_file():

@@ -22,17 +22,13 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
-from mle_jax import builders, provenance
+from mle_jax import builders, environment, provenance
 from mle_jax.evaluation import evaluate
-from mle_jax.executor.fleet import make_fleet
-from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.report import markdown_table
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import from_config
-from mle_jax.tasks.prepare import prepare_task
 
 
 def drift(model: nnx.Module, batch: RolloutBatch, temperature: float, clip: float) -> dict[str, float]:
@@ -53,14 +49,12 @@ def drift(model: nnx.Module, batch: RolloutBatch, temperature: float, clip: floa
 def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
     s = from_config(cfg)
     s = dataclasses.replace(s, workdir=str(out / "base"))
-    task = prepare_task(s.task)
-    packages = sandbox_packages()
+    task, packages = environment.prepare(s)
     initial, tokenizer, _ = builders.build_policy(s, task, packages, out / "base")
-    fleet = make_fleet(s.executor)
     results = {}
-    try:
-        instrument_fn = builders.make_instrumenter(s, initial, tokenizer, out / "base")
-        env = Environment(s.rollout, task, tokenizer, packages, JaxSampler(initial, tokenizer), instrument_fn, fleet)
+    with environment.open_environment(
+        s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
+    ) as env:
         rng = np.random.default_rng(s.seed)
         samples = env.sample(env.prompts(s.loop.batch_size, None, rng, improve_fraction=0.0), 0)
         env.submit(samples)
@@ -94,8 +88,6 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
                 "mean_reward_after": after["mean_reward"],
             }
         base = evaluate(evals, dataclasses.replace(env, sampler=JaxSampler(initial, tokenizer)))["scratch"]
-    finally:
-        fleet.close()
     summary = {
         "batch": {"size": len(samples), "valid": int(sum(x.reward.valid for x in samples))},
         "before": {"valid_fraction": base["valid_fraction"], "mean_reward": base["mean_reward"]},

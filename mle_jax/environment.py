@@ -1,0 +1,60 @@
+"""The environment a run's samples pass through, wired in one place from the settings: the prepared task and
+the sandbox's packages, the executor fleet, the policy's sampler and the instrumenter (rl/rollout.py
+`Environment`).
+
+A run (`run.py`), the evaluate CLI, the experiments and the benchmarks all build theirs here, so that they
+sample, instrument, run and grade exactly as a run does; they differ only in the policy and, for an evaluation,
+a fresh sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mle_jax import builders
+from mle_jax.executor.fleet import make_fleet
+from mle_jax.executor.runtime import sandbox_packages
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.rl.rollout import Environment
+from mle_jax.sampling.protocol import Sampler
+from mle_jax.settings import RunSettings
+from mle_jax.tasks.prepare import prepare_task
+from mle_jax.tasks.task import Task
+
+
+def prepare(s: RunSettings) -> tuple[Task, list[str]]:
+    """(the run's task, prepared from its raw data if need be; the packages its sandbox offers, which the prompts
+    list)."""
+    return prepare_task(s.task), sandbox_packages()
+
+
+@contextmanager
+def open_environment(
+    s: RunSettings,
+    task: Task,
+    packages: list[str],
+    policy: Qwen2ForCausalLM,
+    tokenizer: Any,
+    workdir: Path,
+    *,
+    initial: Qwen2ForCausalLM | None = None,
+    sampler: Sampler | None = None,
+) -> Iterator[Environment]:
+    """The environment of `policy`, its executor fleet closed on exit.
+
+    initial: the model the frozen instrumenter copies in mode "lm" (the policy RL started from; default `policy`).
+    sampler: how the policy is sampled (default the run's: `builders.make_sampler`, in process or vLLM); an
+    evaluation passes a fresh `JaxSampler`, whose seeds repeat from one evaluation to the next.
+    workdir: where a vLLM sampler exports the weights it is synced with.
+    """
+    fleet = make_fleet(s.executor)
+    try:
+        if sampler is None:
+            sampler = builders.make_sampler(s.sampler, policy, tokenizer, workdir)
+        instrument_fn = builders.make_instrumenter(s, policy if initial is None else initial, tokenizer, workdir)
+        yield Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+    finally:
+        fleet.close()
