@@ -2,18 +2,24 @@
 
     python -m mle_jax.experiments.learning --config=configs/pizza.py:cpu --out DIR [--quick] [--config.x=y ...]
         [--warm_start OTHER_DIR]   (start from OTHER_DIR's warm-started policy instead of making one)
+        [--algorithms=ppo,grpo --duration_weights=batch_mean,off]   (one arm per pair)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
-instrumenter, sampler and learner, in two arms with the same seed that differ only in
-`ppo.duration_weights` ("batch_mean", the paper's, and "off"). The policy is evaluated before RL (once:
-both arms start from it, with the same seeds) and after RL in each arm, on `eval_samples` scratch prompts
-with the same seeds. Written to DIR:
+instrumenter, sampler and learner, in arms with the same seed that differ only in the objective
+(`learner.algorithm`, each of --algorithms) and `ppo.duration_weights` (each of --duration_weights). An arm is
+named `{algorithm}_{weights}` (say `grpo_batch_mean`); the default, PPO with "batch_mean" (the paper's) and "off",
+keeps the two arms' names from before algorithms were arms: `duration_weighted` and `unweighted`. The group
+objectives need `--config.sampler.group_size` > 1, which then holds for every arm. The policy is evaluated
+before RL (once: every arm starts from it, with the same seeds) and after RL in each arm, on `eval_samples`
+scratch prompts with the same seeds. Written to DIR:
 
     summary.json   the command, the date and the wall time of the processes that measured it (`record_wall`);
                    per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
                    per-step series (reward, score, valid fraction, mean Δt, share of each solution kind),
-                   executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares;
-                   and the corpus's kinds of solution measured on this machine (Δt and score per family)
+                   executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares, RL steps
+                   per hour, the process's peak resident memory while the arm ran, and the mean of every
+                   `stale/*` metric the learner reports; and the corpus's kinds of solution measured on this
+                   machine (Δt and score per family)
     plots/*.png    score and reward over RL steps (the paper's Fig. 5), the share of each kind over steps
                    (Fig. 2/8), Δt over steps
     report.md      the figures above in a page
@@ -27,9 +33,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +45,7 @@ from absl import app, flags, logging
 from flax import nnx
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
 from mle_jax import builders, environment, provenance
 from mle_jax.checkpoint import Checkpointer
@@ -46,12 +53,63 @@ from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.instrument import pyast
 from mle_jax.report import MetricsWriter, markdown_table, read_metrics
 from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.ppo import DURATION_MODES
 from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import RunSettings, from_config
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
-ARMS: tuple[tuple[str, str], ...] = (("duration_weighted", "batch_mean"), ("unweighted", "off"))
+# the objectives behind config.learner.algorithm (issue 21); "ppo" is the paper's, with its critic
+ALGORITHMS = ("ppo", "grpo", "dr_grpo", "rloo")
+CRITIC_FREE = ("grpo", "dr_grpo", "rloo")  # their advantages compare a sample with its group's
+LEGACY_NAMES = {"batch_mean": "duration_weighted", "off": "unweighted"}  # PPO's two arms, as results_tables reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    algorithm: str  # config.learner.algorithm
+    duration_weights: str  # config.ppo.duration_weights
+
+
+def make_arms(algorithms: Sequence[str], duration_weights: Sequence[str]) -> list[Arm]:
+    """One arm per (algorithm, weight mode) pair, algorithms first, named `{algorithm}_{weights}`. PPO alone with
+    modes among batch_mean and off keeps the arms' names from before algorithms were arms (`duration_weighted`,
+    `unweighted`), which the results tables and the README's runs read. ValueError (one line) on an unknown,
+    repeated or missing algorithm or mode."""
+    for flag, given, known in (
+        ("--algorithms", algorithms, ALGORITHMS),
+        ("--duration_weights", duration_weights, DURATION_MODES),
+    ):
+        if not given:
+            raise ValueError(f"{flag} is empty; known: {','.join(known)}")
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            raise ValueError(f"{flag}: unknown {unknown[0]!r}; known: {','.join(known)}")
+        if len(set(given)) < len(given):
+            raise ValueError(f"{flag} names {sorted(x for x in set(given) if list(given).count(x) > 1)[0]!r} twice")
+    legacy = list(algorithms) == ["ppo"] and set(duration_weights) <= set(LEGACY_NAMES)
+    return [Arm(LEGACY_NAMES[w] if legacy else f"{a}_{w}", a, w) for a in algorithms for w in duration_weights]
+
+
+DEFAULT_ARMS = make_arms(["ppo"], ["batch_mean", "off"])
+
+
+def arm_config(cfg: ConfigDict, arm: Arm) -> ConfigDict:
+    """The run config of an arm: `cfg` with the arm's `learner.algorithm` and `ppo.duration_weights`. ValueError
+    (one line) for a group objective without groups, or an algorithm this config cannot take."""
+    c = cfg.copy_and_resolve_references()
+    c.ppo.duration_weights = arm.duration_weights
+    if arm.algorithm in CRITIC_FREE and c.sampler.get("group_size", 1) < 2:
+        raise ValueError(
+            f"arm {arm.name}: {arm.algorithm} needs --config.sampler.group_size >= 2 (a group of one sample has "
+            f"advantage 0 and nothing to learn from)"
+        )
+    if "learner" in c and "algorithm" in c.learner:
+        c.learner.algorithm = arm.algorithm
+    elif arm.algorithm != "ppo":
+        raise ValueError(f"arm {arm.name}: this config has no learner.algorithm, so only ppo arms can run")
+    return c
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,29 +387,35 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
     return paths
 
 
-def run_arm(
-    s: RunSettings, name: str, duration_weights: str, initial: nnx.Module, base_env: Environment, out: Path
-) -> dict:
-    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. The arm's
-    environment is `base_env` (the experiment's task, fleet and frozen instrumenter) with the arm policy's own
-    sampler."""
-    arm_dir = out / "arms" / name
-    ppo = dataclasses.replace(s.learner.ppo, duration_weights=duration_weights)
-    arm = dataclasses.replace(s, workdir=str(arm_dir), learner=dataclasses.replace(s.learner, ppo=ppo))
+def run_arm(s: RunSettings, arm: Arm, initial: nnx.Module, base_env: Environment, out: Path) -> dict:
+    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. `s`: the
+    arm's settings (`arm_config`); its environment is `base_env` (the experiment's task, fleet and frozen
+    instrumenter) with the arm policy's own sampler."""
+    arm_dir = out / "arms" / arm.name
+    s = dataclasses.replace(s, workdir=str(arm_dir))
+    reset_peak_rss()
     policy = nnx.clone(initial)
-    learner = builders.make_learner(arm, policy)
+    learner = builders.make_learner(s, policy)
     tokenizer, task, fleet = base_env.tokenizer, base_env.task, base_env.fleet
-    sampler = builders.make_sampler(arm.sampler, policy, tokenizer, arm_dir)
-    env = dataclasses.replace(base_env, settings=arm.rollout, sampler=sampler)
+    sampler = builders.make_sampler(s.sampler, policy, tokenizer, arm_dir)
+    env = dataclasses.replace(base_env, settings=s.rollout, sampler=sampler)
     writer = MetricsWriter(arm_dir, tensorboard=False)
-    loop = AsyncRLLoop(arm.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
+    loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
     loop.restore()
-    loop.run(arm.loop.steps)
+    resumed_at = loop.counters.step
+    loop.run(s.loop.steps)
     loop.close()
     c = loop.counters
+    evaluated_here = not (arm_dir / "after.json").is_file()
+    after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
+    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
     stats = {
-        "duration_weights": duration_weights,
+        "algorithm": arm.algorithm,
+        "duration_weights": arm.duration_weights,
         "rl_wall_s": round(c.wall_s, 1),  # the loop's own clock, checkpointed: kept across resumes
+        "steps_per_hour": round(c.step * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
+        # the process's, while this arm ran (its RL and evaluation; the most over the processes that ran them)
+        "peak_rss_gib": arm_peak_rss(arm_dir / "peak_rss.json", c.step > resumed_at or evaluated_here),
         "samples_drawn": c.sampled,
         "resampled_stale": c.resampled_stale,
         "infra_failures": c.infra_failures,
@@ -359,23 +423,69 @@ def run_arm(
         "learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
         "instrument_lm_share": instrument_shares(arm_dir)["lm"],  # of the programs that parse
         "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
+        "stale": stale_means(arm_dir),
     }
-    after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
-    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
     return {"stats": stats, "after": eval_summary(after, task.id), "steps": step_series(arm_dir, task.id)}
 
 
-def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
-    """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json."""
-    t_start = time.monotonic()
-    measures = work_left(out, [name for name, _ in ARMS])
-    s = from_config(cfg)
-    s = dataclasses.replace(
+def reset_peak_rss() -> None:
+    """Restarts the kernel's count of this process's peak resident memory (VmHWM), where Linux allows it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # the peak is then the process's since it started
+
+
+def peak_rss_gib() -> float | None:
+    """This process's peak resident memory (VmHWM) since it started or since `reset_peak_rss`, in GiB."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    return None if kib is None else round(kib / 2**20, 2)
+
+
+def arm_peak_rss(path: Path, worked: bool) -> float | None:
+    """The arm's peak resident memory, kept in `path` across processes: when this process ran part of the arm
+    (`worked`), the larger of its peak since `reset_peak_rss` and the recorded one; else the recorded one."""
+    recorded = json.loads(path.read_text())["peak_rss_gib"] if path.is_file() else None
+    if not worked:
+        return recorded
+    now = peak_rss_gib()
+    peak = max((x for x in (recorded, now) if x is not None), default=None)
+    path.write_text(json.dumps({"peak_rss_gib": peak}))
+    return peak
+
+
+def stale_means(arm_dir: Path) -> dict[str, float]:
+    """The mean over an arm's steps of every staleness metric the learner reports (`stale/*`; the loop logs the
+    learner's as `learner/stale/*`), keyed without the `learner/` prefix; {} when it reports none."""
+    values: dict[str, list[float]] = {}
+    for row in read_metrics(arm_dir / "metrics.jsonl"):
+        for k, v in row.items():
+            name = k.removeprefix("learner/")
+            if name.startswith("stale/") and v is not None:
+                values.setdefault(name, []).append(float(v))
+    return {k: float(np.mean(v)) for k, v in sorted(values.items())}
+
+
+def _scaled(s: RunSettings, workdir: Path, scale: Scale) -> RunSettings:
+    return dataclasses.replace(
         s,
-        workdir=str(out / "base"),
+        workdir=str(workdir),
         loop=dataclasses.replace(s.loop, steps=scale.steps),
         eval=dataclasses.replace(s.eval, samples=scale.eval_samples, improve=False),
     )
+
+
+def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DEFAULT_ARMS)) -> dict:
+    """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json. A bad arm
+    (`arm_config`) or config (ConfigError) fails before any work."""
+    t_start = time.monotonic()
+    measures = work_left(out, [arm.name for arm in arms])
+    s = _scaled(from_config(cfg), out / "base", scale)
+    arm_settings = {arm.name: _scaled(from_config(arm_config(cfg, arm)), out / "base", scale) for arm in arms}
     task, packages = environment.prepare(s)
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
     # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
@@ -383,10 +493,9 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
     ) as before_env:
         before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
-        arms = {}
-        for name, mode in ARMS:
-            arm = run_arm(s, name, mode, initial, before_env, out)
-            arms[name] = {"before": before, **arm}
+        results = {}
+        for arm in arms:
+            results[arm.name] = {"before": before, **run_arm(arm_settings[arm.name], arm, initial, before_env, out)}
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus, medians = {}, {}
     if verified.is_file():
@@ -401,12 +510,14 @@ def experiment(cfg: Any, out: Path, scale: Scale) -> dict:
         "task": task.id,
         "scale": dataclasses.asdict(scale),
         "batch_size": s.loop.batch_size,
+        "group_size": s.loop.group_size,
+        "algorithms": sorted({arm.algorithm for arm in arms}, key=ALGORITHMS.index),
         "warmstart": ws_metrics,
         "corpus_kinds": corpus,
         "corpus_medians": medians,
-        "slow_and_better": share_contrast(slow, arms, scale.eval_samples),
-        "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in arms},
-        "arms": arms,
+        "slow_and_better": share_contrast(slow, results, scale.eval_samples),
+        "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in results},
+        "arms": results,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(summary, out)
@@ -536,12 +647,17 @@ def write_report(summary: dict, out: Path) -> Path:
         lines.append(
             markdown_table(["kind", "samples", "valid", "mean score of valid", "mean reward", "mean Δt (s)"], rows)
         )
-    rows = [[name, *(arm["stats"][k] for k in ("executor_utilization", "learner_idle_fraction", "instrument_lm_share",
-                                               "rl_wall_s"))] for name, arm in arms.items()]  # fmt: skip
-    lines += [
-        "",
-        markdown_table(["arm", "executor utilisation", "learner idle", "LM share of parsing programs", "RL s"], rows),
-    ]
+    keys = ("executor_utilization", "learner_idle_fraction", "instrument_lm_share", "rl_wall_s", "steps_per_hour",
+            "peak_rss_gib")  # fmt: skip
+    rows = [[name, *(arm["stats"].get(k) for k in keys)] for name, arm in arms.items()]
+    header = ["arm", "executor utilisation", "learner idle", "LM share of parsing programs", "RL s", "steps per hour",
+              "peak RSS (GiB)"]  # fmt: skip
+    lines += ["", markdown_table(header, rows)]
+    stale = sorted({k for arm in arms.values() for k in arm["stats"].get("stale", {})})
+    if stale:
+        lines += ["", "Staleness, as the learner reports it (mean over each arm's steps):", ""]
+        rows = [[name, *(arm["stats"].get("stale", {}).get(k) for k in stale)] for name, arm in arms.items()]
+        lines.append(markdown_table(["arm", *stale], rows))
     ws = summary["warmstart"]
     if "instrument_heldout_accept" in ws:
         lines.append(
@@ -576,6 +692,12 @@ def _define_flags() -> dict[str, Any]:
         "warm": flags.DEFINE_string(
             "warm_start", "", "start from this other experiment folder's warm start (its base/)"
         ),
+        "algorithms": flags.DEFINE_list(
+            "algorithms", ["ppo"], f"objectives (learner.algorithm), one arm each per weight mode: {ALGORITHMS}"
+        ),
+        "weights": flags.DEFINE_list(
+            "duration_weights", ["batch_mean", "off"], f"ppo.duration_weights modes, one arm each: {DURATION_MODES}"
+        ),
     }
 
 
@@ -589,9 +711,16 @@ def main(argv: list[str]) -> None:
     scale = QUICK if _FLAGS["quick"].value else FULL
     scale = Scale(_FLAGS["steps"].value or scale.steps, _FLAGS["eval"].value or scale.eval_samples)
     out = Path(_FLAGS["out"].value)
+    try:
+        arms = make_arms(_FLAGS["algorithms"].value, _FLAGS["weights"].value)
+        for arm in arms:
+            from_config(arm_config(_FLAGS["config"].value, arm))
+    except ValueError as e:  # ConfigError too: one line, before any work
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)
-    summary = experiment(_FLAGS["config"].value, out, scale)
+    summary = experiment(_FLAGS["config"].value, out, scale, arms)
     for name, arm in summary["arms"].items():
         print(f"{name}: reward {_pm(arm['before'])} -> {_pm(arm['after'])}, valid "
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip

@@ -5,11 +5,20 @@ are in the README, with the command.)"""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from absl import app
+from ml_collections import ConfigDict
 
+from configs import spooky
 from mle_jax.experiments.learning import (
+    DEFAULT_ARMS,
+    Arm,
+    arm_config,
+    arm_peak_rss,
     corpus_kinds,
     corpus_medians,
     eval_summary,
@@ -17,10 +26,12 @@ from mle_jax.experiments.learning import (
     kind_outcomes,
     kind_shares,
     lag_of_kinds,
+    make_arms,
     record_wall,
     share_contrast,
     share_warm_start,
     slow_and_better,
+    stale_means,
     step_series,
     work_left,
     write_report,
@@ -59,7 +70,8 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
           "best_score": 0.7, "kinds": {"logreg": 1.0}, "valid_kinds": {"logreg": 1.0},
           "kind_outcomes": {"logreg": {"samples": 4, "valid_fraction": 0.75, "score_mean": 0.6, "reward_mean": -2.0,
                                        "duration_s_mean": 3.5}}}  # fmt: skip
-    stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
+    stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9,
+             "steps_per_hour": 1200.0, "peak_rss_gib": 1.25, "stale": {"stale/lag_slow": 2.5}}  # fmt: skip
     arms = {
         name: {"before": ev, "after": {**ev, "mean_reward": -1.0, "se_score": 0.05}, "stats": stats, "steps": steps}
         for name in ("duration_weighted", "unweighted")
@@ -80,6 +92,8 @@ def test_step_series_and_report_from_the_loops_logs(tmp_path):
     assert "| logreg | 4 | 0.75 | 0.6 | -2 | 3.5 |" in report
     assert "How late the learner saw them" in report and "| unweighted | 1.5 | 1.5 | 8 | 8 |" in report
     assert "-2.00 ± 0.50" in report and "-1.00 ± 0.50" in report and "25% of 4 held-out" in report
+    assert "| unweighted | 0.9 | 0.2 | 0.1 | 9 | 1200 | 1.25 |" in report  # steps per hour, peak memory
+    assert "| arm | stale/lag_slow |" in report and "| duration_weighted | 2.5 |" in report
     for name in ("score_reward", "kinds", "duration"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in report
 
@@ -231,3 +245,72 @@ def test_a_summary_written_before_the_ledger_keeps_its_wall_time(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"task": "t", "wall_s_this_process": 247.7}))
     assert record_wall(tmp_path, None) == {"wall_s_this_process": 247.7}
     assert record_wall(tmp_path / "new", None) == {}
+
+
+def test_arms_are_one_per_algorithm_and_weight_mode_and_ppo_alone_keeps_its_names():
+    assert DEFAULT_ARMS == make_arms(["ppo"], ["batch_mean", "off"])
+    assert DEFAULT_ARMS == [Arm("duration_weighted", "ppo", "batch_mean"), Arm("unweighted", "ppo", "off")]
+    arms = make_arms(["ppo", "grpo"], ["batch_mean", "off"])
+    assert [a.name for a in arms] == ["ppo_batch_mean", "ppo_off", "grpo_batch_mean", "grpo_off"]
+    assert [(a.algorithm, a.duration_weights) for a in arms] == [
+        ("ppo", "batch_mean"), ("ppo", "off"), ("grpo", "batch_mean"), ("grpo", "off")
+    ]  # fmt: skip
+    assert [a.name for a in make_arms(["ppo"], ["clipped"])] == ["ppo_clipped"]
+    assert [a.name for a in make_arms(["rloo"], ["off"])] == ["rloo_off"]
+    for algorithms, weights, says in [
+        (["ppo", "sgd"], ["off"], "--algorithms: unknown 'sgd'; known: ppo,grpo,dr_grpo,rloo"),
+        (["grpo"], ["batch_mean", "sqrt"], "--duration_weights: unknown 'sqrt'; known: off,batch_mean,clipped,log"),
+        (["grpo", "grpo"], ["off"], "--algorithms names 'grpo' twice"),
+        ([], ["off"], "--algorithms is empty"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            make_arms(algorithms, weights)
+        assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_an_arms_config_sets_its_objective_and_weights_and_a_group_objective_needs_groups():
+    cfg = spooky.get_config("cpu")
+    c = arm_config(cfg, Arm("unweighted", "ppo", "off"))
+    assert c.ppo.duration_weights == "off" and cfg.ppo.duration_weights == "batch_mean"  # a copy; cfg is untouched
+    with pytest.raises(ValueError, match="arm grpo_off: grpo needs --config.sampler.group_size >= 2"):
+        arm_config(cfg, Arm("grpo_off", "grpo", "off"))
+    cfg.sampler.group_size = 4
+    with_learner = ConfigDict({**cfg.to_dict(), "learner": {"algorithm": "ppo"}})
+    c = arm_config(with_learner, Arm("grpo_off", "grpo", "off"))
+    assert (c.learner.algorithm, c.ppo.duration_weights, with_learner.learner.algorithm) == ("grpo", "off", "ppo")
+    without = ConfigDict({k: v for k, v in cfg.to_dict().items() if k != "learner"})
+    assert arm_config(without, Arm("ppo_off", "ppo", "off")).ppo.duration_weights == "off"
+    with pytest.raises(ValueError, match="this config has no learner.algorithm, so only ppo arms can run"):
+        arm_config(without, Arm("grpo_off", "grpo", "off"))
+
+
+def test_an_unknown_algorithm_fails_the_command_in_one_line_before_any_work(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mle_jax.experiments.learning", "--config=configs/spooky.py:cpu",
+         f"--out={tmp_path / 'out'}", "--algorithms=ppo,grop"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: --algorithms: unknown 'grop'; known: ppo,grpo,dr_grpo,rloo"
+    ), done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_stale_metrics_the_learner_reports_are_averaged_per_arm(tmp_path):
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer.write(1, {"reward/mean": 1.0, "learner/stale/lag_slow": 2.0, "learner/stale/clipfrac_fast": None})
+    writer.write(2, {"reward/mean": 1.0, "learner/stale/lag_slow": 4.0, "learner/stale/clipfrac_fast": 0.25})
+    writer.close()
+    assert stale_means(tmp_path) == {"stale/clipfrac_fast": 0.25, "stale/lag_slow": 3.0}
+    empty = tmp_path / "none"
+    MetricsWriter(empty, tensorboard=False).close()
+    assert stale_means(empty) == {}
+
+
+def test_an_arms_peak_memory_is_this_processes_and_kept_across_processes(tmp_path):
+    path = tmp_path / "peak_rss.json"
+    assert arm_peak_rss(path, worked=False) is None  # nothing ran, nothing recorded
+    peak = arm_peak_rss(path, worked=True)
+    assert peak is not None and peak > 0.01 and json.loads(path.read_text()) == {"peak_rss_gib": peak}
+    path.write_text(json.dumps({"peak_rss_gib": 1000.0}))  # an earlier process of the same arm held more
+    assert arm_peak_rss(path, worked=True) == 1000.0 and arm_peak_rss(path, worked=False) == 1000.0
