@@ -59,7 +59,7 @@ def pizza(tmp_path_factory, raw_data_dir):
     )
 
 
-def _loop(tmp_path, task, script, group_size=1, slots=2, **loop_overrides):
+def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, **loop_overrides):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
     cfg.workdir = str(tmp_path)
     cfg.loop.batch_size, cfg.loop.in_flight_multiplier, cfg.loop.max_version_lag = 2, 3, 1
@@ -86,7 +86,7 @@ def _loop(tmp_path, task, script, group_size=1, slots=2, **loop_overrides):
     s = from_config(cfg)
     learner = make_learner(s, policy)
     sampler = ScriptedSampler(policy, tok, script)
-    fleet = make_fleet(s.executor)
+    fleet = make_fleet(s.executor, work_root=work_root)
     env = Environment(
         s.rollout, task, tok, ["pandas", "numpy"], sampler, lambda codes: instrument_batch(codes, "ast"), fleet
     )
@@ -207,6 +207,24 @@ def test_stale_queued_groups_are_resampled_whole_and_a_group_with_a_running_memb
         loop.close()
         fleet.close()
         release.unlink(missing_ok=True)
+
+
+def test_a_group_whose_run_fails_in_the_executor_is_dropped_whole(tmp_path, pizza):
+    """Groups of two: a program and a response without code (finished at once, never run). The executor cannot
+    run programs (its work root cannot be created: a real infrastructure failure), so no group can be completed;
+    each is dropped when its program fails, its finished sibling with it, instead of waiting in `finished`."""
+    loop, sampler, fleet = _loop(tmp_path, pizza, [FAST, NO_CODE], group_size=2, work_root="/proc/mle_jax_no_dir")
+    try:
+        loop._refill()  # m·B = 6: three groups, each a program (queued) and a response without code (finished)
+        assert len(loop.finished) == 3 and len(loop.in_flight) == 3
+        assert [s.group for s in loop.finished] == [s.group for s in loop.in_flight] == [0, 2, 4]
+        while loop.in_flight:
+            loop._collect(block=True)
+    finally:
+        loop.close()
+        fleet.close()
+    assert loop.counters.infra_failures == 3 and loop.counters.dropped_with_group == 3
+    assert loop.finished == [] and loop._finished_groups() == []
 
 
 def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp_path, pizza):
