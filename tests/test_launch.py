@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -26,56 +27,74 @@ def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize(
-    "args, says",
-    [
-        (
-            ["--config=configs/pizza.py:gpu-typo"],
-            "unknown config arg 'gpu-typo' for random-acts-of-pizza; use 'paper', 'cpu' or 'smol'",
-        ),
-        (
-            ["--config=configs/doesnotexist.py"],
-            "--config=configs/doesnotexist.py: no config file configs/doesnotexist.py",
-        ),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.loop.stepz=3"],
-            "--config.loop.stepz: no such config field (did you mean --config.loop.steps?)",
-        ),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.ppo.clip=0.1"],
-            "--config.ppo.clip: no such config field (did you mean --config.ppo.clip_ratio?)",
-        ),
-        (["--config=configs/pizza.py:cpu", "--config.ppo.clip_ratio=abc"], "could not convert string to float: 'abc'"),
-        (["--config=configs/pizza.py:cpu", "--config.ppo.loss_agg=sum"], "ppo.loss_agg must be one of"),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.sampler.group_size=3"],
-            "loop.batch_size B=8 is not a multiple of sampler.group_size n=3",
-        ),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.model.path=/no/such/model"],
-            "model.path=/no/such/model is not an HF model folder",
-        ),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.sampler.backend=vllm"],
-            "sampler.vllm_url is empty but sampler.backend=vllm",
-        ),
-        (
-            [
-                "--config=configs/pizza.py:cpu",
-                "--config.executor.backend=docker",
-                "--config.executor.docker_url=unix:///tmp/no-such-docker.sock",
-            ],
-            "no Docker daemon answers at unix:///tmp/no-such-docker.sock",
-        ),
-        (
-            ["--config=configs/pizza.py:cpu", "--config.task.raw_dir=/no/such/data"],
-            "no data for random-acts-of-pizza at /no/such/data",
-        ),
-        (["--config=configs/pizza.py:cpu", "--config.loop.steps=-1"], "loop.steps must be >= 0"),
-    ],
-)
-def test_user_errors_are_one_line(args, says, tmp_path):
-    done = launch(*args, f"--config.workdir={tmp_path / 'run'}")
+def launch_each(cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
+    """`python -m mle_jax.launch ARGS` for each ARGS, as one interpreter that imports the launcher once and forks a
+    child per ARGS (tests/launch_forks.py): the same entry point, without a JAX import per case."""
+    done = subprocess.run([sys.executable, "-m", "tests.launch_forks"], input=json.dumps(cases), cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=True)  # fmt: skip
+    return [subprocess.CompletedProcess(args, r["returncode"], r["stdout"], r["stderr"])
+            for args, r in zip(cases, json.loads(done.stdout), strict=True)]  # fmt: skip
+
+
+USER_ERRORS = [
+    (
+        ["--config=configs/pizza.py:gpu-typo"],
+        "unknown config arg 'gpu-typo' for random-acts-of-pizza; use 'paper', 'cpu' or 'smol'",
+    ),
+    (
+        ["--config=configs/doesnotexist.py"],
+        "--config=configs/doesnotexist.py: no config file configs/doesnotexist.py",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.loop.stepz=3"],
+        "--config.loop.stepz: no such config field (did you mean --config.loop.steps?)",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.ppo.clip=0.1"],
+        "--config.ppo.clip: no such config field (did you mean --config.ppo.clip_ratio?)",
+    ),
+    (["--config=configs/pizza.py:cpu", "--config.ppo.clip_ratio=abc"], "could not convert string to float: 'abc'"),
+    (["--config=configs/pizza.py:cpu", "--config.ppo.loss_agg=sum"], "ppo.loss_agg must be one of"),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.sampler.group_size=3"],
+        "loop.batch_size B=8 is not a multiple of sampler.group_size n=3",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.model.path=/no/such/model"],
+        "model.path=/no/such/model is not an HF model folder",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.sampler.backend=vllm"],
+        "sampler.vllm_url is empty but sampler.backend=vllm",
+    ),
+    (
+        [
+            "--config=configs/pizza.py:cpu",
+            "--config.executor.backend=docker",
+            "--config.executor.docker_url=unix:///tmp/no-such-docker.sock",
+        ],
+        "no Docker daemon answers at unix:///tmp/no-such-docker.sock",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.task.raw_dir=/no/such/data"],
+        "no data for random-acts-of-pizza at /no/such/data",
+    ),
+    (["--config=configs/pizza.py:cpu", "--config.loop.steps=-1"], "loop.steps must be >= 0"),
+]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict[int, tuple[subprocess.CompletedProcess, Path]]:
+    """Every USER_ERRORS case launched once (one forking interpreter for all), each with a workdir of its own."""
+    root = tmp_path_factory.mktemp("launch")
+    cases = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
+    return {i: (done, root / str(i)) for i, done in enumerate(launch_each(cases))}
+
+
+@pytest.mark.parametrize("case", range(len(USER_ERRORS)), ids=[says[:40] for _, says in USER_ERRORS])
+def test_user_errors_are_one_line(case, launched):
+    says = USER_ERRORS[case][1]
+    done, tmp_path = launched[case]
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     err = done.stderr.strip()
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
