@@ -20,6 +20,7 @@ from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.report import MetricsWriter
+from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
@@ -96,6 +97,15 @@ def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, **loop_
     return loop, sampler, fleet
 
 
+def compile_update(loop: AsyncRLLoop) -> None:
+    """Compiles the learner's update for the loop's batch shape by one update on a batch of that shape (the learner
+    moves one step; the loop's version, which the sampler follows, does not)."""
+    n = loop.settings.batch_size
+    batch = RolloutBatch.from_sequences([[1, 2]] * n, [[3]] * n, [[-1.0]] * n, [0.0] * n, [1.0] * n, [0] * n,
+                                        pad_to=loop.env.settings.max_sequence_tokens)  # fmt: skip
+    loop.learner.update(batch)
+
+
 def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued_runs_are_resampled(tmp_path, pizza):
     """One slow program among fast ones, 2 slots, B=2, 16 in flight, max_version_lag=1. The slow run ends many
     versions after it was sampled (it runs until three updates have been made): it still trains, with its
@@ -103,10 +113,13 @@ def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued
     taken back and their prompts sampled again."""
     assert SLOW != FAST
     release = pizza.public_dir / "RELEASE"
-    # m = 8 (16 in flight, 15 of them fast runs of version 0 queued behind one slot): when the policy reaches
-    # version 2, some are still queued however long the updates take on a loaded machine (with m = 4, the last
-    # three once all started during a slow update, and nothing was left to re-sample)
-    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [FAST] * 80, in_flight_multiplier=8)
+    # 16 in flight, 15 of them fast runs of version 0 queued behind one slot. For some to be still queued when the
+    # policy reaches version 2, an update must take less time than the two fast runs it waits for: the update is
+    # compiled before the loop starts (a first update's compile took as long as all 15 fast runs, which were then
+    # gone however the test was tuned), and each fast run takes half a second more than FAST
+    fast = _program(0.5, 0.25)
+    loop, sampler, fleet = _loop(tmp_path, pizza, [SLOW] + [fast] * 80, in_flight_multiplier=8)
+    compile_update(loop)
     found = None
     try:
         for _ in range(40):
