@@ -42,15 +42,16 @@ from ml_collections import config_flags
 
 from mle_jax import builders, provenance
 from mle_jax.checkpoint import Checkpointer
-from mle_jax.evaluation import evaluate, standard_error
+from mle_jax.evaluation import PAPER_TABLE1, evaluate, standard_error
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.instrument import pyast
-from mle_jax.report import MetricsWriter, markdown_table, read_metrics
+from mle_jax.report import MEDAL_HEADER, MetricsWriter, markdown_table, medal_row, paper_line, read_metrics
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import RunSettings, from_config
+from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
@@ -119,6 +120,7 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
         "kind_outcomes": kind_outcomes(e["records"], task_id),
+        "medals": medal_summary(task_id, [r["score"] if r["valid"] else None for r in e["records"]]),
     }
 
 
@@ -477,6 +479,22 @@ def _pm(e: dict) -> str:
     return f"{e['mean_reward']:.2f} ± {e['se_reward']:.2f}" if e["se_reward"] is not None else "—"
 
 
+def medal_lines(summary: dict) -> list[str]:
+    """The report's MLE-bench medals of the evaluation samples: before RL (every arm's start) and after RL in each
+    arm, the best sample's level and the share at each level; then the paper's Table 1 figures with theirs."""
+    task, arms = summary["task"], summary["arms"]
+    evals = [("before RL", next(iter(arms.values()))["before"])] if arms else []
+    evals += [(f"{name} after RL", arm["after"]) for name, arm in arms.items()]
+    rows = [medal_row([task, label], e["medals"]) for label, e in evals if "medals" in e]
+    if not rows:  # a summary from before medals
+        return []
+    lines = ["", "MLE-bench medals of the evaluation samples (data/mlebench/medal_thresholds.csv):", ""]
+    lines.append(markdown_table(["task", "policy", *MEDAL_HEADER], rows))
+    if task in PAPER_TABLE1:
+        lines += ["", paper_line(task, PAPER_TABLE1[task])]
+    return lines
+
+
 def write_report(summary: dict, out: Path) -> Path:
     plots = write_plots(summary, out / "plots")
     arms = summary["arms"]
@@ -493,6 +511,7 @@ def write_report(summary: dict, out: Path) -> Path:
             rows.append([name, when, _pm(e), e["valid_fraction"], score, e["best_score"]])
     header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
     lines += ["", markdown_table(header, rows)]
+    lines += medal_lines(summary)
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
     header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]

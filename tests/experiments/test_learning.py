@@ -209,6 +209,38 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
 
 
+def _eval_result(scores: list[float | None]) -> dict:
+    """An evaluation's scratch part (evaluate's output) of logistic-regression samples with these scores."""
+    lr = _program("logreg")
+    records = [{"code": lr, "valid": s is not None, "score": s, "reward": -10.0 if s is None else s,
+                "duration_s": 1.0} for s in scores]  # fmt: skip
+    valid = [s for s in scores if s is not None]
+    return {"scratch": {"samples": len(scores), "mean_reward": -1.0, "se_reward": 0.5, "max": max(valid),
+                        "valid_fraction": len(valid) / len(scores), "mean": sum(valid) / len(valid),
+                        "records": records}}  # fmt: skip
+
+
+def test_eval_summary_and_report_give_the_medals_before_and_after_rl(tmp_path):
+    # pizza (AUC): bronze 0.6921, silver 0.76482, median 0.5996
+    before = eval_summary(_eval_result([0.55, None, 0.62, 0.58]), TASK)  # none, invalid, above median, none
+    after = eval_summary(_eval_result([0.70, 0.62, 0.8, None]), TASK)  # bronze, above median, silver, invalid
+    assert before["medals"]["best"] == "above_median" and before["medals"]["any_medal"] == 0.0
+    assert after["medals"] == {"best": "silver", "any_medal": 0.5, "shares": {
+        "gold": 0.0, "silver": 0.25, "bronze": 0.25, "above_median": 0.25, "none": 0.0, "invalid": 0.25}}  # fmt: skip
+    stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
+    steps = _arm(tmp_path, "duration_weighted", [-5.0, -4.0])
+    arms = {name: {"before": before, "after": after, "stats": stats, "steps": steps} for name in ("a", "b")}
+    summary = {"task": TASK, "scale": {"steps": 2, "eval_samples": 4}, "batch_size": 2, "arms": arms,
+               "corpus_kinds": {}, "warmstart": {}}  # fmt: skip
+    report = write_report(summary, tmp_path).read_text()
+    header = "| task | policy | best's medal | gold | silver | bronze | above median | none | invalid | any medal |"
+    assert header in report
+    assert f"| {TASK} | before RL | above_median | 0 | 0 | 0 | 0.25 | 0.5 | 0.25 | 0 |" in report
+    assert f"| {TASK} | b after RL | silver | 0 | 0.25 | 0.25 | 0.25 | 0 | 0.25 | 0.5 |" in report
+    assert report.count("before RL | above_median") == 1  # every arm starts from the same policy: one row
+    assert "Qwen2.5-3B prompted 0.589 (none), after RL 0.663 (above_median)." in report
+
+
 def test_wall_time_is_recorded_when_measured_and_kept_when_the_summary_is_regenerated(tmp_path):
     arms = ["duration_weighted", "unweighted"]
     assert work_left(tmp_path, arms)  # nothing cached: this process measures
