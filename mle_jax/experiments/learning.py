@@ -42,7 +42,7 @@ from ml_collections import config_flags
 
 from mle_jax import builders, provenance
 from mle_jax.checkpoint import Checkpointer
-from mle_jax.evaluation import PAPER_TABLE1, evaluate, standard_error
+from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.instrument import pyast
@@ -51,7 +51,6 @@ from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.rollout import Environment
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.settings import RunSettings, from_config
-from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
@@ -120,7 +119,9 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
         "kind_outcomes": kind_outcomes(e["records"], task_id),
-        "medals": medal_summary(task_id, [r["score"] if r["valid"] else None for r in e["records"]]),
+        # the evaluation's MLE-bench medals (absent from an evaluation made before them), and the paper's figures
+        "medals": e.get("medals"),
+        "paper": result.get("paper"),
     }
 
 
@@ -485,13 +486,14 @@ def medal_lines(summary: dict) -> list[str]:
     task, arms = summary["task"], summary["arms"]
     evals = [("before RL", next(iter(arms.values()))["before"])] if arms else []
     evals += [(f"{name} after RL", arm["after"]) for name, arm in arms.items()]
-    rows = [medal_row([task, label], e["medals"]) for label, e in evals if "medals" in e]
-    if not rows:  # a summary from before medals
+    rows = [medal_row([task, label], e["medals"]) for label, e in evals if e.get("medals")]
+    if not rows:  # evaluations from before medals
         return []
     lines = ["", "MLE-bench medals of the evaluation samples (data/mlebench/medal_thresholds.csv):", ""]
     lines.append(markdown_table(["task", "policy", *MEDAL_HEADER], rows))
-    if task in PAPER_TABLE1:
-        lines += ["", paper_line(task, PAPER_TABLE1[task])]
+    paper = evals[0][1].get("paper")
+    if paper:
+        lines += ["", paper_line(task, paper)]
     return lines
 
 

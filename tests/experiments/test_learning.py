@@ -209,24 +209,27 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
 
 
-def _eval_result(scores: list[float | None]) -> dict:
-    """An evaluation's scratch part (evaluate's output) of logistic-regression samples with these scores."""
-    lr = _program("logreg")
-    records = [{"code": lr, "valid": s is not None, "score": s, "reward": -10.0 if s is None else s,
-                "duration_s": 1.0} for s in scores]  # fmt: skip
-    valid = [s for s in scores if s is not None]
-    return {"scratch": {"samples": len(scores), "mean_reward": -1.0, "se_reward": 0.5, "max": max(valid),
-                        "valid_fraction": len(valid) / len(scores), "mean": sum(valid) / len(valid),
-                        "records": records}}  # fmt: skip
+def _eval_result(medals: dict) -> dict:
+    """evaluate's output (scratch samples only) of two logistic-regression samples, with these medals (what
+    evaluation.summarize gives; tests/test_evaluation.py) and pizza's figures in the paper."""
+    records = [{"code": _program("logreg"), "valid": True, "score": 0.6, "reward": 0.6, "duration_s": 1.0}] * 2
+    scratch = {"samples": 2, "mean_reward": 0.6, "se_reward": 0.0, "valid_fraction": 1.0, "mean": 0.6, "max": 0.6,
+               "records": records, "medals": medals}  # fmt: skip
+    return {"task": TASK, "scratch": scratch, "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663}}
+
+
+def _medals(best: str | None, **shares: float) -> dict:
+    levels = {lv: shares.get(lv, 0.0) for lv in ("gold", "silver", "bronze", "above_median", "none", "invalid")}
+    return {"best": best, "shares": levels, "any_medal": levels["gold"] + levels["silver"] + levels["bronze"]}
 
 
 def test_eval_summary_and_report_give_the_medals_before_and_after_rl(tmp_path):
-    # pizza (AUC): bronze 0.6921, silver 0.76482, median 0.5996
-    before = eval_summary(_eval_result([0.55, None, 0.62, 0.58]), TASK)  # none, invalid, above median, none
-    after = eval_summary(_eval_result([0.70, 0.62, 0.8, None]), TASK)  # bronze, above median, silver, invalid
-    assert before["medals"]["best"] == "above_median" and before["medals"]["any_medal"] == 0.0
-    assert after["medals"] == {"best": "silver", "any_medal": 0.5, "shares": {
-        "gold": 0.0, "silver": 0.25, "bronze": 0.25, "above_median": 0.25, "none": 0.0, "invalid": 0.25}}  # fmt: skip
+    before = eval_summary(_eval_result(_medals("above_median", above_median=0.25, none=0.5, invalid=0.25)), TASK)
+    after_medals = _medals("silver", silver=0.25, bronze=0.25, above_median=0.25, invalid=0.25)
+    after = eval_summary(_eval_result(after_medals), TASK)
+    assert before["medals"]["best"] == "above_median" and after["medals"] == after_medals
+    old = {k: v for k, v in _eval_result({})["scratch"].items() if k != "medals"}  # evaluated before medals
+    assert eval_summary({"scratch": old}, TASK)["medals"] is None
     stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
     steps = _arm(tmp_path, "duration_weighted", [-5.0, -4.0])
     arms = {name: {"before": before, "after": after, "stats": stats, "steps": steps} for name in ("a", "b")}
