@@ -2,7 +2,9 @@
 
 At test time the agent both solves from scratch and improves its own solution, and keeps the
 better of the two. `python -m mle_jax.evaluate --workdir W [--samples N]` (mle_jax/evaluate.py)
-evaluates a run's latest policy and prints our numbers beside the paper's Table 1.
+evaluates a run's latest policy and prints our numbers beside the paper's Table 1. Each kind of sample also
+says where it stands on MLE-bench's scale (mle_jax/tasks/medals.py): the best sample's medal and the share of
+the samples at each level; the paper's figures get theirs.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import Progress
 
-from mle_jax.report import markdown_table
+from mle_jax.report import evaluation_medals, markdown_table
 from mle_jax.rl import rollout
+from mle_jax.tasks.medals import medal, medal_summary
 
 
 @dataclass(frozen=True)
@@ -55,12 +58,17 @@ def _run_all(samples: list[rollout.Sample], env: rollout.Environment, progress: 
             progress.advance(job)
 
 
-def summarize(scores: list[float | None], rewards: list[float], lower_is_better: bool) -> dict:
-    """Valid fraction, mean and best score over the valid samples, mean reward and its standard error."""
+def summarize(
+    scores: list[float | None], rewards: list[float], lower_is_better: bool, task_id: str | None = None
+) -> dict:
+    """Valid fraction, mean and best score over the valid samples, mean reward and its standard error; with
+    `task_id`, the samples' MLE-bench medals (`medal_summary`: the best one's level, the share at each level).
+
+    scores: [n], None for an invalid sample; rewards: [n]."""
     valid = [s for s in scores if s is not None]
     best = (min if lower_is_better else max)(valid) if valid else None
     r = np.asarray(rewards, np.float64)
-    return {
+    out = {
         "samples": len(scores),
         "valid_fraction": len(valid) / max(len(scores), 1),
         "mean": float(np.mean(valid)) if valid else None,
@@ -68,6 +76,9 @@ def summarize(scores: list[float | None], rewards: list[float], lower_is_better:
         "mean_reward": float(r.mean()) if r.size else None,
         "se_reward": standard_error(r),
     }
+    if task_id is not None:
+        out["medals"] = medal_summary(task_id, scores)
+    return out
 
 
 def standard_error(xs: Sequence[float] | np.ndarray) -> float | None:
@@ -80,8 +91,8 @@ def _score(s: rollout.Sample) -> float | None:
     return None if s.reward is None or not s.reward.valid else float(s.reward.score)
 
 
-def _summary(samples: list[rollout.Sample], lower_is_better: bool) -> dict:
-    out = summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better)
+def _summary(samples: list[rollout.Sample], task_id: str, lower_is_better: bool) -> dict:
+    out = summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id)
     out["records"] = [s.record() for s in samples]
     return out
 
@@ -90,40 +101,37 @@ def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
     """`settings.samples` scratch samples, then (if settings.improve) one improvement of each; per pair the
     better is kept."""
     rng = np.random.default_rng(settings.seed + 10_000)
-    n, lower = settings.samples, env.task.lower_is_better
+    n, lower, task_id = settings.samples, env.task.lower_is_better, env.task.id
     with Progress() as progress:
         scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0), 0)
         env.submit(scratch)
         _run_all(scratch, env, progress, "eval: from scratch")
-        out = {"task": env.task.id, "scratch": _summary(scratch, lower)}
+        out = {"task": task_id, "scratch": _summary(scratch, task_id, lower)}
         if settings.improve:
             improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], n)
             env.submit(improved)
             _run_all(improved, env, progress, "eval: improve")
-            out["improved"] = _summary(improved, lower)
+            out["improved"] = _summary(improved, task_id, lower)
             better_scores, better_rewards = [], []
             for a, b in zip(scratch, improved, strict=True):
                 cands = [x for x in (_score(a), _score(b)) if x is not None]
                 better_scores.append((min if lower else max)(cands) if cands else None)
                 better_rewards.append(max(a.reward.total, b.reward.total))
-            out["best_of_both"] = summarize(better_scores, better_rewards, lower)
-    paper = PAPER_TABLE1.get(env.task.id)
+            out["best_of_both"] = summarize(better_scores, better_rewards, lower, task_id)
+    paper = PAPER_TABLE1.get(task_id)
     if paper:
         out["paper"] = paper
+        out["paper_medals"] = {model: medal(task_id, score) for model, score in paper.items()}  # what each would earn
     return out
 
 
 def format_table(result: dict) -> str:
-    paper = result.get("paper", {})
+    """The evaluation's table, its medal table and the paper's figures with their medals."""
     rows = []
     for name in ("scratch", "improved", "best_of_both"):
         if name in result:
             r = result[name]
             rows.append([name, r["samples"], r["valid_fraction"], r["mean"], r["max"]])
     table = markdown_table(["", "samples", "valid fraction", "mean", "best"], rows)
-    if paper:
-        table += (
-            f"\n\nPaper, Table 1 ({result['task']}, best of 128): Qwen2.5-3B prompted {paper['qwen2.5-3b']}, "
-            f"after RL {paper['qwen2.5-3b-rl']}"
-        )
-    return table
+    medals = evaluation_medals(result)
+    return f"{table}\n\n{medals}" if medals else table

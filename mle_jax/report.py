@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tensorboardX import SummaryWriter
 
+from mle_jax.tasks.medals import LEVELS, medal
 from mle_jax.tensorboard_events import drop_steps_after
 
 
@@ -165,6 +166,45 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+# what medal_row gives, after its labels
+MEDAL_HEADER: tuple[str, ...] = ("best's medal", *(lv.replace("_", " ") for lv in LEVELS), "invalid", "any medal")
+
+
+def medal_row(labels: Iterable[Any], medals: Mapping[str, Any]) -> list[Any]:
+    """A table row of one task's samples on MLE-bench's scale (`mle_jax.tasks.medals.medal_summary`): the labels,
+    the best sample's level, the share of the samples at each level and invalid, and the share with any medal."""
+    shares = medals["shares"]
+    return [*labels, medals["best"], *(shares[lv] for lv in (*LEVELS, "invalid")), medals["any_medal"]]
+
+
+def paper_line(task_id: str, paper: Mapping[str, float]) -> str:
+    """The paper's Table 1 figures for the task (best of 128), each with the MLE-bench level it would earn."""
+    prompted, rl = paper["qwen2.5-3b"], paper["qwen2.5-3b-rl"]
+    return (
+        f"Paper, Table 1 ({task_id}, best of 128): Qwen2.5-3B prompted {prompted} ({medal(task_id, prompted)}), "
+        f"after RL {rl} ({medal(task_id, rl)})."
+    )
+
+
+def evaluation_medals(evaluation: Mapping[str, Any]) -> str:
+    """The evaluation's medal table (one row per kind of sample that has medals: scratch, improved, best of
+    both) and the paper's figures with theirs; "" for an evaluation without medals (one from before them)."""
+    task = evaluation.get("task", "?")
+    rows = [
+        medal_row([task, name], e["medals"])
+        for name, e in evaluation.items()
+        if isinstance(e, Mapping) and "medals" in e
+    ]
+    intro = (
+        "MLE-bench medals (thresholds: data/mlebench/medal_thresholds.csv): the best sample's level, and the share "
+        "of the samples at each level."
+    )
+    parts = [intro, markdown_table(["task", "", *MEDAL_HEADER], rows)] if rows else []
+    if evaluation.get("paper") and task != "?":
+        parts.append(paper_line(task, evaluation["paper"]))
+    return "\n\n".join(parts)
+
+
 def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> Path:
     """report.md: a run summary table, the evaluation beside the paper, and the plots."""
     workdir = Path(workdir)
@@ -184,12 +224,9 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
                 ],
             )
         )
-        paper = evaluation.get("paper")
-        if paper:
-            parts.append(
-                f"\nPaper, Table 1 (best of 128 after convergence): Qwen2.5-3B prompted {paper['qwen2.5-3b']}, "
-                f"after RL {paper['qwen2.5-3b-rl']}."
-            )
+        medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
+        if medals:
+            parts += ["", medals]
     if rows:
         parts += ["", "## Per step", ""]
         keys = [

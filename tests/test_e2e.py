@@ -83,8 +83,12 @@ def test_two_rl_steps_end_to_end(finished_run):
     ev = json.loads((workdir / "evaluation.json").read_text())
     assert ev["scratch"]["samples"] == 4 and ev["improved"]["samples"] == 4
     assert ev["paper"]["qwen2.5-3b-rl"] == pytest.approx(0.663)
+    # MLE-bench's scale: the paper's pizza figures earn nothing (prompted) and above the median (after RL)
+    assert ev["paper_medals"] == {"qwen2.5-3b": "none", "qwen2.5-3b-rl": "above_median"}
+    assert sum(ev["scratch"]["medals"]["shares"].values()) == pytest.approx(1.0)
     report = (workdir / "report.md").read_text()
     assert "## Evaluation" in report and "valid_fraction/first_step" in report
+    assert "| random-acts-of-pizza | scratch |" in report and "after RL 0.663 (above_median)" in report
     assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
     assert list((workdir / "tb").iterdir())
     assert (workdir / "hf_export" / "config.json").exists() and (workdir / "hf_export" / "tokenizer.json").exists()

@@ -22,6 +22,20 @@ def test_read_metrics_ignores_a_torn_last_line(tmp_path):
     assert report.read_metrics(p) == [{"step": 1, "x": 1}]
 
 
+def test_report_shows_each_tasks_medals_beside_the_papers_figures_and_theirs(tmp_path):
+    shares = {"gold": 0.0, "silver": 0.0, "bronze": 0.25, "above_median": 0.25, "none": 0.25, "invalid": 0.25}
+    scratch = {"samples": 4, "valid_fraction": 0.75, "mean": 0.62, "max": 0.7,
+               "medals": {"best": "bronze", "shares": shares, "any_medal": 0.25}}  # fmt: skip
+    paper = {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663}
+    evaluation = {"task": "random-acts-of-pizza", "scratch": scratch, "paper": paper}
+    text = report.write_report(tmp_path, {"task": "random-acts-of-pizza"}, evaluation).read_text()
+    assert "| task |  | best's medal | gold | silver | bronze | above median | none | invalid | any medal |" in text
+    assert "| random-acts-of-pizza | scratch | bronze | 0 | 0 | 0.25 | 0.25 | 0.25 | 0.25 | 0.25 |" in text
+    # pizza's MLE-bench median is 0.5996 and its bronze 0.6921: the paper's prompted figure earns nothing
+    assert "Qwen2.5-3B prompted 0.589 (none), after RL 0.663 (above_median)." in text
+    assert "data/mlebench/medal_thresholds.csv" in text
+
+
 def test_report_has_table_and_plots(tmp_path):
     w = report.MetricsWriter(tmp_path, tensorboard=False)
     for step in range(1, 4):

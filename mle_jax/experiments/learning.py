@@ -51,7 +51,7 @@ from mle_jax import builders, environment, provenance
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.instrument import pyast
-from mle_jax.report import MetricsWriter, markdown_table, read_metrics
+from mle_jax.report import MEDAL_HEADER, MetricsWriter, markdown_table, medal_row, paper_line, read_metrics
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.ppo import DURATION_MODES
 from mle_jax.rl.rollout import Environment
@@ -174,6 +174,9 @@ def eval_summary(result: dict, task_id: str) -> dict:
         "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
         "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
         "kind_outcomes": kind_outcomes(e["records"], task_id),
+        # the evaluation's MLE-bench medals (absent from an evaluation made before them), and the paper's figures
+        "medals": e.get("medals"),
+        "paper": result.get("paper"),
     }
 
 
@@ -574,6 +577,23 @@ def _pm(e: dict) -> str:
     return f"{e['mean_reward']:.2f} ± {e['se_reward']:.2f}" if e["se_reward"] is not None else "—"
 
 
+def medal_lines(summary: dict) -> list[str]:
+    """The report's MLE-bench medals of the evaluation samples: before RL (every arm's start) and after RL in each
+    arm, the best sample's level and the share at each level; then the paper's Table 1 figures with theirs."""
+    task, arms = summary["task"], summary["arms"]
+    evals = [("before RL", next(iter(arms.values()))["before"])] if arms else []
+    evals += [(f"{name} after RL", arm["after"]) for name, arm in arms.items()]
+    rows = [medal_row([task, label], e["medals"]) for label, e in evals if e.get("medals")]
+    if not rows:  # evaluations from before medals
+        return []
+    lines = ["", "MLE-bench medals of the evaluation samples (data/mlebench/medal_thresholds.csv):", ""]
+    lines.append(markdown_table(["task", "policy", *MEDAL_HEADER], rows))
+    paper = evals[0][1].get("paper")
+    if paper:
+        lines += ["", paper_line(task, paper)]
+    return lines
+
+
 def write_report(summary: dict, out: Path) -> Path:
     plots = write_plots(summary, out / "plots")
     arms = summary["arms"]
@@ -590,6 +610,7 @@ def write_report(summary: dict, out: Path) -> Path:
             rows.append([name, when, _pm(e), e["valid_fraction"], score, e["best_score"]])
     header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
     lines += ["", markdown_table(header, rows)]
+    lines += medal_lines(summary)
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
     header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]

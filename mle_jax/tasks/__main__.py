@@ -3,6 +3,8 @@
 python -m mle_jax.tasks list
 python -m mle_jax.tasks prepare <task-id> [--raw DIR] [--out DIR]
 python -m mle_jax.tasks grade <task-id> <submission.csv> --answers PATH
+    prints {"valid", "score", "reason", "medal"}: medal is the MLE-bench level a valid submission's score
+    earns ("gold", "silver", "bronze", "above_median" or "none"; mle_jax/tasks/medals.py), null when invalid
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mle_jax.tasks.graders import grade_csv
+from mle_jax.tasks.medals import medal
 from mle_jax.tasks.prepare import PREPARERS, RAW_DATA_DIR, prepare
 from mle_jax.tasks.registry import all_specs, get_spec
 
@@ -49,7 +52,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         folder = answers / "private" if (answers / "private").is_dir() else answers
         answers = folder / spec.answers_file
     result = grade_csv(spec, args.submission, answers)
-    print(json.dumps(result.to_json()))
+    print(json.dumps({**result.to_json(), "medal": medal(spec.id, result.score) if result.valid else None}))
     return 0
 
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default="", help="prepared/ folder to write (default data/tasks/<id>/prepared)")
     p.set_defaults(fn=_cmd_prepare)
-    g = sub.add_parser("grade", help="grade a submission CSV; prints JSON {valid, score, reason}")
+    g = sub.add_parser("grade", help="grade a submission CSV; prints JSON {valid, score, reason, medal}")
     g.add_argument("task_id")
     g.add_argument("submission")
     g.add_argument("--answers", required=True, help="answers CSV (or its prepared/ or private/ folder)")

@@ -223,6 +223,41 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
 
 
+def _eval_result(medals: dict) -> dict:
+    """evaluate's output (scratch samples only) of two logistic-regression samples, with these medals (what
+    evaluation.summarize gives; tests/test_evaluation.py) and pizza's figures in the paper."""
+    records = [{"code": _program("logreg"), "valid": True, "score": 0.6, "reward": 0.6, "duration_s": 1.0}] * 2
+    scratch = {"samples": 2, "mean_reward": 0.6, "se_reward": 0.0, "valid_fraction": 1.0, "mean": 0.6, "max": 0.6,
+               "records": records, "medals": medals}  # fmt: skip
+    return {"task": TASK, "scratch": scratch, "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663}}
+
+
+def _medals(best: str | None, **shares: float) -> dict:
+    levels = {lv: shares.get(lv, 0.0) for lv in ("gold", "silver", "bronze", "above_median", "none", "invalid")}
+    return {"best": best, "shares": levels, "any_medal": levels["gold"] + levels["silver"] + levels["bronze"]}
+
+
+def test_eval_summary_and_report_give_the_medals_before_and_after_rl(tmp_path):
+    before = eval_summary(_eval_result(_medals("above_median", above_median=0.25, none=0.5, invalid=0.25)), TASK)
+    after_medals = _medals("silver", silver=0.25, bronze=0.25, above_median=0.25, invalid=0.25)
+    after = eval_summary(_eval_result(after_medals), TASK)
+    assert before["medals"]["best"] == "above_median" and after["medals"] == after_medals
+    old = {k: v for k, v in _eval_result({})["scratch"].items() if k != "medals"}  # evaluated before medals
+    assert eval_summary({"scratch": old}, TASK)["medals"] is None
+    stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
+    steps = _arm(tmp_path, "duration_weighted", [-5.0, -4.0])
+    arms = {name: {"before": before, "after": after, "stats": stats, "steps": steps} for name in ("a", "b")}
+    summary = {"task": TASK, "scale": {"steps": 2, "eval_samples": 4}, "batch_size": 2, "arms": arms,
+               "corpus_kinds": {}, "warmstart": {}}  # fmt: skip
+    report = write_report(summary, tmp_path).read_text()
+    header = "| task | policy | best's medal | gold | silver | bronze | above median | none | invalid | any medal |"
+    assert header in report
+    assert f"| {TASK} | before RL | above_median | 0 | 0 | 0 | 0.25 | 0.5 | 0.25 | 0 |" in report
+    assert f"| {TASK} | b after RL | silver | 0 | 0.25 | 0.25 | 0.25 | 0 | 0.25 | 0.5 |" in report
+    assert report.count("before RL | above_median") == 1  # every arm starts from the same policy: one row
+    assert "Qwen2.5-3B prompted 0.589 (none), after RL 0.663 (above_median)." in report
+
+
 def test_wall_time_is_recorded_when_measured_and_kept_when_the_summary_is_regenerated(tmp_path):
     arms = ["duration_weighted", "unweighted"]
     assert work_left(tmp_path, arms)  # nothing cached: this process measures

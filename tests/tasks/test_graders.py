@@ -246,7 +246,8 @@ def test_cli_grade_prints_json(pizza):
         text=True,
         check=True,
     )
-    assert json.loads(out.stdout) == {"valid": True, "score": 0.5, "reason": ""}
+    # a constant prediction: valid, AUC 0.5, below pizza's MLE-bench median
+    assert json.loads(out.stdout) == {"valid": True, "score": 0.5, "reason": "", "medal": "none"}
 
 
 PIZZA_HEADER = b"request_id,requester_received_pizza"
@@ -313,3 +314,4 @@ def test_grade_cli_refuses_a_million_column_header(pizza, tmp_path):
     )  # fmt: skip
     result = json.loads(out.stdout)
     assert result["valid"] is False and "header has 1000002 fields" in result["reason"], result
+    assert result["medal"] is None

@@ -1,0 +1,94 @@
+"""Where a score stands on MLE-bench's scale: gold, silver, bronze, above the median, or none.
+
+The thresholds are MLE-bench's for the twelve tasks (data/mlebench/medal_thresholds.csv; provenance in
+data/mlebench/README.md). The rule is MLE-bench's `Grader.rank_score` (openai/mle-bench,
+mlebench/grade_helpers.py): a medal when the score is at least as good as its threshold in the metric's
+direction (>=, or <= when lower is better); "above median" strictly better than the median (>, or <).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+THRESHOLDS_CSV = Path(__file__).resolve().parents[2] / "data" / "mlebench" / "medal_thresholds.csv"
+
+# best first; "none" is a valid submission below every level
+LEVELS: tuple[str, ...] = ("gold", "silver", "bronze", "above_median", "none")
+MEDALS: tuple[str, ...] = ("gold", "silver", "bronze")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """One competition's row of medal_thresholds.csv."""
+
+    gold: float
+    silver: float
+    bronze: float
+    median: float
+    lower_is_better: bool
+
+
+@functools.cache
+def _table() -> dict[str, Thresholds]:
+    with THRESHOLDS_CSV.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for r in rows:
+        if r["is_lower_better"] not in ("True", "False"):
+            raise ValueError(f"{THRESHOLDS_CSV}: {r['competition_id']}: is_lower_better is {r['is_lower_better']!r}")
+        out[r["competition_id"]] = Thresholds(
+            float(r["gold"]),
+            float(r["silver"]),
+            float(r["bronze"]),
+            float(r["median"]),
+            r["is_lower_better"] == "True",
+        )
+    return out
+
+
+def task_ids() -> tuple[str, ...]:
+    """The tasks that have thresholds, in the file's order."""
+    return tuple(_table())
+
+
+def thresholds(task_id: str) -> Thresholds:
+    """The task's thresholds; KeyError (one line) for a task the table does not have."""
+    try:
+        return _table()[task_id]
+    except KeyError:
+        raise KeyError(f"no medal thresholds for task {task_id!r}; known: {', '.join(sorted(_table()))}") from None
+
+
+def medal(task_id: str, score: float) -> str:
+    """The level `score` earns on the task: one of LEVELS."""
+    t = thresholds(task_id)
+    sign = -1.0 if t.lower_is_better else 1.0  # compare sign * score: higher is then better for every task
+    s = sign * float(score)
+    for name, threshold in (("gold", t.gold), ("silver", t.silver), ("bronze", t.bronze)):
+        if s >= sign * threshold:  # a score exactly at a threshold earns it
+            return name
+    return "above_median" if s > sign * t.median else "none"
+
+
+def medal_summary(task_id: str, scores: Sequence[float | None]) -> dict:
+    """The medals of one task's samples. scores: [n], None for an invalid sample.
+
+    Returns {"best": the level of the best valid score (None when none is valid), "shares": {level: share of
+    the n samples} over LEVELS and "invalid" (summing to 1), "any_medal": share of the n samples at gold, silver
+    or bronze (MLE-bench's headline figure)}."""
+    t = thresholds(task_id)
+    levels = [None if s is None else medal(task_id, s) for s in scores]
+    valid = [s for s in scores if s is not None]
+    best = (min if t.lower_is_better else max)(valid) if valid else None
+    n = max(len(levels), 1)
+    shares = {lv: levels.count(lv) / n for lv in LEVELS}
+    shares["invalid"] = levels.count(None) / n
+    return {
+        "best": None if best is None else medal(task_id, best),
+        "shares": shares,
+        "any_medal": sum(shares[m] for m in MEDALS),
+    }
