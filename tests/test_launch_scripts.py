@@ -136,6 +136,9 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
         # one OpenMP thread per server: two servers, the learner and the other test worker share 2 cores, and each
         # server's two spinning OpenMP threads slowed its decoding to under 1 token/s (measured in the server log)
         "OMP_NUM_THREADS": "1",
+        # the learner's update of the real 135M model is compute, not compile: XLA's optimised code (the suite
+        # turns most optimisations off, tests/conftest.py) took its step from 140 s to 91 s
+        "JAX_DISABLE_MOST_OPTIMIZATIONS": "0",
     }
     release_memory()
     # its own process group: on a timeout, SIGTERM reaches the learner and the script, whose trap stops the servers
