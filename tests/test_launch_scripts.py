@@ -87,12 +87,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group the test started (start_new_session), then wait for it."""
+def stop_group(proc: subprocess.Popen, grace_s: float = 60) -> None:
+    """SIGTERM to the process group the test started (start_new_session), then wait for it (SIGKILL after
+    grace_s)."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=60)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -206,7 +207,7 @@ def ray_cluster() -> Iterator[str]:
             os.environ["RAY_AUTH_MODE"] = saved_mode
         for proc in (worker, head):
             if proc is not None:
-                stop_group(proc)
+                stop_group(proc, grace_s=10)  # a test cluster: nothing to save, and `ray start` stops slowly
         shutil.rmtree(temp, ignore_errors=True)  # the nodes' session folders
 
 
