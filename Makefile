@@ -31,9 +31,8 @@ run: install apt sandbox-env
 # namespace whose only interface is lo (tests/loopback_only.sh), with one JAX compilation cache for the session.
 # The 40 slowest phases are listed at the end (CI's log keeps them). TEST_TIMES=docs/results/test_tiers.json
 # records each tier's time for the README's table.
-# One worker by default: with two, tests/rl/test_loop.py's slow-run test (which needs queued runs to go stale
-# while a slow one runs) failed once on a loaded machine; PYTEST_WORKERS=2 runs the modules on two workers.
-PYTEST_WORKERS ?= 1
+# Two workers by default (one per core of the 2-core development machine; PYTEST_WORKERS=1 for one).
+PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
 test: install apt sandbox-env vllm-env smol-model aot-env
 	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
