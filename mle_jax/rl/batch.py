@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 _TOKEN_FIELDS = ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")
-_SAMPLE_FIELDS = ("rewards", "durations_s", "versions")
+_SAMPLE_FIELDS = ("rewards", "durations_s", "versions", "group_ids")
 
 
 @dataclass
@@ -23,6 +23,9 @@ class RolloutBatch:
     rewards:            [B] float32, scalar reward of each sample.
     durations_s:        [B] float32, Δt: the sample's program run time (the duration weight's input).
     versions:           [B] int32, policy version that produced the sample.
+    group_ids:          [B] int32, the group of each sample (the samples of one prompt, `sampler.group_size`; the
+                        critic-free objectives compare rewards within a group). Default: each sample its own
+                        group, arange(B).
     """
 
     tokens: np.ndarray
@@ -32,6 +35,7 @@ class RolloutBatch:
     rewards: np.ndarray
     durations_s: np.ndarray
     versions: np.ndarray
+    group_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, np.int32)
@@ -41,6 +45,9 @@ class RolloutBatch:
         self.rewards = np.asarray(self.rewards, np.float32)
         self.durations_s = np.asarray(self.durations_s, np.float32)
         self.versions = np.asarray(self.versions, np.int32)
+        if self.group_ids is None:
+            self.group_ids = np.arange(self.tokens.shape[0] if np.ndim(self.tokens) else 0)
+        self.group_ids = np.asarray(self.group_ids, np.int32)
         self.validate()
 
     @property
@@ -96,10 +103,12 @@ class RolloutBatch:
         versions: Sequence[int],
         pad_to: int | None = None,
         pad_id: int = 0,
+        group_ids: Sequence[int] | None = None,
     ) -> RolloutBatch:
         """Pack ragged prompts/responses (and the sampler's per-response-token logprobs) into a batch.
 
         pad_to: T (default: the longest prompt + response). Rows longer than pad_to raise.
+        group_ids: each sample's group (default: each sample its own).
         """
         n = len(prompt_ids)
         for name, seq in (
@@ -108,6 +117,7 @@ class RolloutBatch:
             ("rewards", rewards),
             ("durations_s", durations_s),
             ("versions", versions),
+            ("group_ids", range(n) if group_ids is None else group_ids),
         ):
             if len(seq) != n:
                 raise ValueError(f"{name} has {len(seq)} entries, prompt_ids has {n}")
@@ -132,7 +142,8 @@ class RolloutBatch:
             attn[i, : lp_ + lr] = 1
             resp[i, lp_ : lp_ + lr] = 1
             lps[i, lp_ : lp_ + lr] = np.asarray(lp, np.float32)
-        return cls(tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions))
+        groups = None if group_ids is None else np.asarray(group_ids)
+        return cls(tokens, attn, resp, lps, np.asarray(rewards), np.asarray(durations_s), np.asarray(versions), groups)
 
     def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
         """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""
@@ -152,6 +163,7 @@ class RolloutBatch:
             self.rewards,
             self.durations_s,
             self.versions,
+            self.group_ids,
         )
 
     def select(self, index: np.ndarray | Sequence[int] | slice) -> RolloutBatch:
@@ -160,7 +172,8 @@ class RolloutBatch:
 
     @staticmethod
     def concat(batches: Sequence[RolloutBatch], pad_id: int = 0) -> RolloutBatch:
-        """Stack batches along B, padding all to the longest T."""
+        """Stack batches along B, padding all to the longest T. Group ids are kept as they are: batches whose ids
+        stand for different groups must use distinct ids."""
         if not batches:
             raise ValueError("concat needs at least one batch")
         t = max(b.seq_len for b in batches)
