@@ -124,6 +124,9 @@ def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued
     assert trained_at - slow.version >= 2  # older than max_version_lag=1, and trained on: it was running
     # Δt of three updates (each waiting for two fast runs in the other slot) against one fast run: weight > 1.5
     assert slow.reward.valid and m["learner/duration/weight_max"] > 1.5
+    # the staleness metrics the loop writes for that step: the slow run is its batch's slow sample (Δt above the mean)
+    assert m["learner/stale/version_lag_slow"] == trained_at - slow.version
+    assert 0.0 <= m["learner/stale/clipfrac_slow"] <= 1.0
     assert loop.counters.resampled_stale >= 1 and m["resampled_stale"] == loop.counters.resampled_stale
     assert sampler.version == loop.counters.step  # synced after every update
 
