@@ -19,16 +19,13 @@ build a value model only where `critic` is True.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 from jax import Array
 
 from mle_jax.rl import ppo
 from mle_jax.rl.advantages import group_advantages
-
-if TYPE_CHECKING:
-    from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.rl.ppo_settings import PPOSettings
 
 
 class Objective:
