@@ -176,6 +176,15 @@ def get_config() -> ml_collections.ConfigDict:
     # logprobs and entropy over this many positions at a time: the [micro, T, V] logits (10 GB in fp32 for the
     # paper's micro-batch) are never live at once (0: all positions at once)
     c.ppo.logits_chunk = 512
+    # AReaL's decoupled loss (valid for every learner.algorithm): the clip around the proximal policy (the params at
+    # the start of the update, one more forward pass), each token's loss times min(π_prox / π_behaviour, cap)
+    c.ppo.decoupled = False
+    c.ppo.behaviour_weight_cap = 5.0
+
+    c.learner = ml_collections.ConfigDict()
+    # the objective (mle_jax/rl/objectives.py): "ppo" (the paper's: critic, GAE, KL in the reward) | "grpo" |
+    # "dr_grpo" | "rloo" (critic-free: group-relative advantages, the KL to the reference as a loss term)
+    c.learner.algorithm = "ppo"
 
     c.optim = ml_collections.ConfigDict()
     c.optim.actor_lr = 1e-5

@@ -48,8 +48,9 @@ def build_policy(s: RunSettings, task: Task, packages: list[str], workdir: Path)
 
 
 def make_learner(s: RunSettings, policy: Qwen2ForCausalLM) -> Learner:
-    """The PPO learner of `policy` (its frozen reference) and a critic initialised from it."""
-    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(s.seed + 1))
+    """The learner of `policy` (its frozen reference) for `learner.algorithm`, with a critic initialised from the
+    policy only when the objective has one."""
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(s.seed + 1)) if s.learner.objective.critic else None
     return Learner(s.learner, policy, value, sharding.make_mesh(s.mesh))
 
 

@@ -79,3 +79,44 @@ def replace_between_markers(doc: str, name: str, body: str) -> str:
     if not pattern.search(doc):
         raise ValueError(f"no <!-- table:{name} --> ... <!-- /table:{name} --> markers")
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), doc)
+
+
+def objectives_markdown(results: dict[str, Any]) -> str:
+    """Planner rows of one config under several `learner.algorithm`s and device counts (merged --table_out files) as
+    one table per device row, then each objective's smallest fitting device count among those planned."""
+    lines = [
+        "| learner.algorithm | devices | mesh (data, fsdp, tensor) | critic params | optimizer states | "
+        "per-device GiB (learner + vLLM) | of | fits | FLOPs / step |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    counts: dict[str, dict[int, bool | None]] = {}
+    for r in results["rows"]:
+        if "error" in r:
+            lines.append(f"| | | | | | | | error: {r['error']} | |")
+            continue
+        p, m = r["plan"], r["mesh"]
+        algorithm = p["config"].get("algorithm", "ppo")
+        counts.setdefault(algorithm, {})[r["chips"]] = r["fits"]
+        d = p["per_device"]
+        mem = f"{r['total_gib']:.2f} ({r['learner_gib']:.2f} + {r['sampler_gib']:.2f})" if r["total_gib"] else "-"
+        fit = {True: "**yes**", False: "no", None: "-"}[r["fits"]]
+        lines.append(
+            f"| {algorithm} | {r['chips']} x {r['target'].split(':')[0]} | {m['data']}, {m['fsdp']}, {m['tensor']} | "
+            f"{d['params_gib']['critic']:.2f} | {d['optimizer_gib']:.2f} | {mem} | {r['device_memory_gib']:.0f} | "
+            f"{fit} | {r['flops_per_step']:.3e} |"
+        )
+    lines.append("")
+    smallest = []
+    for algorithm, fits in counts.items():
+        fitting = sorted(n for n, ok in fits.items() if ok)
+        if not fitting:
+            smallest.append(f"{algorithm}: none of {sorted(fits)}")
+            continue
+        below = [n for n, ok in fits.items() if ok is False and n < fitting[0]]
+        why = f", not on {max(below)}" if below else " (fewer not planned)"
+        smallest.append(f"{algorithm} on **{fitting[0]}**{why}")
+    lines.append(f"Smallest device count that fits, of those planned: {'; '.join(smallest)}.")
+    sources = results.get("sources") or [{"command": results["command"], "date": results["date"]}]
+    made = "; ".join(f"`{s['command']}` ({s['date']})" for s in sources)
+    lines.append(f"From {made}; rendered by `mle_jax.results_tables` (`objectives_markdown`).")
+    return "\n".join(lines)

@@ -2,11 +2,11 @@
 
 Will a config fit, and how long will a step take, on hardware that is not here? The plan builds the run's
 learner abstractly (no weights: `nnx.eval_shape`, `jax.ShapeDtypeStruct`), makes the config's mesh over the
-target's devices, lowers and compiles the real PPO update (policy, critic, reference, optimizer states, the
-micro-batch loop) and the sampler's decode step, and reports per device: parameters, optimizer states, XLA's
-memory analysis (arguments, outputs, temporaries), the sampler's share, the total and whether it fits; per
-step: FLOPs and the projected step time at a stated MFU and peak. `--config.a.b=v` overrides work as in
-`mle_jax.launch`.
+target's devices, lowers and compiles the real update of its `learner.algorithm` (policy, the critic where the
+objective has one, reference, optimizer states, the micro-batch loop) and the sampler's decode step, and reports
+per device: parameters, optimizer states, XLA's memory analysis (arguments, outputs, temporaries), the sampler's
+share, the total and whether it fits; per step: FLOPs and the projected step time at a stated MFU and peak.
+`--config.a.b=v` overrides work as in `mle_jax.launch`.
 
 Targets (`--target`, or `--topology` for a TPU slice) and how each number is produced (the JSON says which):
 
@@ -296,11 +296,14 @@ def model_config(s: RunSettings) -> Qwen2Config:
     return s.model.architecture()
 
 
-def abstract_models(s: RunSettings, cfg: Qwen2Config) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel]:
-    """Policy and critic as shapes only (nnx.eval_shape: no memory, no RNG work)."""
+def abstract_models(s: RunSettings, cfg: Qwen2Config) -> tuple[Qwen2ForCausalLM, Qwen2ValueModel | None]:
+    """Policy and critic as shapes only (nnx.eval_shape: no memory, no RNG work); no critic (None) for a
+    critic-free learner.algorithm."""
     dtype = s.model.compute_dtype
     param_dtype = jnp.dtype(s.model.param_dtype) if not s.model.path else dtype  # as from_pretrained loads
     policy = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))
+    if not s.learner.objective.critic:
+        return policy, None
     value = nnx.eval_shape(lambda: Qwen2ValueModel(cfg, nnx.Rngs(1), dtype=dtype, param_dtype=param_dtype))
     return policy, value
 
@@ -448,8 +451,9 @@ def _xla_flops(compiled: jax.stages.Compiled) -> float | None:
 def compile_update(
     s: RunSettings, cfg: Qwen2Config, mesh: Mesh, batch: int, seq_len: int, donate: bool, compile: bool = True
 ) -> dict[str, Any]:
-    """Lower and compile the PPO update for a B x T batch; memory, FLOPs, compile time, state sizes, and the
-    collectives of the compiled program. compile=False: traced only (FLOPs and state sizes, no XLA figures)."""
+    """Lower and compile the update (of `learner.algorithm`) for a B x T batch; memory, FLOPs, compile time, state
+    sizes, and the collectives of the compiled program. compile=False: traced only (FLOPs and state sizes, no XLA
+    figures). A critic-free objective's state has no critic: its critic figures are 0."""
     policy, value = abstract_models(s, cfg)
     program = UpdateProgram(s.learner, policy, value, mesh, donate=donate)
     state, ref = program.abstract_state(), program.abstract_reference()
@@ -462,17 +466,18 @@ def compile_update(
     if compile:
         lowered = traced.lower()
         lower_s = time.perf_counter() - start
-        print(f"compiling the PPO update ({stack} layers), lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
+        what = f"the {s.learner.algorithm} update ({stack} layers)"
+        print(f"compiling {what}, lowered in {lower_s:.1f} s", file=sys.stderr, flush=True)
         try:
             compiled = lowered.compile()
         except jax.errors.JaxRuntimeError as e:  # libtpu refuses a program that cannot fit its HBM
             if "RESOURCE_EXHAUSTED" not in str(e):
-                raise PlanError(f"compiling the PPO update: {str(e).strip().splitlines()[0]}") from None
+                raise PlanError(f"compiling {what}: {str(e).strip().splitlines()[0]}") from None
             oom = _out_of_memory(str(e))
             oom["arguments_gib"] = (per_device_bytes(state) + (0 if program.reference_on_host else ref_bytes)) / GIB
             oom["peak_gib"] = oom["arguments_gib"] + oom.get("temporaries_gib", 0.0)
         compile_s = time.perf_counter() - start
-        print(f"compiled the PPO update ({stack} layers) in {compile_s:.1f} s", file=sys.stderr, flush=True)
+        print(f"compiled {what} in {compile_s:.1f} s", file=sys.stderr, flush=True)
         if compiled:
             found, unknown = hlo_collectives.collectives(compiled.as_text(), mesh.devices.shape, mesh.axis_names)
             if unknown:
@@ -645,6 +650,7 @@ def make_plan(
     }
     plan = {
         "config": {
+            "algorithm": s.learner.algorithm,
             "batch": batch,
             "seq_len": seq_len,
             "micro_batch": s.learner.ppo.micro_batch_size,
@@ -713,7 +719,8 @@ def format_plan(p: dict[str, Any]) -> str:
     gib = lambda v: f"{v:8.2f} GiB"  # noqa: E731
     rows = [
         f"plan: {p['config']['layers']}-layer model ({p['policy_params'] / 1e9:.2f} B params), {p['devices']} x "
-        f"{p['target']} ({p['platform']}), mesh {p['mesh']}, batch {p['config']['batch']} x {p['config']['seq_len']}",
+        f"{p['target']} ({p['platform']}), mesh {p['mesh']}, batch {p['config']['batch']} x {p['config']['seq_len']}, "
+        f"learner.algorithm {p['config'].get('algorithm', 'ppo')}",
         "per device",
         f"  policy params (master)      {gib(d['params_gib']['policy'])}",
         f"  critic params (master)      {gib(d['params_gib']['critic'])}",

@@ -1,12 +1,14 @@
 """Checks, before a run starts any work, that what its settings need exists: a workdir it can write, the model
 folder and a config.json it can read, the task's data (and, for the tiny model, its warm-start corpus), the
-sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers.
+sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers, and that a run resumed in a
+workdir with checkpoints trains the objective they were written by.
 
 Each problem is one line saying what is missing and how to get it; `launch` prints them and exits.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -179,12 +181,40 @@ def _hosts(s: RunSettings, env: Mapping[str, str] | None) -> list[str]:
     return []
 
 
+def _checkpointed_algorithm(workdir: Path) -> str | None:
+    """The learner.algorithm whose checkpoints the workdir holds (from the config.json the run saved beside them;
+    a config.json from before the `learner` section is PPO's), or None: no checkpoint step, or no readable config."""
+    ckpt = workdir / "checkpoints"
+    if not ckpt.is_dir() or not any(p.name.isdigit() for p in ckpt.iterdir()):
+        return None
+    try:
+        saved = json.loads((workdir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    learner = saved.get("learner") if isinstance(saved, dict) else None
+    return str(learner.get("algorithm", "ppo")) if isinstance(learner, dict) else "ppo"
+
+
+def _resumed_objective(s: RunSettings) -> list[str]:
+    """A resumed run must train the objective of the checkpoints it resumes: another one holds a critic they lack, or
+    lacks one they hold, and the restore would fail inside orbax (or, critic-free to critic-free, switch silently)."""
+    if not s.resume:
+        return []
+    saved = _checkpointed_algorithm(Path(s.workdir))
+    if saved is None or saved == s.learner.algorithm:
+        return []
+    return [
+        f"workdir={s.workdir} holds checkpoints of learner.algorithm={saved}, not {s.learner.algorithm}: pass "
+        f"--config.learner.algorithm={saved} to resume them, or a new --config.workdir"
+    ]
+
+
 def problems(s: RunSettings, env: Mapping[str, str] | None = None) -> list[str]:
     """Everything the settings need that is missing, one line each (empty: ready to run). env: the process
     environment (default os.environ)."""
     task = _task(s)
     found = workdir_problems(s.workdir) + _model(s) + task + (_corpus(s) if not task else [])
-    return found + _executor(s) + _sampler(s) + _hosts(s, env)
+    return found + _resumed_objective(s) + _executor(s) + _sampler(s) + _hosts(s, env)
 
 
 def check(s: RunSettings) -> None:

@@ -118,6 +118,10 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "duration": ("duration_s/mean",),
     "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
     "instrumentation": ("instrument/lm_fraction", "instrument/fallback_fraction", "instrument/unparsed_fraction"),
+    # whether staleness silences the slow programs: slow = Δt above the batch mean (rl/objectives.py)
+    "stale_version_lag": ("learner/stale/version_lag_slow", "learner/stale/version_lag_fast"),
+    "stale_clipfrac": ("learner/stale/clipfrac_slow", "learner/stale/clipfrac_fast"),
+    "stale_behaviour_weight": ("learner/stale/behaviour_weight_slow", "learner/stale/behaviour_weight_fast"),
 }
 
 

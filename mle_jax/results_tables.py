@@ -29,6 +29,7 @@ from typing import Any
 
 from mle_jax.plan_markdown import markdown as plan_markdown
 from mle_jax.plan_markdown import merge as merge_plans
+from mle_jax.plan_markdown import objectives_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS: tuple[str, ...] = ("README.md", "BUILD.md")
@@ -471,6 +472,13 @@ def render_plans(*files: dict[str, Any]) -> str:
     return plan_markdown(merge_plans(list(files)))
 
 
+def render_objective_plans(*files: dict[str, Any]) -> str:
+    """The planner's --table_out files of one config under several learner.algorithms and device counts."""
+    return objectives_markdown(merge_plans(list(files)))
+
+
+OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
+
 REGISTRY: dict[str, Entry] = {
     "spooky_learning": Entry((_summary("learning-spooky"), _summary("learning-spooky-sft300")), render_spooky_learning),
     "pizza_learning": Entry(tuple(_summary(p) for p in PIZZA_RUNS), render_pizza_learning),
@@ -499,6 +507,7 @@ REGISTRY: dict[str, Entry] = {
     "smollm2_resume": Entry((SMOL,), smollm2_resume, inline=True),
     "tpu_plans": Entry(tuple(f"{RESULTS}/tpu_plans_{g}.json" for g in ("v4", "v5e", "v6e", "v5p")), render_plans),
     "tpu_plans_2slices": Entry((f"{RESULTS}/tpu_plans_2slices.json",), render_plans),
+    "objective_plans": Entry(OBJECTIVE_PLANS, render_objective_plans),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be

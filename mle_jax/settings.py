@@ -92,14 +92,15 @@ def _build(cls: type, section: str, fields: Mapping[str, Any], **extra: Any) -> 
 
 _TOP_LEVEL = (
     "seed", "workdir", "resume", "model", "task", "prompt", "sampler", "instrument", "executor", "reward",
-    "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report",
+    "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report", "learner",
 )  # fmt: skip
+_OPTIONAL = ("learner",)  # absent from the config.json of workdirs written before it existed: its defaults
 
 
 def from_config(cfg: Any) -> RunSettings:
     """The typed settings of a run config (a ConfigDict from configs/<task>.py, or the dict of its JSON)."""
     unknown = sorted(set(cfg.keys()) - set(_TOP_LEVEL))
-    missing = sorted(set(_TOP_LEVEL) - set(cfg.keys()))
+    missing = sorted(set(_TOP_LEVEL) - set(cfg.keys()) - set(_OPTIONAL))
     if unknown or missing:
         raise ConfigError(f"run config: unknown sections {unknown}, missing sections {missing}")
     seed = int(cfg["seed"])
@@ -142,7 +143,10 @@ def from_config(cfg: Any) -> RunSettings:
         sampler=_build(SamplerSettings, "sampler", sampler),
         instrument=instrument,
         executor=executor,
-        learner=LearnerSettings(
+        learner=_build(
+            LearnerSettings,
+            "learner",
+            _section(cfg, "learner") if "learner" in cfg.keys() else {},
             ppo=_build(PPOSettings, "ppo", _section(cfg, "ppo"), temperature=sampling.temperature),
             optim=_build(OptimSettings, "optim", _section(cfg, "optim")),
             reference_on_host=reference_on_host,

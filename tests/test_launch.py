@@ -80,6 +80,14 @@ USER_ERRORS = [
         "no data for random-acts-of-pizza at /no/such/data",
     ),
     (["--config=configs/pizza.py:cpu", "--config.loop.steps=-1"], "loop.steps must be >= 0"),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.learner.algorithm=ppo2"],
+        "learner.algorithm must be one of ('ppo', 'grpo', 'dr_grpo', 'rloo'), got 'ppo2'",
+    ),
+    (
+        ["--config=configs/pizza.py:cpu", "--config.ppo.behaviour_weight_cap=0.5"],
+        "behaviour_weight_cap must be >= 1",
+    ),
 ]
 
 

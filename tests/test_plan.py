@@ -118,3 +118,23 @@ def test_cli_errors_are_one_line():
     err = done.stderr.strip()
     assert "Traceback" not in done.stderr and len(err.splitlines()) == 1, err
     assert err == "error: mesh: 4 devices cannot be split into data/fsdp/tensor = [3, -1, 1]", err
+
+
+def test_a_critic_free_objective_plans_no_critic_and_less_memory():
+    """In process, one CPU device: the GRPO update holds no critic, no critic moments and no critic pass, so its
+    per-device total is below PPO's for the same config; its FLOPs lack the critic's forward and backward."""
+    plans = {}
+    for algorithm in ("ppo", "grpo"):
+        cfg = pizza.get_config("cpu")
+        cfg.learner.algorithm = algorithm
+        plans[algorithm] = plan.make_plan(from_config(cfg), plan.cpu_target(1), device_memory_gib=8.0, decode=False)
+    ppo, grpo = plans["ppo"]["per_device"], plans["grpo"]["per_device"]
+    assert plans["grpo"]["config"]["algorithm"] == "grpo" and grpo["params_gib"]["critic"] == 0.0
+    assert ppo["params_gib"]["critic"] > 0 and grpo["params_gib"]["policy"] == ppo["params_gib"]["policy"]
+    # Adam's two moments of the policy alone: half of PPO's (the critic is the policy's backbone plus a scalar head)
+    assert grpo["optimizer_gib"] == pytest.approx(2 * grpo["params_gib"]["policy"], rel=0.01)
+    assert grpo["optimizer_gib"] < 0.55 * ppo["optimizer_gib"]
+    assert grpo["xla"]["arguments_gib"] < ppo["xla"]["arguments_gib"]
+    assert grpo["total_gib"] < ppo["total_gib"] and grpo["learner_gib"] < ppo["learner_gib"]
+    assert plans["grpo"]["flops_per_step"] < 0.75 * plans["ppo"]["flops_per_step"]
+    assert "learner.algorithm grpo" in plan.format_plan(plans["grpo"])

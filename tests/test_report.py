@@ -1,6 +1,7 @@
 import json
 
 from mle_jax import report
+from mle_jax.tensorboard_events import scalar_points
 
 
 def test_metrics_writer_appends_and_truncates_on_resume(tmp_path):
@@ -65,3 +66,24 @@ def test_report_has_table_and_plots(tmp_path):
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == ["duration.png", "reward_components.png", "score.png", "valid_fraction.png"]
     assert all((tmp_path / "plots" / p).stat().st_size > 1000 for p in pngs)
+
+
+def test_staleness_metrics_reach_the_jsonl_tensorboard_and_plots(tmp_path):
+    """The learner's stale/* metrics as the loop writes them (prefixed learner/): NaN (no slow sample in a step) is
+    null in metrics.jsonl and no TensorBoard point; the finite ones are points and plots."""
+    w = report.MetricsWriter(tmp_path, tensorboard=True)
+    for step, slow in ((1, 2.0), (2, float("nan"))):
+        w.write(step, {"learner/stale/version_lag_slow": slow, "learner/stale/version_lag_fast": 0.5,
+                       "learner/stale/clipfrac_slow": 0.3, "learner/stale/clipfrac_fast": 0.1})  # fmt: skip
+    w.close()
+    rows = report.read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["learner/stale/version_lag_slow"] for r in rows] == [2.0, None]
+    points = scalar_points(tmp_path / "tb")
+    assert [p for p in points if p[0] == "learner/stale/version_lag_slow"] == [
+        ("learner/stale/version_lag_slow", 1, 2.0)
+    ]
+    assert ("learner/stale/clipfrac_fast", 2, 0.1) in [(k, s, round(v, 6)) for k, s, v in points]
+    assert sorted(p.name for p in report.write_plots(rows, tmp_path / "plots")) == [
+        "stale_clipfrac.png",
+        "stale_version_lag.png",
+    ]  # no behaviour weights: not a decoupled run

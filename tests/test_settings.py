@@ -16,6 +16,7 @@ from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.optim import OptimSettings
 from mle_jax.report import ReportSettings
+from mle_jax.rl.learner import LearnerSettings
 from mle_jax.rl.loop import LoopSettings
 from mle_jax.rl.ppo_update import PPOSettings
 from mle_jax.sampling.protocol import SamplingSettings
@@ -108,6 +109,7 @@ def _defaults(cls) -> dict:
         (WarmStartSettings, "warmstart"),
         (EvalSettings, "eval"),
         (ReportSettings, "report"),
+        (LearnerSettings, "learner"),
         (SamplingSettings, "sampler"),
         (SamplerSettings, "sampler"),
         (LoopSettings, "sampler"),  # group_size, sync_every and sync_source live in the sampler section
@@ -131,3 +133,19 @@ def test_corpus_verification_runs_at_most_one_program_per_cpu(monkeypatch):
     assert from_config(cfg).warmstart.verify_workers == 1
     cfg.warmstart.verify_workers = 8  # set by hand: kept
     assert from_config(cfg).warmstart.verify_workers == 8
+
+
+def test_the_learner_section_picks_the_objective_and_may_be_absent():
+    cfg = pizza.get_config("cpu")
+    assert from_config(cfg).learner.algorithm == "ppo" and from_config(cfg).learner.objective.critic
+    cfg.learner.algorithm = "rloo"
+    assert not from_config(cfg).learner.objective.critic
+    cfg.learner.algorithm = "a2c"
+    with pytest.raises(ConfigError) as e:
+        from_config(cfg)
+    assert str(e.value) == (
+        "config section learner: learner.algorithm must be one of ('ppo', 'grpo', 'dr_grpo', 'rloo'), got 'a2c'"
+    )
+    # the config.json of a workdir written before the section existed (mle_jax.evaluate reads it): PPO
+    old = {k: v for k, v in pizza.get_config("cpu").to_dict().items() if k != "learner"}
+    assert from_config(old).learner.algorithm == "ppo"

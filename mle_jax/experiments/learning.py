@@ -52,6 +52,7 @@ from mle_jax.checkpoint import Checkpointer
 from mle_jax.evaluation import evaluate, standard_error
 from mle_jax.instrument import pyast
 from mle_jax.report import MEDAL_HEADER, MetricsWriter, markdown_table, medal_row, paper_line, read_metrics
+from mle_jax.rl import objectives
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.ppo import DURATION_MODES
 from mle_jax.rl.rollout import Environment
@@ -60,8 +61,8 @@ from mle_jax.settings import RunSettings, from_config
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
 # the objectives behind config.learner.algorithm (issue 21); "ppo" is the paper's, with its critic
-ALGORITHMS = ("ppo", "grpo", "dr_grpo", "rloo")
-CRITIC_FREE = ("grpo", "dr_grpo", "rloo")  # their advantages compare a sample with its group's
+ALGORITHMS = tuple(objectives.OBJECTIVES)
+GROUPED = tuple(name for name, o in objectives.OBJECTIVES.items() if o.needs_groups)  # compare within a group
 LEGACY_NAMES = {"batch_mean": "duration_weighted", "off": "unweighted"}  # PPO's two arms, as results_tables reads
 
 
@@ -100,7 +101,7 @@ def arm_config(cfg: ConfigDict, arm: Arm) -> ConfigDict:
     (one line) for a group objective without groups, or an algorithm this config cannot take."""
     c = cfg.copy_and_resolve_references()
     c.ppo.duration_weights = arm.duration_weights
-    if arm.algorithm in CRITIC_FREE and c.sampler.get("group_size", 1) < 2:
+    if arm.algorithm in GROUPED and c.sampler.get("group_size", 1) < 2:
         raise ValueError(
             f"arm {arm.name}: {arm.algorithm} needs --config.sampler.group_size >= 2 (a group of one sample has "
             f"advantage 0 and nothing to learn from)"

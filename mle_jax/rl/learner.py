@@ -1,7 +1,8 @@
-"""The PPO learner: a thin stateful shell around the pure update (`rl/ppo_update.py`).
+"""The learner: a thin stateful shell around the pure update (`rl/ppo_update.py`).
 
-It holds the policy and critic train states sharded over a device mesh and the frozen reference, jits
-`ppo_update` once per batch shape, and converts between the models and the states.
+It holds the policy train state (and the critic's, for an objective with one: `config.learner.algorithm`,
+rl/objectives.py) sharded over a device mesh and the frozen reference, jits the update once per batch shape, and
+converts between the models and the states.
 
 Params live in the train state as nested dicts of arrays with string keys (what optax and orbax
 handle best); `ParamTree` converts them to and from the models' `nnx.State`. Every array is placed
@@ -27,19 +28,28 @@ from jax.sharding import Mesh
 from mle_jax import sharding as shd
 from mle_jax.checkpoint import Checkpointer
 from mle_jax.optim import OptimSettings
+from mle_jax.rl import objectives
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.ppo_update import BATCH_KEYS, Nested, PPOSettings, TrainState, ppo_update
+from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, PPOSettings, TrainState, ppo_update
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerSettings:
-    """What the learner needs of the run config: the update's knobs, the optimizers, where the frozen
-    reference lives, and the seed of the update's shuffling."""
+    """What the learner needs of the run config: the objective (the `learner` section), the update's knobs, the
+    optimizers, where the frozen reference lives, and the seed of the update's shuffling."""
 
+    algorithm: str = "ppo"  # a name in rl/objectives.OBJECTIVES
     ppo: PPOSettings = dataclasses.field(default_factory=PPOSettings)
     optim: OptimSettings = dataclasses.field(default_factory=OptimSettings)
     reference_on_host: bool = False  # keep the frozen reference in pinned host memory (saves device memory)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        objectives.get(self.algorithm)  # ValueError naming the choices
+
+    @property
+    def objective(self) -> objectives.Objective:
+        return objectives.get(self.algorithm)
 
 
 class ParamTree:
@@ -88,11 +98,10 @@ class ParamTree:
 
 def check_batch_arrays(arrays: Mapping[str, np.ndarray]) -> None:
     """The learner batch contract, checked where the batch enters the learner: tokens, attention_mask,
-    response_mask int32 [B, T]; behaviour_logprobs float32 [B, T]; rewards, durations_s float32 [B]."""
-    chex.assert_rank([arrays[k] for k in BATCH_KEYS], [2, 2, 2, 2, 1, 1])
-    chex.assert_type(
-        [arrays[k] for k in BATCH_KEYS], [np.int32, np.int32, np.int32, np.float32, np.float32, np.float32]
-    )
+    response_mask int32 [B, T]; behaviour_logprobs float32 [B, T]; rewards, durations_s float32 [B]; group_ids
+    int32 [B]."""
+    chex.assert_rank([arrays[k] for k in BATCH_KEYS], [1 if k in SAMPLE_KEYS else 2 for k in BATCH_KEYS])
+    chex.assert_type([arrays[k] for k in BATCH_KEYS], [np.int32 if k in INT_KEYS else np.float32 for k in BATCH_KEYS])
     chex.assert_equal_shape([arrays[k] for k in ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")])
     chex.assert_equal_shape_prefix([arrays[k] for k in BATCH_KEYS], 1)
 
@@ -101,12 +110,21 @@ def _cast_tree(tree: Any, dtype: Any) -> Any:
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-class UpdateProgram:
-    """The jitted PPO update of a policy/critic pair on a mesh, with the shardings of its arguments; it holds
-    no weights, so it builds from concrete models or abstract ones (`nnx.eval_shape`): `Learner` runs it,
-    `mle_jax.plan` lowers and compiles it for devices that are not here.
+def check_value_model(algorithm: str, value: nnx.Module | None) -> None:
+    """ValueError unless a value model is given exactly when the objective has a critic."""
+    if objectives.has_critic(algorithm) and value is None:
+        raise ValueError(f"learner.algorithm={algorithm} trains a critic: pass a value model")
+    if not objectives.has_critic(algorithm) and value is not None:
+        raise ValueError(f"learner.algorithm={algorithm} has no critic: pass value=None")
 
-    settings: LearnerSettings; policy: Qwen2ForCausalLM; value: Qwen2ValueModel; mesh: (data, fsdp, tensor).
+
+class UpdateProgram:
+    """The jitted update of a policy (and, for an objective with a critic, its value model) on a mesh, with the
+    shardings of its arguments; it holds no weights, so it builds from concrete models or abstract ones
+    (`nnx.eval_shape`): `Learner` runs it, `mle_jax.plan` lowers and compiles it for devices that are not here.
+
+    settings: LearnerSettings; policy: Qwen2ForCausalLM; value: Qwen2ValueModel, or None for a critic-free
+    objective (`settings.algorithm`); mesh: (data, fsdp, tensor).
     donate: whether the update donates the train state (default: on any backend but CPU; a plan for an
     accelerator compiled on this host passes True).
     """
@@ -115,28 +133,34 @@ class UpdateProgram:
         self,
         settings: LearnerSettings,
         policy: nnx.Module,
-        value: nnx.Module,
+        value: nnx.Module | None,
         mesh: Mesh,
         donate: bool | None = None,
     ):
+        check_value_model(settings.algorithm, value)
         self.mesh = mesh
         # the update donates the train state (updated in place) except on CPU, which cannot donate
         self.donate = jax.default_backend() != "cpu" if donate is None else donate
         self.settings = settings.ppo
+        self.objective = settings.objective
+        self.critic = self.objective.critic
         self.seed = int(settings.seed)
         optim = settings.optim
         self.master_dtype = jnp.dtype(optim.master_dtype) if optim.master_dtype else None
         self.policy_graph, policy_params, self.policy_rest = nnx.split(policy, nnx.Param, ...)
-        self.value_graph, value_params, self.value_rest = nnx.split(value, nnx.Param, ...)
         self.policy_tree = ParamTree(policy_params)
-        self.value_tree = ParamTree(value_params)
         self.policy_shardings = self.policy_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
-        self.value_shardings = self.value_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
         self.policy_tx = optim.optimizer(optim.actor_lr)
-        self.value_tx = optim.optimizer(optim.critic_lr)
         rep = shd.replicated(mesh)
         p_opt_sh = self._opt_shardings(self.policy_tx, self.abstract_params(self.policy_tree), self.policy_shardings)
-        v_opt_sh = self._opt_shardings(self.value_tx, self.abstract_params(self.value_tree), self.value_shardings)
+        # no critic: no value tree, optimizer or shardings (the state's value fields are None)
+        self.value_tree = self.value_shardings = self.value_tx = v_opt_sh = None
+        if self.critic:
+            self.value_graph, value_params, self.value_rest = nnx.split(value, nnx.Param, ...)
+            self.value_tree = ParamTree(value_params)
+            self.value_shardings = self.value_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
+            self.value_tx = optim.optimizer(optim.critic_lr)
+            v_opt_sh = self._opt_shardings(self.value_tx, self.abstract_params(self.value_tree), self.value_shardings)
         self.state_shardings = TrainState(rep, self.policy_shardings, self.value_shardings, p_opt_sh, v_opt_sh)
         self.reference_on_host = settings.reference_on_host
         self.ref_device_shardings = self.policy_shardings if self.reference_on_host else None
@@ -162,13 +186,13 @@ class UpdateProgram:
     def abstract_state(self) -> TrainState:
         """The train state as ShapeDtypeStructs with their shardings (no memory allocated)."""
         policy = self.abstract_params(self.policy_tree)
-        value = self.abstract_params(self.value_tree)
+        value = self.abstract_params(self.value_tree) if self.critic else None
         state = TrainState(
             step=jax.ShapeDtypeStruct((), jnp.int32),
             policy=policy,
             value=value,
             policy_opt=jax.eval_shape(self.policy_tx.init, policy),
-            value_opt=jax.eval_shape(self.value_tx.init, value),
+            value_opt=jax.eval_shape(self.value_tx.init, value) if self.critic else None,
         )
         return _with_shardings(state, self.state_shardings)
 
@@ -179,8 +203,8 @@ class UpdateProgram:
         """The update's batch arguments for B x T tokens (the learner's batch contract), sharded over the batch."""
         out = {}
         for k in BATCH_KEYS:
-            shape = (batch_size,) if k in ("rewards", "durations_s") else (batch_size, seq_len)
-            dtype = jnp.int32 if k in ("tokens", "attention_mask", "response_mask") else jnp.float32
+            shape = (batch_size,) if k in SAMPLE_KEYS else (batch_size, seq_len)
+            dtype = jnp.int32 if k in INT_KEYS else jnp.float32
             out[k] = jax.ShapeDtypeStruct(shape, dtype, sharding=shd.batch_sharding(self.mesh, len(shape)))
         return out
 
@@ -219,17 +243,17 @@ class UpdateProgram:
             ppo_update,
             s=self.settings,
             seed=self.seed,
+            objective=self.objective,
             policy_apply=self._policy_apply,
             policy_head=self._policy_head,
-            value_apply=self._value_apply,
+            value_apply=self._value_apply if self.critic else None,
             policy_tx=self.policy_tx,
             value_tx=self.value_tx,
             mesh=self.mesh,
             ref_device_shardings=self.ref_device_shardings,
         )
         rep = shd.replicated(self.mesh)
-        batch_sh = {k: shd.batch_sharding(self.mesh, 2 if k not in ("rewards", "durations_s") else 1)
-                    for k in BATCH_KEYS}  # fmt: skip
+        batch_sh = {k: shd.batch_sharding(self.mesh, 1 if k in SAMPLE_KEYS else 2) for k in BATCH_KEYS}
         return jax.jit(
             fn,
             in_shardings=(self.state_shardings, self.ref_shardings, batch_sh),
@@ -243,11 +267,12 @@ def _with_shardings(abstract: Any, shardings: Any) -> Any:
 
 
 class Learner:
-    """Policy + critic train states on a mesh; `update(RolloutBatch) -> metrics`.
+    """Policy (+ critic) train states on a mesh; `update(RolloutBatch) -> metrics`.
 
-    settings: LearnerSettings (the PPO knobs, optimizers, reference placement, seed).
+    settings: LearnerSettings (the objective, the PPO knobs, optimizers, reference placement, seed).
     policy: Qwen2ForCausalLM (its current weights become the frozen reference unless `reference` is given).
-    value: Qwen2ValueModel (values [B, T]).
+    value: Qwen2ValueModel (values [B, T]) for an objective with a critic; None for a critic-free one (nothing of a
+    critic is built, updated or checkpointed).
     mesh: a (data, fsdp, tensor) mesh (`sharding.make_mesh`).
     """
 
@@ -255,26 +280,31 @@ class Learner:
         self,
         settings: LearnerSettings,
         policy: nnx.Module,
-        value: nnx.Module,
+        value: nnx.Module | None,
         mesh: Mesh,
         reference: nnx.Module | None = None,
     ):
         self.mesh = mesh
         self.settings = settings.ppo
+        self.algorithm = settings.algorithm
         self.program = program = UpdateProgram(settings, policy, value, mesh)
+        self.critic = program.critic
         self.policy_tree, self.value_tree = program.policy_tree, program.value_tree
         self._master_dtype = program.master_dtype
         _, policy_params, _ = nnx.split(policy, nnx.Param, ...)
-        _, value_params, _ = nnx.split(value, nnx.Param, ...)
         policy_nested = self._place(self._master(self.policy_tree.to_nested(policy_params)), program.policy_shardings)
-        value_nested = self._place(self._master(self.value_tree.to_nested(value_params)), program.value_shardings)
         sh = program.state_shardings
+        value_nested = value_opt = None
+        if self.critic:
+            _, value_params, _ = nnx.split(value, nnx.Param, ...)
+            value_nested = self._place(self._master(self.value_tree.to_nested(value_params)), program.value_shardings)
+            value_opt = jax.jit(program.value_tx.init, out_shardings=sh.value_opt)(value_nested)
         self.state = TrainState(
             step=shd.put_global(np.zeros((), np.int32), sh.step),
             policy=policy_nested,
             value=value_nested,
             policy_opt=jax.jit(program.policy_tx.init, out_shardings=sh.policy_opt)(policy_nested),
-            value_opt=jax.jit(program.value_tx.init, out_shardings=sh.value_opt)(value_nested),
+            value_opt=value_opt,
         )
         # frozen reference: a copy of the initial policy (or the given model), optionally in host memory
         if reference is not None:
@@ -321,7 +351,7 @@ class Learner:
             raise ValueError(f"micro-batch {micro} is not a multiple of mesh data*fsdp = {div}")
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """One PPO update (epochs x mini-batches) on `batch`; returns scalar metrics."""
+        """One update (epochs x mini-batches) of the objective on `batch`; returns scalar metrics."""
         self.check_batch(batch)
         bucket = self.settings.seq_bucket
         if bucket and batch.seq_len % bucket:
@@ -329,12 +359,13 @@ class Learner:
         host = {k: getattr(batch, k) for k in BATCH_KEYS}
         check_batch_arrays(host)
         arrays = shd.put_batch(host, self.mesh)
+        lag = version_lags(self.step, batch.versions, batch.durations_s)
         self.state, metrics = self._update_fn(self.state, self.reference, arrays)
         out = {k: float(shd.to_host(v)) for k, v in metrics.items()}
         out["learner/step"] = float(self.step)
         out["rollout/version_mean"] = float(np.mean(batch.versions))
         out["perf/tokens"] = float(np.sum(batch.attention_mask))
-        return out
+        return out | lag
 
     def policy_state(self, model_dtypes: bool = True) -> nnx.State:
         """The current policy params as an nnx.State (what Sampler.sync and nnx.update take), cast to the
@@ -345,19 +376,19 @@ class Learner:
         """A policy module holding the current params (for sampling, evaluation and HF export)."""
         return nnx.merge(self.program.policy_graph, self.policy_state(), self.program.policy_rest)
 
-    def value_model(self) -> nnx.Module:
+    def value_model(self) -> nnx.Module | None:
+        """The critic holding its current params; None for a critic-free objective."""
+        if not self.critic:
+            return None
         return nnx.merge(self.program.value_graph, self.value_tree.to_state(self.state.value), self.program.value_rest)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the same run: params, optimizer states, step (the update's RNG is
-        derived from the seed and the step)."""
-        return {
-            "step": self.state.step,
-            "policy": self.state.policy,
-            "value": self.state.value,
-            "policy_opt": self.state.policy_opt,
-            "value_opt": self.state.value_opt,
-        }
+        derived from the seed and the step). A critic-free learner's has no value entries."""
+        out = {"step": self.state.step, "policy": self.state.policy, "policy_opt": self.state.policy_opt}
+        if self.critic:
+            out |= {"value": self.state.value, "value_opt": self.state.value_opt}
+        return out
 
     def save(self, checkpointer: Checkpointer, step: int, **items: Any) -> None:
         """Checkpoints the learner state as step `step`, beside JSON-able `items` (e.g. the loop's state)."""
@@ -374,10 +405,29 @@ class Learner:
 
     def load_state_dict(self, d: Mapping[str, Any]) -> None:
         """Inverse of state_dict (e.g. from Checkpointer.restore(step, {"learner": learner.state_dict()}))."""
-        missing = {"step", "policy", "value", "policy_opt", "value_opt"} - set(d)
+        keys = {"step", "policy", "policy_opt"} | ({"value", "value_opt"} if self.critic else set())
+        missing = keys - set(d)
         if missing:
             raise KeyError(f"learner state lacks {sorted(missing)}")
-        state = TrainState(d["step"], d["policy"], d["value"], d["policy_opt"], d["value_opt"])
+        extra = {"value", "value_opt"} & set(d) - keys
+        if extra:
+            raise ValueError(
+                f"learner state holds a critic ({sorted(extra)}) but learner.algorithm={self.algorithm} has none"
+            )
+        state = TrainState(d["step"], d["policy"], d.get("value"), d["policy_opt"], d.get("value_opt"))
         if jax.tree.structure(state) != jax.tree.structure(self.state):
             raise ValueError("learner state does not match this learner's structure (different model or optimizer?)")
         self.state = self._place(state, self.program.state_shardings)
+
+
+def version_lags(step: int, versions: np.ndarray, durations_s: np.ndarray) -> dict[str, float]:
+    """`stale/version_lag_{slow,fast}`: how many updates behind the learner (at `step`, before this update) the
+    policy that sampled each sample is, averaged over the slow samples (Δt above the batch mean) and the fast ones;
+    NaN where there is none (all Δt equal). versions, durations_s: [B]."""
+    lag = step - np.asarray(versions, np.float64)
+    d = np.asarray(durations_s, np.float64)
+    slow = d > d.mean()
+    return {
+        f"stale/version_lag_{name}": float(lag[rows].mean()) if rows.any() else float("nan")
+        for name, rows in (("slow", slow), ("fast", ~slow))
+    }

@@ -143,6 +143,17 @@ def aggregate_loss(
     raise ValueError(f"loss aggregation must be one of {LOSS_AGGS}, got {mode!r}")
 
 
+def clip_active(ratio: Array, advantages: Array, clip_ratio: float) -> Array:
+    """[B, T] 1.0 where PPO's clip decides the token's loss (its gradient is cut off), else 0.0.
+
+    ratio, advantages: [B, T]. The clipped term -A·clip(r, 1-ε, 1+ε) is the larger one: r left the trust region
+    on the side the advantage pushes towards.
+    """
+    loss1 = -advantages * ratio
+    loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    return (loss2 > loss1).astype(jnp.float32)
+
+
 def policy_loss(
     logprobs: Array,
     old_logprobs: Array,
@@ -153,11 +164,13 @@ def policy_loss(
     dual_clip: float = 0.0,
     loss_agg: str = "token-mean",
     denominator: Array | float | None = None,
+    token_weights: Array | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """Clipped PPO surrogate, each sample's token losses scaled by its weight.
 
     logprobs, old_logprobs, advantages, response_mask: [B, T]; sample_weights: [B] (duration
-    weights; None = ones). Per token: max(-A·r, -A·clip(r, 1-ε, 1+ε)) with r = exp(logπ - logπ_old);
+    weights; None = ones); token_weights: [B, T] (the decoupled loss's behaviour weights; None = ones).
+    Per token: max(-A·r, -A·clip(r, 1-ε, 1+ε)) with r = exp(logπ - logπ_old);
     with dual_clip c > 1 the loss of tokens with A < 0 is capped at -A·c (Ye et al. 2020).
     Returns (scalar loss, metrics: clipfrac, approx_kl (k1 of old vs new), ratio mean).
     """
@@ -170,15 +183,56 @@ def policy_loss(
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1 (or 0 for off), got {dual_clip}")
         clipped = jnp.where(advantages < 0, jnp.minimum(clipped, -advantages * dual_clip), clipped)
+    if token_weights is not None:
+        clipped = clipped * token_weights
     if sample_weights is not None:
         clipped = clipped * sample_weights[:, None]
     loss = aggregate_loss(clipped, response_mask, loss_agg, denominator)
     metrics = {
-        "clipfrac": masked_mean((loss2 > loss1).astype(jnp.float32), response_mask),
+        "clipfrac": masked_mean(clip_active(ratio, advantages, clip_ratio), response_mask),
         "approx_kl": masked_mean(-log_ratio, response_mask),
         "ratio": masked_mean(ratio, response_mask),
     }
     return loss, metrics
+
+
+def behaviour_weights(prox_logprobs: Array, behaviour_logprobs: Array, cap: float = 5.0) -> Array:
+    """[B, T] stop_gradient(min(π_prox / π_behaviour, cap)): the decoupled loss's importance weight of each token.
+
+    prox_logprobs: [B, T] logprobs under the proximal policy (the parameters at the start of the update);
+    behaviour_logprobs: [B, T] under the policy that sampled the token (versions behind, for a slow program).
+    Exactly 1 where the two are equal (no staleness).
+    """
+    log_w = jnp.clip(prox_logprobs - behaviour_logprobs, -20.0, 20.0)
+    return jax.lax.stop_gradient(jnp.minimum(jnp.exp(log_w), cap))
+
+
+def decoupled_policy_loss(
+    logprobs: Array,
+    prox_logprobs: Array,
+    behaviour_logprobs: Array,
+    advantages: Array,
+    response_mask: Array,
+    sample_weights: Array | None = None,
+    clip_ratio: float = 0.2,
+    dual_clip: float = 0.0,
+    loss_agg: str = "token-mean",
+    denominator: Array | float | None = None,
+    weight_cap: float = 5.0,
+) -> tuple[Array, dict[str, Array]]:
+    """AReaL's decoupled PPO (Fu et al. 2025): the trust region around the proximal policy, not the behaviour one.
+
+    logprobs, prox_logprobs, behaviour_logprobs, advantages, response_mask: [B, T]; sample_weights: [B].
+    Per token: behaviour_weights(prox, behaviour, cap) x max(-A·r, -A·clip(r, 1-ε, 1+ε)) with
+    r = exp(logπ - logπ_prox). A stale token (sampled versions ago) is corrected by its importance weight instead of
+    being clipped away against the old policy. With prox == behaviour it is `policy_loss`, loss and gradient.
+    Returns (scalar loss, metrics as policy_loss's, the ratio taken against the proximal policy).
+    """
+    w = behaviour_weights(prox_logprobs, behaviour_logprobs, weight_cap)
+    return policy_loss(
+        logprobs, prox_logprobs, advantages, response_mask, sample_weights,
+        clip_ratio, dual_clip, loss_agg, denominator, token_weights=w,
+    )  # fmt: skip
 
 
 def value_loss(

@@ -1,16 +1,16 @@
-"""The PPO update as one pure function of (state, reference params, batch): what `Learner` jits.
+"""The update as one pure function of (state, reference params, batch): what `Learner` jits.
 
-Inside ONE function: reference logprobs and critic values (forward passes over micro-batches), token
-rewards (terminal reward minus the KL penalty to the frozen reference), GAE, optional advantage
-whitening, duration weights, then PPO epochs x shuffled mini-batches x micro-batches with gradient
-accumulation and one optimizer step per mini-batch for the policy and for the critic. The epochs'
-shuffling draws from a key derived from the seed and the state's step (as big_vision does), so a resumed
-run draws the same permutations without carrying an RNG in its checkpoint.
+Inside ONE function: reference logprobs, critic values (an objective with a critic) and proximal logprobs
+(`ppo.decoupled`), as forward passes over micro-batches; the objective's advantages (rl/objectives.py: for PPO
+token rewards with the KL penalty, GAE and whitening; for the group objectives the group-relative reward);
+duration weights; then epochs x shuffled mini-batches x micro-batches with gradient accumulation and one
+optimizer step per mini-batch for the policy and, with a critic, for the critic. The epochs' shuffling draws
+from a key derived from the seed and the state's step (as big_vision does), so a resumed run draws the same
+permutations without carrying an RNG in its checkpoint.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,63 +23,27 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mle_jax import sharding as shd
 from mle_jax.rl import ppo
+from mle_jax.rl.objectives import Objective
+from mle_jax.rl.ppo_settings import PPOSettings
 
 Nested = dict[str, Any]
-BATCH_KEYS = ("tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards", "durations_s")
+BATCH_KEYS = (
+    "tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards", "durations_s", "group_ids",
+)  # fmt: skip
+SAMPLE_KEYS = ("rewards", "durations_s", "group_ids")  # the [B] entries of BATCH_KEYS; the others are [B, T]
+INT_KEYS = ("tokens", "attention_mask", "response_mask", "group_ids")  # int32; the others float32
 
 
 @struct.dataclass
 class TrainState:
-    """Everything the update changes. Params are nested dicts (see ParamTree)."""
+    """Everything the update changes. Params are nested dicts (see ParamTree). A critic-free objective has no
+    value model: `value` and `value_opt` are None (no leaves: nothing allocated, sharded or checkpointed)."""
 
     step: jax.Array  # [] int32, number of updates done
     policy: Nested
-    value: Nested
+    value: Nested | None
     policy_opt: Any
     value_opt: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class PPOSettings:
-    """The `ppo` section of the run config plus the sampling temperature: the static knobs of the update
-    (hashable; part of the jit cache key). Defaults are the paper's (Table 3)."""
-
-    gamma: float = 1.0
-    lam: float = 1.0
-    clip_ratio: float = 0.2
-    dual_clip: float = 0.0
-    value_clip: float = 0.5
-    entropy_coef: float = 0.001
-    kl_coef: float = 0.001
-    kl_estimator: str = "k1"
-    whiten_advantages: bool = True
-    loss_agg: str = "token-mean"
-    duration_weights: str = "batch_mean"
-    duration_max_weight: float = 10.0  # for duration_weights="clipped"
-    min_duration_s: float = 1.0  # Δt floor of the duration weights (ppo.duration_weights)
-    epochs: int = 1
-    mini_batch_size: int = 128
-    micro_batch_size: int = 8
-    shuffle: bool = True
-    seq_bucket: int = 128  # the learner pads T up to a multiple of this (one compile per bucket; 0: off)
-    logits_chunk: int = 512  # logprobs/entropy over this many positions at a time (ppo.chunked_logprobs_entropy)
-    temperature: float = 1.0  # the sampler's: logprobs are of logits / temperature, as sampled
-
-    def __post_init__(self) -> None:
-        if self.kl_estimator not in ppo.KL_ESTIMATORS:
-            raise ValueError(f"ppo.kl_estimator must be one of {ppo.KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.loss_agg not in ppo.LOSS_AGGS:
-            raise ValueError(f"ppo.loss_agg must be one of {ppo.LOSS_AGGS}, got {self.loss_agg!r}")
-        if self.duration_weights not in ppo.DURATION_MODES:
-            raise ValueError(f"ppo.duration_weights must be one of {ppo.DURATION_MODES}, got {self.duration_weights!r}")
-        if self.epochs < 1 or self.mini_batch_size < 1 or self.micro_batch_size < 1:
-            raise ValueError("ppo.epochs, mini_batch_size and micro_batch_size must be >= 1")
-        if self.temperature <= 0:
-            raise ValueError(f"sampler temperature must be > 0 for logprobs, got {self.temperature}")
-        if self.logits_chunk < 0:
-            raise ValueError(f"ppo.logits_chunk must be >= 0 (0: all positions at once), got {self.logits_chunk}")
-        if self.dual_clip and self.dual_clip <= 1.0:
-            raise ValueError(f"ppo.dual_clip must be > 1 (or 0 for off), got {self.dual_clip}")
 
 
 def split_micro(x: jax.Array, n: int) -> jax.Array:
@@ -112,23 +76,26 @@ def ppo_update(
     *,
     s: PPOSettings,
     seed: int,
+    objective: Objective,
     policy_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array],
     policy_head: Callable[[Nested, jax.Array], jax.Array],
-    value_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array],
+    value_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array] | None,
     policy_tx: optax.GradientTransformation,
-    value_tx: optax.GradientTransformation,
+    value_tx: optax.GradientTransformation | None,
     mesh: Mesh,
     ref_device_shardings: Any = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One PPO update on a batch of B samples (pure; jitted by Learner).
+    """One update of `objective` on a batch of B samples (pure; jitted by Learner).
 
-    batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s [B].
+    batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s, group_ids [B].
     policy_apply(params, tokens, attention_mask) -> final hidden states [b, T, D]; policy_head(params, h [b, c, D])
     -> logits [b, c, V] float32 (applied `s.logits_chunk` positions at a time: the [b, T, V] logits are never
-    live); value_apply(params, tokens, attention_mask) -> values [b, T].
+    live); value_apply(params, tokens, attention_mask) -> values [b, T] (None, with value_tx, when the objective
+    has no critic).
     seed: with state.step, the key of this update's mini-batch shuffling.
     Returns the new state and scalar metrics.
     """
+    critic = objective.critic
     rng = jax.random.fold_in(jax.random.key(seed), state.step)
     b = batch["tokens"].shape[0]
     mini = min(s.mini_batch_size, b)
@@ -139,55 +106,54 @@ def ppo_update(
     if ref_device_shardings is not None:  # reference kept in host memory: bring it over for this update
         ref_params = jax.tree.map(jax.device_put, ref_params, ref_device_shardings)
 
-    # ---- forward passes with the frozen reference and the critic, micro-batch by micro-batch
+    # ---- forward passes with the frozen reference, the critic and (decoupled) the proximal policy, micro-batch
+    # by micro-batch
     def logprobs_entropy(params, tokens, attention_mask):
         hidden = policy_apply(params, tokens, attention_mask)
         head = functools.partial(policy_head, params)
         return ppo.chunked_logprobs_entropy(hidden, tokens, head, s.temperature, s.logits_chunk)
 
     def score(mb):
-        ref_lp, _ = logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])
-        values = ppo.shift_right(value_apply(state.value, mb["tokens"], mb["attention_mask"]))
-        return ref_lp, values.astype(jnp.float32)
+        out = {"ref": logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])[0]}
+        if critic:
+            values = ppo.shift_right(value_apply(state.value, mb["tokens"], mb["attention_mask"]))
+            out["values"] = values.astype(jnp.float32)
+        if s.decoupled:  # the proximal policy: the params at the start of this update
+            out["prox"] = logprobs_entropy(state.policy, mb["tokens"], mb["attention_mask"])[0]
+        return out
 
     fwd_in = {k: split_micro(batch[k], b // micro) for k in ("tokens", "attention_mask")}
-    ref_lp, values = jax.lax.map(score, _constrain(fwd_in, mesh, 1))
-    ref_lp, values = merge_micro(ref_lp) * mask, merge_micro(values) * mask
+    scored = jax.tree.map(lambda x: merge_micro(x) * mask, jax.lax.map(score, _constrain(fwd_in, mesh, 1)))
+    ref_lp, values = scored["ref"], scored.get("values")
 
-    # ---- rewards, advantages, duration weights over the whole batch
-    tok_rewards, kl = ppo.token_rewards(batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator)
-    advantages, returns = ppo.gae(tok_rewards, values, mask, s.gamma, s.lam)
-    if s.whiten_advantages:
-        advantages = ppo.masked_whiten(advantages, mask)
+    # ---- advantages (the objective's) and duration weights over the whole batch
+    adv = objective.advantages(s, batch, mask, behaviour_lp, ref_lp, values)
+    advantages, kl = adv["advantages"], adv["kl"]
     weights = ppo.duration_weights(batch["durations_s"], s.duration_weights, s.duration_max_weight, s.min_duration_s)
+    durations = batch["durations_s"].astype(jnp.float32)
     data = {
         "tokens": batch["tokens"],
         "attention_mask": batch["attention_mask"],
         "mask": mask,
         "old_logprobs": behaviour_lp,
-        "old_values": values,
         "advantages": advantages,
-        "returns": returns,
         "weights": weights,
+        "slow": (durations > jnp.mean(durations)).astype(jnp.float32),  # for the staleness metrics only
     }
+    if critic:
+        data |= {"old_values": values, "returns": adv["returns"]}
+    if not objective.kl_in_reward:
+        data["ref_logprobs"] = ref_lp
+    if s.decoupled:
+        data["prox_logprobs"] = scored["prox"]
 
     def policy_loss_fn(params, mb, denom):
         lp, entropy_tok = logprobs_entropy(params, mb["tokens"], mb["attention_mask"])
-        lp = lp * mb["mask"]
-        pg, m = ppo.policy_loss(
-            lp, mb["old_logprobs"], mb["advantages"], mb["mask"], mb["weights"],
-            s.clip_ratio, s.dual_clip, s.loss_agg, denom,
-        )  # fmt: skip
-        entropy = ppo.aggregate_loss(entropy_tok, mb["mask"], s.loss_agg, denom)
-        n_tok = jnp.sum(mb["mask"])
-        sums = {"pg_loss": pg, "entropy": entropy}
-        sums |= {k: v * n_tok for k, v in m.items()}  # masked means -> masked sums
-        return pg - s.entropy_coef * entropy, sums
+        return objective.policy_loss(s, lp * mb["mask"], entropy_tok, mb, denom)
 
     def value_loss_fn(params, mb, denom):
         v = ppo.shift_right(value_apply(params, mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
-        vl, m = ppo.value_loss(v, mb["old_values"], mb["returns"], mb["mask"], s.value_clip, s.loss_agg, denom)
-        return vl, {"vf_loss": vl, "vf_clipfrac": m["vf_clipfrac"] * jnp.sum(mb["mask"])}
+        return objective.value_loss(s, v, mb, denom)
 
     def minibatch_step(st: TrainState, mb_data):
         if s.loss_agg == "token-mean":
@@ -195,25 +161,23 @@ def ppo_update(
         else:
             denom = jnp.sum(jnp.any(mb_data["mask"] > 0, axis=-1)).astype(jnp.float32)
         micros = _constrain(jax.tree.map(lambda x: split_micro(x, n_micro), mb_data), mesh, 1)
+        trained = (st.policy, st.value) if critic else (st.policy,)
 
         def micro_step(acc, mb):
-            pg_grads, p_sums = jax.grad(policy_loss_fn, has_aux=True)(st.policy, mb, denom)
-            v_grads, v_sums = jax.grad(value_loss_fn, has_aux=True)(st.value, mb, denom)
-            acc = jax.tree.map(jnp.add, acc, (pg_grads, v_grads))
-            return acc, p_sums | v_sums
+            pg_grads, sums = jax.grad(policy_loss_fn, has_aux=True)(st.policy, mb, denom)
+            grads = (pg_grads,)
+            if critic:
+                v_grads, v_sums = jax.grad(value_loss_fn, has_aux=True)(st.value, mb, denom)
+                grads, sums = (pg_grads, v_grads), sums | v_sums
+            return jax.tree.map(jnp.add, acc, grads), sums
 
-        zeros = jax.tree.map(jnp.zeros_like, (st.policy, st.value))
-        (pg_grads, v_grads), sums = jax.lax.scan(micro_step, zeros, micros)
+        zeros = jax.tree.map(jnp.zeros_like, trained)
+        grads, sums = jax.lax.scan(micro_step, zeros, micros)
         sums = jax.tree.map(jnp.sum, sums)
         n_tok = jnp.maximum(jnp.sum(mb_data["mask"]), 1.0)
+        pg_grads = grads[0]
         p_upd, p_opt = policy_tx.update(pg_grads, st.policy_opt, st.policy)
-        v_upd, v_opt = value_tx.update(v_grads, st.value_opt, st.value)
-        st = st.replace(
-            policy=optax.apply_updates(st.policy, p_upd),
-            value=optax.apply_updates(st.value, v_upd),
-            policy_opt=p_opt,
-            value_opt=v_opt,
-        )
+        st = st.replace(policy=optax.apply_updates(st.policy, p_upd), policy_opt=p_opt)
         metrics = {
             "actor/pg_loss": sums["pg_loss"],
             "actor/entropy": sums["entropy"],
@@ -221,10 +185,19 @@ def ppo_update(
             "actor/ppo_kl": sums["approx_kl"] / n_tok,
             "actor/ratio": sums["ratio"] / n_tok,
             "actor/grad_norm": optax.tree.norm(pg_grads),
-            "critic/vf_loss": sums["vf_loss"],
-            "critic/vf_clipfrac": sums["vf_clipfrac"] / n_tok,
-            "critic/grad_norm": optax.tree.norm(v_grads),
         }
+        if "kl_loss" in sums:
+            metrics["actor/kl_loss"] = sums["kl_loss"]
+        if critic:
+            v_grads = grads[1]
+            v_upd, v_opt = value_tx.update(v_grads, st.value_opt, st.value)
+            st = st.replace(value=optax.apply_updates(st.value, v_upd), value_opt=v_opt)
+            metrics |= {
+                "critic/vf_loss": sums["vf_loss"],
+                "critic/vf_clipfrac": sums["vf_clipfrac"] / n_tok,
+                "critic/grad_norm": optax.tree.norm(v_grads),
+            }
+        metrics |= {k: v for k, v in sums.items() if k.startswith("stale_")}  # summed below, not averaged
         return st, metrics
 
     def epoch(st: TrainState, epoch_rng):
@@ -234,7 +207,9 @@ def ppo_update(
         return jax.lax.scan(minibatch_step, st, minis)
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(rng, s.epochs))
+    stale = {k: jnp.sum(metrics.pop(k)) for k in [k for k in metrics if k.startswith("stale_")]}
     metrics = jax.tree.map(jnp.mean, metrics)
+    metrics |= staleness_metrics(stale)
     n_tokens = jnp.sum(mask)
     seq_any = jnp.any(mask > 0, axis=-1)
     metrics |= {
@@ -242,11 +217,31 @@ def ppo_update(
         "rollout/kl_ref": jnp.sum(kl) / jnp.maximum(n_tokens, 1.0),
         "rollout/response_length": jnp.mean(jnp.sum(mask, axis=-1)),
         "rollout/advantages_mean": jnp.sum(advantages) / jnp.maximum(n_tokens, 1.0),
-        "rollout/returns_mean": jnp.sum(returns) / jnp.maximum(n_tokens, 1.0),
-        "critic/values_mean": jnp.sum(values) / jnp.maximum(n_tokens, 1.0),
         "duration/mean_s": jnp.mean(batch["durations_s"]),
         "duration/weight_max": jnp.max(weights),
         "duration/weight_min": jnp.min(weights),
         "rollout/empty_responses": jnp.sum(~seq_any).astype(jnp.float32),
     }
+    if critic:
+        metrics |= {
+            "rollout/returns_mean": jnp.sum(adv["returns"]) / jnp.maximum(n_tokens, 1.0),
+            "critic/values_mean": jnp.sum(values) / jnp.maximum(n_tokens, 1.0),
+        }
     return state.replace(step=state.step + 1), metrics
+
+
+def staleness_metrics(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """The update's slow/fast token sums (over every epoch and mini-batch) -> `stale/clipfrac_{slow,fast}` (share of
+    response tokens the clip cut off) and, decoupled, `stale/behaviour_weight_{slow,fast}` (mean weight); NaN
+    where the batch has no such sample (all Δt equal: none is slow)."""
+
+    def mean(total: jax.Array, n: jax.Array) -> jax.Array:
+        return jnp.where(n > 0, total / jnp.maximum(n, 1.0), jnp.nan)
+
+    out = {}
+    for name in ("slow", "fast"):
+        n = sums[f"stale_tokens_{name}"]
+        out[f"stale/clipfrac_{name}"] = mean(sums[f"stale_clipped_{name}"], n)
+        if f"stale_weight_{name}" in sums:
+            out[f"stale/behaviour_weight_{name}"] = mean(sums[f"stale_weight_{name}"], n)
+    return out

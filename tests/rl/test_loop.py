@@ -60,7 +60,7 @@ def pizza(tmp_path_factory, raw_data_dir):
     )
 
 
-def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, **loop_overrides):
+def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, sections=None, **loop_overrides):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
     cfg.workdir = str(tmp_path)
     cfg.loop.batch_size, cfg.loop.in_flight_multiplier, cfg.loop.max_version_lag = 2, 3, 1
@@ -72,6 +72,9 @@ def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, **loop_
     cfg.executor.timeout_s = 600.0  # a guard only: SLOW runs until released, the others end in seconds
     for k, v in loop_overrides.items():
         cfg.loop[k] = v
+    for section, fields in (sections or {}).items():
+        for k, v in fields.items():
+            cfg[section][k] = v
     tok = train_bpe_tokenizer([SLOW, FAST, NO_CODE] * 4, 400, tmp_path / "tok")
     mcfg = Qwen2Config(
         vocab_size=len(tok),
@@ -140,6 +143,9 @@ def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued
     assert trained_at - slow.version >= 2  # older than max_version_lag=1, and trained on: it was running
     # Δt of three updates (each waiting for two fast runs in the other slot) against one fast run: weight > 1.5
     assert slow.reward.valid and m["learner/duration/weight_max"] > 1.5
+    # the staleness metrics the loop writes for that step: the slow run is its batch's slow sample (Δt above the mean)
+    assert m["learner/stale/version_lag_slow"] == trained_at - slow.version
+    assert 0.0 <= m["learner/stale/clipfrac_slow"] <= 1.0
     assert loop.counters.resampled_stale >= 1 and m["resampled_stale"] == loop.counters.resampled_stale
     assert sampler.version == loop.counters.step  # synced after every update
 
@@ -291,3 +297,24 @@ def test_orbax_sync_hands_the_sampler_the_committed_checkpoint_of_the_step(tmp_p
     assert sorted(got) == sorted(expected)
     for name, x in expected.items():
         np.testing.assert_array_equal(got[name], x, err_msg=name)
+
+
+def test_a_critic_free_objective_with_the_decoupled_loss_trains_on_the_real_loop(tmp_path, pizza):
+    """learner.algorithm=grpo with ppo.decoupled: the loop's learner has no critic, each step's metrics carry the KL
+    loss and the slow/fast staleness metrics (behaviour weights included), and its checkpoints hold no critic."""
+    sections = {"learner": {"algorithm": "grpo"}, "ppo": {"decoupled": True}}
+    loop, _, fleet = _loop(tmp_path, pizza, [FAST, NO_CODE] * 20, sections=sections)
+    try:
+        history = [loop.step() for _ in range(2)]
+    finally:
+        loop.close()
+        fleet.close()
+    assert loop.learner.state.value is None and loop.learner.value_model() is None
+    m = history[-1]
+    assert not any(k.startswith("learner/critic/") for k in m) and "learner/actor/kl_loss" in m
+    stale = {
+        f"learner/stale/{q}_{s}" for q in ("version_lag", "clipfrac", "behaviour_weight") for s in ("slow", "fast")
+    }
+    assert stale <= set(m)
+    with Checkpointer(tmp_path / "ckpt") as ckpt:
+        assert set(ckpt.restore()["learner"]) == {"step", "policy", "policy_opt"}

@@ -240,3 +240,43 @@ def test_aggregate_loss_denominator_sums_microbatches():
         full = ppo.aggregate_loss(x, mask, mode)
         parts = sum(ppo.aggregate_loss(x[i : i + 2], mask[i : i + 2], mode, denom) for i in range(0, 8, 2))
         np.testing.assert_allclose(float(parts), float(full), rtol=1e-5)
+
+
+def test_decoupled_loss_without_staleness_is_plain_ppo_loss_and_gradient():
+    """π_prox = π_behaviour (nothing stale): every behaviour weight is exactly 1 and the decoupled loss is PPO's,
+    value and gradient, bit for bit (duration weights, dual clip and both aggregations included)."""
+    rng = np.random.default_rng(3)
+    b, t = 4, 7
+    mask = jnp.asarray(random_masks(rng, b, t))
+    behaviour = jnp.asarray(-rng.uniform(0.5, 3.0, size=(b, t)), jnp.float32) * mask
+    lp = behaviour + jnp.asarray(rng.normal(scale=0.3, size=(b, t)), jnp.float32) * mask  # some tokens clip
+    adv = jnp.asarray(rng.normal(size=(b, t)), jnp.float32) * mask
+    w = jnp.asarray(rng.uniform(0.2, 3.0, size=b), jnp.float32)
+    for agg in ppo.LOSS_AGGS:
+        plain = lambda x, agg=agg: ppo.policy_loss(x, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
+        decoupled = lambda x, agg=agg: ppo.decoupled_policy_loss(x, behaviour, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
+        (l_p, m_p), g_p = jax.value_and_grad(plain, has_aux=True)(lp)
+        (l_d, m_d), g_d = jax.value_and_grad(decoupled, has_aux=True)(lp)
+        assert float(m_p["clipfrac"]) > 0  # the clip is at work in the comparison
+        assert float(l_p) == float(l_d) and m_p == m_d
+        np.testing.assert_array_equal(np.asarray(g_p), np.asarray(g_d))
+    np.testing.assert_array_equal(np.asarray(ppo.behaviour_weights(behaviour, behaviour)), np.ones((b, t)))
+
+
+def test_a_stale_token_clipped_by_plain_ppo_keeps_its_gradient_when_decoupled():
+    """A token sampled versions ago, when the policy gave it probability 0.05; the policy at the start of the update
+    gives it 0.2. With A > 0, plain PPO's ratio against the behaviour policy is 4 > 1 + ε: clipped, zero gradient.
+    The decoupled loss clips around the proximal policy (ratio 1) and weights the token by min(4, cap)."""
+    behaviour = jnp.log(jnp.array([[0.05]]))
+    prox = jnp.log(jnp.array([[0.2]]))
+    adv, mask = jnp.array([[1.0]]), jnp.ones((1, 1))
+    plain_grad = jax.grad(lambda x: ppo.policy_loss(x, behaviour, adv, mask)[0])(prox)
+    assert float(plain_grad[0, 0]) == 0.0
+    for cap, weight in ((5.0, 4.0), (2.0, 2.0)):
+        loss = lambda x, cap=cap: ppo.decoupled_policy_loss(x, prox, behaviour, adv, mask, weight_cap=cap)[0]  # noqa: E731
+        grad = jax.grad(loss)(prox)
+        # d/dx of -A · w · exp(x - prox) at x = prox: -A · w (w is a stop-gradient constant)
+        np.testing.assert_allclose(float(grad[0, 0]), -weight, rtol=1e-5)
+    # the weight does not pass a gradient to the proximal logprobs
+    w_grad = jax.grad(lambda p: jnp.sum(ppo.behaviour_weights(p, behaviour)))(prox)
+    assert float(w_grad[0, 0]) == 0.0
