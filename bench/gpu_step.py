@@ -1,8 +1,10 @@
-"""The paper's PPO update and sampler decode at 3B shape on an accelerator, against the plan's projection.
+"""The paper's PPO update (or another objective's: --algorithm grpo builds no critic) and sampler decode at 3B
+shape on an accelerator, against the plan's projection.
 
     python bench/gpu_step.py                          # GPU/TPU: Qwen2.5-3B shape, bf16, all devices (fsdp)
     python bench/gpu_step.py --shape tiny             # any machine (CPU: this is the default, so it cannot rot)
     python bench/gpu_step.py --batch 64 --seq 2048 --micro 8 --decode_batch 64 --decode_tokens 256
+    python bench/gpu_step.py --algorithm grpo --group 4   # the critic-free update, groups of 4
 
 Measures one PPO update (reference and critic forwards, policy and critic forward + backward, AdamW; the
 learner exactly as a run builds it) in tokens/s and MFU against the devices' dense bf16 peak, and the JAX
@@ -30,9 +32,10 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.optim import OptimSettings  # noqa: E402
 from mle_jax.planning import GPU_TARGETS, TPU_CHIPS, matmul_flops  # noqa: E402
+from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
-from mle_jax.rl.ppo_update import PPOSettings  # noqa: E402
+from mle_jax.rl.ppo_update import BATCH_KEYS, PPOSettings  # noqa: E402
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 from mle_jax.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
 
@@ -46,10 +49,13 @@ flags.DEFINE_integer("decode_tokens", 0, "new tokens per row (0: 256 at 3b, 32 t
 flags.DEFINE_float("mfu", 0.4, "the MFU the plan assumes (configs' default in mle_jax.plan)")
 flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak per device (0: from the device kind; CPU has none)")
 flags.DEFINE_integer("reps", 3, "timed updates after the compile")
+flags.DEFINE_enum("algorithm", "ppo", list(objectives.OBJECTIVES), "config.learner.algorithm of the update")
+flags.DEFINE_integer("group", 1, "samples per group (group ids of the batch; the group objectives compare in them)")
 
 
-def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0) -> RolloutBatch:
-    """b random samples of p prompt and r response tokens (every position real: the costliest batch)."""
+def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0, group: int = 1) -> RolloutBatch:
+    """b random samples of p prompt and r response tokens (every position real: the costliest batch), in groups of
+    `group` consecutive samples."""
     rng = np.random.default_rng(seed)
     return RolloutBatch.from_sequences(
         [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
@@ -58,6 +64,7 @@ def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0) -> RolloutBatc
         rng.normal(size=b).tolist(),
         rng.uniform(1.0, 60.0, size=b).tolist(),
         [0] * b,
+        group_ids=[i // group for i in range(b)],
     )
 
 
@@ -94,15 +101,16 @@ def main(argv) -> None:
     peak = FLAGS.peak_tflops or device_peak_tflops(kind)
 
     policy = Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=dtype)
-    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1))
+    critic = objectives.has_critic(FLAGS.algorithm)
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1)) if critic else None
     settings = LearnerSettings(
+        algorithm=FLAGS.algorithm,
         ppo=PPOSettings(mini_batch_size=batch, micro_batch_size=micro, seq_bucket=0, temperature=0.7),
         optim=OptimSettings(master_dtype="float32"),
     )
     learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
-    rollout = make_batch(batch, seq // 2, seq - seq // 2, cfg.vocab_size)
-    arrays = put_batch({k: getattr(rollout, k) for k in ("tokens", "attention_mask", "response_mask",
-                        "behaviour_logprobs", "rewards", "durations_s")}, learner.mesh)  # fmt: skip
+    rollout = make_batch(batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
+    arrays = put_batch({k: getattr(rollout, k) for k in BATCH_KEYS}, learner.mesh)
     program = learner.program
     flops = matmul_flops(program.fn.trace(learner.state, learner.reference, arrays).jaxpr.jaxpr)
 
@@ -128,8 +136,9 @@ def main(argv) -> None:
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(policy, nnx.Param)))
     print(f"device: {kind} x{n}; model: {shape} ({n_params / 1e9:.3f} B params, {cfg.num_hidden_layers} layers, "
           f"{jnp.dtype(dtype).name}); batch {batch} x {seq} tokens, micro-batch {micro}")  # fmt: skip
-    print(f"PPO update: compile+first {compile_s:.1f} s, step {step_s:.3f} s, {tokens / step_s:.0f} tokens/s, "
-          f"{flops:.3e} FLOPs/step")  # fmt: skip
+    with_critic = "with" if critic else "no"
+    print(f"{FLAGS.algorithm} update ({with_critic} critic): compile+first {compile_s:.1f} s, step {step_s:.3f} s, "
+          f"{tokens / step_s:.0f} tokens/s, {flops:.3e} FLOPs/step")  # fmt: skip
     if peak:
         mfu = flops / step_s / (n * peak * 1e12)
         projected = flops / (n * peak * 1e12 * FLAGS.mfu)

@@ -14,13 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.model
 
 
-def test_gpu_step_bench_runs_on_cpu():
-    done = subprocess.run(
-        [sys.executable, "bench/gpu_step.py", "--reps=1"], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_gpu_step_bench_runs_on_cpu(algorithm):
+    done = subprocess.run([sys.executable, "bench/gpu_step.py", "--reps=1", f"--algorithm={algorithm}", "--group=4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = done.stdout
     assert "model: tiny" in out and "MFU not defined" in out  # no bf16 peak on CPU
+    assert f"{algorithm} update ({'with' if algorithm == 'ppo' else 'no'} critic)" in out
     update = float(re.search(r"step [\d.]+ s, (\d+) tokens/s, ([\d.e+]+) FLOPs/step", out).group(2))
     assert update > 1e9
     decode = int(re.search(r"in [\d.]+ s: (\d+) tokens/s", out).group(1))
