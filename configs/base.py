@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from mle_jax.tasks.prepare import RAW_DATA_DIR
+from mle_jax.tasks.paths import RAW_DATA_DIR
 
 
 def tiny_model() -> ml_collections.ConfigDict:

@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
+from mle_jax.tasks.paths import RAW_DATA_DIR
 from mle_jax.tasks.registry import get_spec, load_task
 from mle_jax.tasks.task import Task
 
 # The raw Kaggle files of the tasks with data ship in the repository (data/README.md: provenance, Kaggle's rules).
-RAW_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "raw"
 PREPARER_VERSION = 1
 MARKER = ".mle_jax_prepared.json"
 SPLIT_SEED = 0

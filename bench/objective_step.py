@@ -1,0 +1,121 @@
+"""The update of each RL objective on one batch, same model and batch: PPO (policy + critic) against the critic-free
+group objectives, in steps/s and peak device memory, with the ratio to PPO measured in the same run.
+
+    PYTHONPATH=. python bench/objective_step.py                 # accelerator: Qwen2.5-3B shape, bf16; CPU: tiny
+    PYTHONPATH=. python bench/objective_step.py --algorithms ppo,grpo --batch 8 --seq 2048 --group 4
+
+Needs only JAX, flax, optax, orbax, chex and ml_collections (it runs on a bare GPU image): the learner exactly as a
+run builds it (`Learner`, `config.learner.algorithm`), on a random batch whose every position is real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from configs import base  # noqa: E402
+from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
+from mle_jax.optim import OptimSettings  # noqa: E402
+from mle_jax.rl import objectives  # noqa: E402
+from mle_jax.rl.batch import RolloutBatch  # noqa: E402
+from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
+from mle_jax.rl.ppo_settings import PPOSettings  # noqa: E402
+from mle_jax.sharding import MeshSettings, make_mesh  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("algorithms", ["ppo", "grpo"], "objectives to time (the first is the peer of the ratios)")
+flags.DEFINE_enum("shape", "auto", ["auto", "3b", "tiny"], "auto: 3b on an accelerator, tiny on CPU")
+flags.DEFINE_integer("batch", 8, "samples per update")
+flags.DEFINE_integer("seq", 0, "tokens per sample, prompt + response (0: 2048 at 3b, 256 tiny)")
+flags.DEFINE_integer("micro", 1, "micro-batch")
+flags.DEFINE_integer("group", 4, "samples per group")
+flags.DEFINE_integer("reps", 3, "timed updates after the compile")
+flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
+
+
+def random_batch(b: int, t: int, vocab: int, group: int) -> RolloutBatch:
+    """b samples of t // 2 prompt and t - t // 2 response tokens, rewards with spread inside each group."""
+    rng = np.random.default_rng(0)
+    p, r = t // 2, t - t // 2
+    return RolloutBatch.from_sequences(
+        [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
+        [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
+        [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
+        rng.normal(size=b).tolist(),
+        rng.uniform(1.0, 60.0, size=b).tolist(),
+        [0] * b,
+        group_ids=[i // group for i in range(b)],
+    )
+
+
+def peak_gib() -> float | None:
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats["peak_bytes_in_use"] / 2**30 if "peak_bytes_in_use" in stats else None
+
+
+def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: RolloutBatch) -> dict[str, float | None]:
+    """Builds the learner of `algorithm` (a critic only where the objective has one) and times its update."""
+    policy = Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=dtype)
+    value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1)) if objectives.has_critic(algorithm) else None
+    settings = LearnerSettings(
+        algorithm=algorithm,
+        ppo=PPOSettings(mini_batch_size=batch.batch_size, micro_batch_size=FLAGS.micro, seq_bucket=0, temperature=0.7),
+        optim=OptimSettings(master_dtype="float32"),
+    )
+    learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
+    del policy, value
+    start = time.perf_counter()
+    learner.update(batch)  # compile + first step
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(FLAGS.reps):
+        start = time.perf_counter()
+        learner.update(batch)
+        times.append(time.perf_counter() - start)
+    return {"compile_s": compile_s, "step_s": float(np.median(times)), "peak_gib": peak_gib()}
+
+
+def main(argv) -> None:
+    del argv
+    accel = jax.default_backend() != "cpu"
+    shape = FLAGS.shape if FLAGS.shape != "auto" else ("3b" if accel else "tiny")
+    m = base.qwen25_3b_model() if shape == "3b" else base.tiny_model()
+    cfg, dtype = Qwen2Config.from_model_config(m), jnp.bfloat16 if shape == "3b" else jnp.float32
+    seq = FLAGS.seq or (2048 if shape == "3b" else 256)
+    batch = random_batch(FLAGS.batch, seq, cfg.vocab_size, FLAGS.group)
+    if not FLAGS.only:
+        print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; model {shape} ({cfg.num_hidden_layers} "
+              f"layers, {jnp.dtype(dtype).name}); batch {FLAGS.batch} x {seq} tokens, micro-batch {FLAGS.micro}, "
+              f"groups of {FLAGS.group}", flush=True)  # fmt: skip
+    if FLAGS.only:
+        print(json.dumps(time_update(FLAGS.only, cfg, dtype, batch)))
+        return
+    results = {}
+    for algorithm in FLAGS.algorithms:  # a process each: its peak device memory is its own
+        args = [a for a in sys.argv[1:] if not a.startswith("--algorithms")]
+        done = subprocess.run([sys.executable, __file__, *args, f"--only={algorithm}"], capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{algorithm}: exit {done.returncode}\n{done.stderr[-3000:]}")
+        r = results[algorithm] = json.loads(done.stdout.strip().splitlines()[-1])
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f} GiB"
+        print(f"{algorithm}: compile+first {r['compile_s']:.1f} s, step {r['step_s']:.3f} s "
+              f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s), peak device memory {peak}", flush=True)  # fmt: skip
+    peer = FLAGS.algorithms[0]
+    for algorithm in FLAGS.algorithms[1:]:
+        print(f"ratio {algorithm} / {peer} step time: {results[algorithm]['step_s'] / results[peer]['step_s']:.2f}")
+
+
+if __name__ == "__main__":
+    app.run(main)
