@@ -25,6 +25,7 @@ from flax import nnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs import base  # noqa: E402
+from mle_jax import provenance  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.optim import OptimSettings  # noqa: E402
@@ -42,6 +43,7 @@ flags.DEFINE_integer("seq", 0, "tokens per sample, prompt + response (0: 2048 at
 flags.DEFINE_integer("micro", 1, "micro-batch")
 flags.DEFINE_integer("group", 4, "samples per group")
 flags.DEFINE_integer("reps", 3, "timed updates after the compile")
+flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
 flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
 
 
@@ -113,8 +115,14 @@ def main(argv) -> None:
         print(f"{algorithm}: compile+first {r['compile_s']:.1f} s, step {r['step_s']:.3f} s "
               f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s), peak device memory {peak}", flush=True)  # fmt: skip
     peer = FLAGS.algorithms[0]
-    for algorithm in FLAGS.algorithms[1:]:
-        print(f"ratio {algorithm} / {peer} step time: {results[algorithm]['step_s'] / results[peer]['step_s']:.2f}")
+    ratios = {a: results[a]["step_s"] / results[peer]["step_s"] for a in FLAGS.algorithms[1:]}
+    for algorithm, ratio in ratios.items():
+        print(f"ratio {algorithm} / {peer} step time: {ratio:.2f}")
+    if FLAGS.out:
+        setup = {"device": jax.devices()[0].device_kind, "devices": jax.device_count(), "shape": shape,
+                 "layers": cfg.num_hidden_layers, "dtype": jnp.dtype(dtype).name, "batch": FLAGS.batch, "seq": seq,
+                 "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps}  # fmt: skip
+        provenance.write_json(FLAGS.out, {**setup, "results": results, f"step_time_ratio_to_{peer}": ratios})
 
 
 if __name__ == "__main__":
