@@ -43,6 +43,7 @@ flags.DEFINE_integer("seq", 0, "tokens per sample, prompt + response (0: 2048 at
 flags.DEFINE_integer("micro", 1, "micro-batch")
 flags.DEFINE_integer("group", 4, "samples per group")
 flags.DEFINE_integer("reps", 3, "timed updates after the compile")
+flags.DEFINE_integer("layers", 0, "keep this many of the shape's layers (0: all; 3B PPO's state exceeds one GPU)")
 flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
 flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
 
@@ -94,6 +95,8 @@ def main(argv) -> None:
     accel = jax.default_backend() != "cpu"
     shape = FLAGS.shape if FLAGS.shape != "auto" else ("3b" if accel else "tiny")
     m = base.qwen25_3b_model() if shape == "3b" else base.tiny_model()
+    if FLAGS.layers:
+        m.num_hidden_layers = FLAGS.layers
     cfg, dtype = Qwen2Config.from_model_config(m), jnp.bfloat16 if shape == "3b" else jnp.float32
     seq = FLAGS.seq or (2048 if shape == "3b" else 256)
     batch = random_batch(FLAGS.batch, seq, cfg.vocab_size, FLAGS.group)
