@@ -482,6 +482,20 @@ def render_objective_arms(*summaries: dict) -> str:
     return table(header, rows)
 
 
+def render_objective_step(d: dict) -> str:
+    """bench/objective_step.py's file: each objective's update on one batch (its own process), against the first."""
+    peer = next(iter(d["results"]))
+    rows = []
+    for name, r in d["results"].items():
+        ratio = r["step_s"] / d["results"][peer]["step_s"]
+        rows.append([f"`{name}`", f"{r['step_s']:.2f} s", f"{d['batch'] * d['seq'] / r['step_s']:.0f}",
+                     num(r["peak_gib"], 1), f"{ratio:.2f}"])  # fmt: skip
+    header = [f"objective ({d['device']}, {d['shape']} shape with {d['layers']} layers, {d['dtype']}, "
+              f"{d['batch']} x {d['seq']} tokens, micro-batch {d['micro_batch']}, groups of {d['group']})",
+              "update step", "tokens / s", "peak device GiB", f"step time / `{peer}`'s"]  # fmt: skip
+    return table(header, rows) + f"\n\nFrom `{d['command']}` ({d['date'][:10]})."
+
+
 def render_test_tiers(times: dict) -> str:
     """Each tier of `make test`: what it runs, its tests, and the time its tests took (summed over the workers)."""
     tiers = times["tiers"]
@@ -534,6 +548,9 @@ REGISTRY: dict[str, Entry] = {
     "tpu_plans": Entry(tuple(f"{RESULTS}/tpu_plans_{g}.json" for g in ("v4", "v5e", "v6e", "v5p")), render_plans),
     "tpu_plans_2slices": Entry((f"{RESULTS}/tpu_plans_2slices.json",), render_plans),
     "objective_plans": Entry(OBJECTIVE_PLANS, render_objective_plans),
+    "wall_spooky_objectives_quick": Entry((_summary("learning-spooky-objectives-quick"),), wall_figure, inline=True),
+    "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
+    "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be
