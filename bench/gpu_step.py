@@ -53,21 +53,6 @@ flags.DEFINE_enum("algorithm", "ppo", list(objectives.OBJECTIVES), "config.learn
 flags.DEFINE_integer("group", 1, "samples per group (group ids of the batch; the group objectives compare in them)")
 
 
-def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0, group: int = 1) -> RolloutBatch:
-    """b random samples of p prompt and r response tokens (every position real: the costliest batch), in groups of
-    `group` consecutive samples."""
-    rng = np.random.default_rng(seed)
-    return RolloutBatch.from_sequences(
-        [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
-        [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
-        [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
-        rng.normal(size=b).tolist(),
-        rng.uniform(1.0, 60.0, size=b).tolist(),
-        [0] * b,
-        group_ids=[i // group for i in range(b)],
-    )
-
-
 def device_peak_tflops(kind: str) -> float:
     """Dense bf16 peak of a device kind ('NVIDIA A100-SXM4-40GB', 'TPU v5p', ...); 0 when unknown."""
     for target in GPU_TARGETS.values():
@@ -109,7 +94,7 @@ def main(argv) -> None:
         optim=OptimSettings(master_dtype="float32"),
     )
     learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
-    rollout = make_batch(batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
+    rollout = RolloutBatch.random(batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
     arrays = put_batch({k: getattr(rollout, k) for k in BATCH_KEYS}, learner.mesh)
     program = learner.program
     flops = matmul_flops(program.fn.trace(learner.state, learner.reference, arrays).jaxpr.jaxpr)

@@ -48,21 +48,6 @@ flags.DEFINE_string("out", "", "also write the figures to this JSON file (with t
 flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
 
 
-def random_batch(b: int, t: int, vocab: int, group: int) -> RolloutBatch:
-    """b samples of t // 2 prompt and t - t // 2 response tokens, rewards with spread inside each group."""
-    rng = np.random.default_rng(0)
-    p, r = t // 2, t - t // 2
-    return RolloutBatch.from_sequences(
-        [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
-        [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
-        [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
-        rng.normal(size=b).tolist(),
-        rng.uniform(1.0, 60.0, size=b).tolist(),
-        [0] * b,
-        group_ids=[i // group for i in range(b)],
-    )
-
-
 def peak_gib() -> float | None:
     stats = jax.devices()[0].memory_stats() or {}
     return stats["peak_bytes_in_use"] / 2**30 if "peak_bytes_in_use" in stats else None
@@ -99,7 +84,7 @@ def main(argv) -> None:
         m.num_hidden_layers = FLAGS.layers
     cfg, dtype = Qwen2Config.from_model_config(m), jnp.bfloat16 if shape == "3b" else jnp.float32
     seq = FLAGS.seq or (2048 if shape == "3b" else 256)
-    batch = random_batch(FLAGS.batch, seq, cfg.vocab_size, FLAGS.group)
+    batch = RolloutBatch.random(FLAGS.batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
     if not FLAGS.only:
         print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; model {shape} ({cfg.num_hidden_layers} "
               f"layers, {jnp.dtype(dtype).name}); batch {FLAGS.batch} x {seq} tokens, micro-batch {FLAGS.micro}, "

@@ -39,18 +39,6 @@ flags.DEFINE_integer("micro_batch", 8, "micro-batch size (both steps)")
 flags.DEFINE_integer("reps", 5, "timed calls of each (alternating) after one warm-up (compile) call")
 
 
-def make_batch(b: int, p: int, r: int, vocab: int, seed: int = 0) -> RolloutBatch:
-    rng = np.random.default_rng(seed)
-    return RolloutBatch.from_sequences(
-        [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
-        [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
-        [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
-        rng.normal(size=b).tolist(),
-        rng.uniform(1.0, 60.0, size=b).tolist(),
-        [0] * b,
-    )
-
-
 def supervised_step_fn(model: nnx.Module, tx: optax.GradientTransformation, micro: int):
     """Jitted (params, opt_state, tokens, mask) -> (params, opt_state, loss): next-token CE, accumulated
     over micro-batches like the learner does."""
@@ -99,7 +87,7 @@ def main(argv) -> None:
         ppo=PPOSettings(mini_batch_size=FLAGS.batch, micro_batch_size=FLAGS.micro_batch, seq_bucket=0, temperature=0.7)
     )
     mc = ModelSettings().architecture()  # configs/base.py tiny_model()
-    batch = make_batch(FLAGS.batch, FLAGS.prompt_len, FLAGS.response_len, mc.vocab_size)
+    batch = RolloutBatch.random(FLAGS.batch, FLAGS.prompt_len, FLAGS.response_len, mc.vocab_size)
     tokens = batch.batch_size * batch.seq_len
 
     policy = Qwen2ForCausalLM(mc, rngs=nnx.Rngs(0))

@@ -153,6 +153,21 @@ class RolloutBatch:
             None if group_ids is None else np.asarray(group_ids),
         )
 
+    @classmethod
+    def random(cls, b: int, p: int, r: int, vocab: int, seed: int = 0, group: int = 1) -> RolloutBatch:
+        """b random samples of p prompt and r response tokens, every position real (the costliest batch of that
+        shape, for benchmarks), in groups of `group` consecutive samples with rewards of some spread."""
+        rng = np.random.default_rng(seed)
+        return cls.from_sequences(
+            [rng.integers(1, vocab, size=p).tolist() for _ in range(b)],
+            [rng.integers(1, vocab, size=r).tolist() for _ in range(b)],
+            [(-rng.uniform(1.0, 8.0, size=r)).tolist() for _ in range(b)],
+            rng.normal(size=b).tolist(),
+            rng.uniform(1.0, 60.0, size=b).tolist(),
+            [0] * b,
+            group_ids=[i // group for i in range(b)],
+        )
+
     def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
         """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""
         t = int(seq_len)

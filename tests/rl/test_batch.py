@@ -92,3 +92,10 @@ def test_group_ids_default_to_one_group_per_sample_and_travel_with_the_rows():
                                     group_ids=[0])  # fmt: skip
     with pytest.raises(ValueError, match=r"group_ids must be \[B\]"):
         RolloutBatch(**dict(b.as_dict(), group_ids=np.zeros((2, 1))))
+
+
+def test_random_batch_is_a_valid_batch_of_whole_groups():
+    b = RolloutBatch.random(8, 5, 3, vocab=50, group=4)
+    assert (b.batch_size, b.seq_len) == (8, 8) and b.response_mask.sum() == 8 * 3
+    assert b.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1] and (b.behaviour_logprobs[b.response_mask == 1] < 0).all()
+    assert np.array_equal(RolloutBatch.random(8, 5, 3, vocab=50).tokens, b.tokens)  # the seed, not the groups, draws
