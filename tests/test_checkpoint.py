@@ -135,7 +135,8 @@ def test_a_truncated_newest_step_is_moved_aside_and_the_resume_rewrites_its_step
         step, items = ck.restore_latest({"learner": state(0.0)})
     assert step == 4 and items["loop"] == {"step": 4}
     np.testing.assert_array_equal(np.asarray(items["learner"]["params"]["w"]), np.full((3, 4), 4.0))
-    [warning] = [r.getMessage() for r in caplog.records]
+    # this module's lines only: asyncio may also log orbax's unretrieved read error, depending on when it is collected
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "mle_jax.checkpoint"]
     assert "\n" not in warning and "step 5" in warning and "unreadable" in warning and "from step 4" in warning
     aside = tmp_path / "checkpoints.unreadable" / "5"
     assert aside.is_dir() and str(aside) in warning and (aside / "learner").is_dir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,10 @@ TINY = ["--config=configs/pizza.py:cpu", "--config.mesh.fsdp=-1"]
 
 def run_plan(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """The plan CLI in a fresh process (the fake CPU devices are made before JAX starts)."""
-    return subprocess.run(
-        [sys.executable, "-m", "mle_jax.plan", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+    # a plan's memory is XLA's optimised compile's (the suite turns most optimisations off: tests/conftest.py)
+    env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "0"}
+    return subprocess.run([sys.executable, "-m", "mle_jax.plan", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ whose layout used to fail), one GPU and the two-slice mesh; the other targets co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def aot_plan(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(AOT), "-m", "mle_jax.plan", *TINY, *args],
         cwd=REPO,
+        # a plan's memory is XLA's optimised compile's (the suite turns most optimisations off: tests/conftest.py)
+        env={**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "0"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,7 +84,10 @@ def test_every_tpu_generation_and_gpu_target_compiles(plans):
         assert p["flops_per_step"] > 0 and p["per_device"]["params_gib"]["policy"] > 0  # the update, traced
         if entry in COMPILED:
             assert p["update_compiled"] and r["fits"] is True and 0 < r["learner_gib"] < r["device_memory_gib"]
-            assert p["per_device"]["xla"]["temporaries_gib"] > 0
+            # XLA's memory analysis of the compiled update (the tiny v4 update has reported 0 temporaries since the
+            # objectives seam: its arguments and peak are what a compiled plan always has)
+            xla = p["per_device"]["xla"]
+            assert xla["arguments_gib"] > 0 and xla["peak_gib"] >= xla["arguments_gib"] and "temporaries_gib" in xla
         else:
             assert r["fits"] is None and p["decode"]["xla"]["peak_gib"] > 0  # the decode step, compiled
     v4 = rows["v4:2x2x2"]

@@ -101,12 +101,15 @@ def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, section
 
 
 def compile_update(loop: AsyncRLLoop) -> None:
-    """Compiles the learner's update for the loop's batch shape by one update on a batch of that shape (the learner
-    moves one step; the loop's version, which the sampler follows, does not)."""
+    """Compiles the learner's update for the loop's batch shape by one update on a batch of that shape, then puts
+    the learner's state back (the update does not donate it on CPU): the loop starts as it would have."""
     n = loop.settings.batch_size
     batch = RolloutBatch.from_sequences([[1, 2]] * n, [[3]] * n, [[-1.0]] * n, [0.0] * n, [1.0] * n, [0] * n,
                                         pad_to=loop.env.settings.max_sequence_tokens)  # fmt: skip
+    state = loop.learner.state
     loop.learner.update(batch)
+    loop.learner.state = state
+    assert loop.learner.step == 0
 
 
 def test_a_slow_run_trains_with_its_duration_weight_however_late_and_only_queued_runs_are_resampled(tmp_path, pizza):
