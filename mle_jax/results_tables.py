@@ -549,6 +549,7 @@ REGISTRY: dict[str, Entry] = {
     "tpu_plans_2slices": Entry((f"{RESULTS}/tpu_plans_2slices.json",), render_plans),
     "objective_plans": Entry(OBJECTIVE_PLANS, render_objective_plans),
     "wall_spooky_objectives_quick": Entry((_summary("learning-spooky-objectives-quick"),), wall_figure, inline=True),
+    "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
     "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
 }
