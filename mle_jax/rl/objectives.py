@@ -18,6 +18,7 @@ build a value model only where `critic` is True.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 
 import jax.numpy as jnp
@@ -28,13 +29,14 @@ from mle_jax.rl.advantages import group_advantages
 from mle_jax.rl.ppo_settings import PPOSettings
 
 
-class Objective:
+class Objective(abc.ABC):
     """Base of the objectives: the shared actor loss; subclasses give the advantages (and a critic's loss)."""
 
     critic: bool = False  # trains a value model (Qwen2ValueModel) beside the policy
     kl_in_reward: bool = False  # the KL to the reference is a penalty in the token rewards, not a loss term
     needs_groups: bool = False  # its advantages compare a sample with its group's (sampler.group_size >= 2)
 
+    @abc.abstractmethod
     def advantages(
         self, s: PPOSettings, batch: Mapping[str, Array], mask: Array, behaviour_lp: Array, ref_lp: Array,
         values: Array | None,
@@ -45,7 +47,6 @@ class Objective:
         batch: the update's batch (rewards, group_ids, durations_s [B]; ...); mask: response_mask float [B, T];
         behaviour_lp, ref_lp: [B, T], 0 outside the response; values: the critic's [B, T] (None without one).
         """
-        raise NotImplementedError
 
     def policy_loss(
         self, s: PPOSettings, lp: Array, entropy_tok: Array, mb: Mapping[str, Array], denom: Array
@@ -81,8 +82,9 @@ class Objective:
         return loss, sums
 
     def value_loss(self, s: PPOSettings, values: Array, mb: Mapping[str, Array], denom: Array) -> tuple[Array, dict]:
-        """The critic's loss of a micro-batch (values [b, T] under the critic being trained) and its sums."""
-        raise NotImplementedError(f"{type(self).__name__} has no critic")
+        """The critic's loss of a micro-batch (values [b, T] under the critic being trained) and its sums. Only an
+        objective with `critic = True` is asked for it (the update builds no critic otherwise): it must define it."""
+        raise TypeError(f"{type(self).__name__} sets critic = {self.critic} but defines no value_loss")
 
 
 def _staleness_sums(s: PPOSettings, lp: Array, old: Array, mb: Mapping[str, Array]) -> dict[str, Array]:
