@@ -36,6 +36,7 @@ CORPUS = [
 PROMPTS = [[1, 40, 41, 42, 43, 44], [1, 50, 51]]
 TEMPERATURE = 0.7
 TOL = 1e-3  # fp32 on both sides; differences are ~1e-5
+MAX_MODEL_LEN = 1024  # room for a generation that outlasts any weight sync (the mid-sequence test reads a part)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def checkpoints(tmp_path_factory):
     shape = dict(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_attention_heads=2,
         num_key_value_heads=1, head_dim=32,  # vLLM's CPU attention needs head_dim in {32, 64, 80, ...}
-        tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True, eos_token_id=tok.eos_token_id, max_position_embeddings=MAX_MODEL_LEN,
     )  # fmt: skip
     dirs = {}
     for name, seed in (("a", 0), ("b", 1)):
@@ -61,7 +62,7 @@ def checkpoints(tmp_path_factory):
 def server(checkpoints):
     dirs, _ = checkpoints
     log = dirs["a"].parent / "server.log"
-    with VLLMServer.launch(dirs["a"], max_model_len=256, timeout_s=300, log_path=log) as srv:
+    with VLLMServer.launch(dirs["a"], max_model_len=MAX_MODEL_LEN, timeout_s=300, log_path=log) as srv:
         print(f"vLLM server up in {srv.startup_s:.1f} s")
         yield srv
 
@@ -200,8 +201,8 @@ def test_bad_sync_input_fails_before_pausing(server, checkpoints, tmp_path):
 
 def test_responses_are_cut_at_the_context_length(server):
     sampler = VLLMSampler(server, eos_ids=[0])
-    assert server.max_model_len() == 256
-    long_prompt = [1] + [40 + i % 50 for i in range(249)]
+    assert server.max_model_len() == MAX_MODEL_LEN
+    long_prompt = [1] + [40 + i % 50 for i in range(MAX_MODEL_LEN - 7)]
     c = sampler.generate([long_prompt], temperature=1.0, max_tokens=50, seed=0)[0]
     assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
     with pytest.raises(ValueError, match="max_model_len"):
@@ -243,14 +244,17 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
     sequence's tokens before the sync carry weights A's logprobs, those after carry B's."""
     dirs, tok = checkpoints
     sampler = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path)
-    # ~15 s of decoding at ~17 tokens/s on 2 cores: the sync, sent after 8 tokens, lands mid-sequence
-    # even when this process is starved for seconds on a loaded machine
-    max_tokens = 256 - len(PROMPTS[0])
+    # The sync is sent after 8 streamed tokens; the generation (~1000 tokens, about a minute at ~17 tokens/s on 2
+    # cores) cannot end before it lands however long the sync takes on a loaded machine. Once sync() has returned
+    # (the server runs B), the test reads AFTER_SYNC more tokens and hangs up (vLLM aborts the request): the
+    # tokens from B are among them unless the server streamed that many tokens ahead of this reader.
+    max_tokens = MAX_MODEL_LEN - len(PROMPTS[0])
+    after_sync = 96
     body = dict(
         model=server.served_model_name, prompt=PROMPTS[0], max_tokens=max_tokens, temperature=TEMPERATURE,
         seed=5, logprobs=0, return_token_ids=True, ignore_eos=True, stream=True,
     )  # fmt: skip
-    ids, logprobs, synced_after = [], [], None
+    ids, logprobs, synced_after, read_until = [], [], None, max_tokens
     try:
         with server._http().post(server.url + "/v1/completions", json=body, stream=True, timeout=300) as r:
             assert r.status_code == 200, r.text
@@ -263,15 +267,19 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
                 if synced_after is None and len(ids) >= 8:
                     synced_after = len(ids)
                     sampler.sync(dirs["b"], version=1)
+                    read_until = len(ids) + after_sync
+                if len(ids) >= read_until:
+                    break
     finally:
         sampler.sync(dirs["a"], version=2)  # the module's server serves A for the other tests
-    assert len(ids) == len(logprobs) == max_tokens
+    n = len(ids)
+    assert n == len(logprobs) and synced_after is not None and synced_after + after_sync <= n < max_tokens, n
     prompt = np.array(PROMPTS[0], np.int32)
     c = Completion(prompt, np.array(ids, np.int32), np.array(logprobs, np.float32), "", "length", 0)
     err_a = np.abs(c.logprobs - reference_logprobs(jax_models["a"], c, TEMPERATURE))
     err_b = np.abs(c.logprobs - reference_logprobs(jax_models["b"], c, TEMPERATURE))
     # tokens streamed before the sync came from A; the server switched to B once, for good
     assert err_a[:synced_after].max() < TOL
-    switch = int(np.argmax(err_a > TOL)) if (err_a > TOL).any() else max_tokens
-    assert synced_after <= switch < max_tokens, (synced_after, switch)
+    switch = int(np.argmax(err_a > TOL)) if (err_a > TOL).any() else n
+    assert synced_after <= switch < n, (synced_after, switch, n)
     assert err_b[switch:].max() < TOL, (switch, err_b[switch:].max())
