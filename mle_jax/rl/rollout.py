@@ -73,6 +73,9 @@ class Sample:
     # the samples of one prompt sampled together (sampler.group_size) share it: the uid of the group's first
     # member; -1 (default): the sample is its own group
     group: int = -1
+    # the id of the task whose prompt this sample answers (a run may mix several tasks; config.tasks);
+    # "" in code that builds samples by hand for one task
+    task: str = ""
     instrumented_code: str | None = None
     instrument_path: str = "off"
     tag: str | None = None  # per-run marker of the instrumenter's prints (only those earn credit)
