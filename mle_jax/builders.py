@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,11 @@ from mle_jax.tasks.task import Task
 from mle_jax.warmstart.stage import untrained_policy, warm_start
 
 
-def build_policy(s: RunSettings, task: Task, packages: list[str], workdir: Path) -> tuple[Qwen2ForCausalLM, Any, dict]:
-    """(policy model, tokenizer, warm-start metrics).
+def build_policy(
+    s: RunSettings, task: Task | Sequence[Task], packages: list[str], workdir: Path
+) -> tuple[Qwen2ForCausalLM, Any, dict]:
+    """(policy model, tokenizer, warm-start metrics). task: the run's task, or the tasks of its mix (the warm
+    start and the tokenizer then cover them all).
 
     With `warmstart.enabled`, the policy is the warm-start stage's fine-tuned model (a finished stage
     is loaded, not redone). Else a checkpoint at `model.path`, or a random model of the configured shape
@@ -55,7 +59,7 @@ def make_learner(s: RunSettings, policy: Qwen2ForCausalLM) -> Learner:
 
 
 def load_trained_policy(
-    s: RunSettings, task: Task, packages: list[str], workdir: Path
+    s: RunSettings, task: Task | Sequence[Task], packages: list[str], workdir: Path
 ) -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM, Any]:
     """(latest policy, initial policy, tokenizer) of a run: the latest from its last RL checkpoint, else its
     HF export; the initial one (what RL started from, the frozen instrumenter) as the run built it."""

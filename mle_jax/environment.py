@@ -9,7 +9,7 @@ a fresh sampler.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,15 +26,21 @@ from mle_jax.tasks.task import Task
 
 
 def prepare(s: RunSettings) -> tuple[Task, list[str]]:
-    """(the run's task, prepared from its raw data if need be; the packages its sandbox offers, which the prompts
-    list)."""
+    """(the run's first task, prepared from its raw data if need be; the packages its sandbox offers, which the
+    prompts list)."""
     return prepare_task(s.task), sandbox_packages()
+
+
+def prepare_mix(s: RunSettings) -> tuple[list[Task], list[str]]:
+    """(every task of the run's mix, `s.task` first, each prepared from its raw data if need be; the sandbox's
+    packages)."""
+    return [prepare_task(t) for t in s.mix], sandbox_packages()
 
 
 @contextmanager
 def open_environment(
     s: RunSettings,
-    task: Task,
+    task: Task | Sequence[Task],
     packages: list[str],
     policy: Qwen2ForCausalLM,
     tokenizer: Any,
@@ -44,6 +50,9 @@ def open_environment(
     sampler: Sampler | None = None,
 ) -> Iterator[Environment]:
     """The environment of `policy`, its executor fleet closed on exit.
+
+    task: the task, or the tasks of the mix (from `prepare_mix`; weighed by the settings' `mix_weights` when
+    they are the run's mix, else equally).
 
     initial: the model the frozen instrumenter copies in mode "lm" (the policy RL started from; default `policy`).
     sampler: how the policy is sampled (default the run's: `builders.make_sampler`, in process or vLLM); an
@@ -55,6 +64,20 @@ def open_environment(
         if sampler is None:
             sampler = builders.make_sampler(s.sampler, policy, tokenizer, workdir)
         instrument_fn = builders.make_instrumenter(s, policy if initial is None else initial, tokenizer, workdir)
-        yield Environment(s.rollout, task, tokenizer, packages, sampler, instrument_fn, fleet)
+        tasks = [task] if isinstance(task, Task) else list(task)
+        ids = [t.id for t in tasks]
+        weights = s.mix_weights if ids == [t.id for t in s.mix] else ()
+        yield Environment(
+            s.rollout,
+            tasks[0],
+            tokenizer,
+            packages,
+            sampler,
+            instrument_fn,
+            fleet,
+            tasks={t.id: t for t in tasks},
+            weights=weights,
+            seed=s.seed,
+        )
     finally:
         fleet.close()

@@ -15,6 +15,9 @@ from mle_jax.settings import from_config
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "a run's workdir", required=True)
 _SAMPLES = flags.DEFINE_integer("samples", 0, "samples (0: the run's eval.samples, default 128)")
+_TASK = flags.DEFINE_string(
+    "task", None, "evaluate this task only: any task with data, one the run never trained on included (held out)"
+)
 
 
 def main(argv: list[str]) -> None:
@@ -26,12 +29,27 @@ def main(argv: list[str]) -> None:
     s = from_config({**json.loads(cfg_path.read_text()), "workdir": str(workdir)})
     if _SAMPLES.value:
         s = dataclasses.replace(s, eval=dataclasses.replace(s.eval, samples=_SAMPLES.value))
-    task, packages = environment.prepare(s)
-    model, initial, tokenizer = builders.load_trained_policy(s, task, packages, workdir)
+    tasks, packages = environment.prepare_mix(s)
+    model, initial, tokenizer = builders.load_trained_policy(
+        s, tasks if len(tasks) > 1 else tasks[0], packages, workdir
+    )
+    if _TASK.value:  # one task, of the mix or held out
+        try:
+            mix = {t.id: t for t in tasks}
+            held = dataclasses.replace(s.task, id=_TASK.value, prepared_dir="")
+            tasks = (
+                [mix[_TASK.value]]
+                if _TASK.value in mix
+                else environment.prepare_mix(dataclasses.replace(s, task=held, tasks=(), task_weights=()))[0]
+            )
+        except (KeyError, ValueError, FileNotFoundError) as e:
+            raise app.UsageError(f"--task={_TASK.value}: {str(e).strip(chr(39))}") from None
     # the run's instrumenter: its mode, its frozen initial model
-    with environment.open_environment(s, task, packages, model, tokenizer, workdir, initial=initial) as env:
+    env_tasks = tasks if len(tasks) > 1 else tasks[0]
+    with environment.open_environment(s, env_tasks, packages, model, tokenizer, workdir, initial=initial) as env:
         result = evaluate(s.eval, env)
-    (workdir / "evaluation.json").write_text(json.dumps(result, indent=2))
+    name = f"evaluation-{_TASK.value}.json" if _TASK.value else "evaluation.json"
+    (workdir / name).write_text(json.dumps(result, indent=2))
     print(format_table(result))
 
 

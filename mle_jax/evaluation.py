@@ -97,13 +97,18 @@ def _summary(samples: list[rollout.Sample], task_id: str, lower_is_better: bool)
     return out
 
 
-def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
+def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | None = None) -> dict:
     """`settings.samples` scratch samples, then (if settings.improve) one improvement of each; per pair the
-    better is kept."""
+    better is kept. An environment over a mix of tasks, without `task_id`: every task so evaluated, as
+    {"task": its first task, "tasks": {task id: that task's evaluation}}."""
+    if task_id is None and len(env.tasks) > 1:
+        per_task = {t: evaluate(settings, env, t) for t in env.tasks}
+        return {"task": env.task.id, "tasks": per_task}
+    task = env.tasks[task_id or env.task.id]
     rng = np.random.default_rng(settings.seed + 10_000)
-    n, lower, task_id = settings.samples, env.task.lower_is_better, env.task.id
+    n, lower, task_id = settings.samples, task.lower_is_better, task.id
     with Progress() as progress:
-        scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0), 0)
+        scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0, task_id=task_id), 0)
         env.submit(scratch)
         _run_all(scratch, env, progress, "eval: from scratch")
         out = {"task": task_id, "scratch": _summary(scratch, task_id, lower)}
@@ -126,7 +131,10 @@ def evaluate(settings: EvalSettings, env: rollout.Environment) -> dict:
 
 
 def format_table(result: dict) -> str:
-    """The evaluation's table, its medal table and the paper's figures with their medals."""
+    """The evaluation's table, its medal table and the paper's figures with their medals (one of each per task
+    of a mix)."""
+    if "tasks" in result:
+        return "\n\n".join(f"### {t}\n\n{format_table(r)}" for t, r in result["tasks"].items())
     rows = []
     for name in ("scratch", "improved", "best_of_both"):
         if name in result:

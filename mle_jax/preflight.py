@@ -20,7 +20,7 @@ from pathlib import Path
 from mle_jax.executor.runtime import check_venv, venv_of
 from mle_jax.models.hf import read_config
 from mle_jax.settings import RunSettings
-from mle_jax.tasks.prepare import PREPARERS
+from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.warmstart.programs import registered_tasks
 
 
@@ -81,7 +81,10 @@ def _without_path(s: RunSettings) -> str:
 
 
 def _task(s: RunSettings) -> list[str]:
-    t = s.task
+    return [line for t in s.mix for line in _one_task(t)]
+
+
+def _one_task(t: TaskSettings) -> list[str]:
     if t.prepared_dir:
         if not (Path(t.prepared_dir) / "public").is_dir():
             return [f"task.prepared_dir={t.prepared_dir} has no public/ folder: pass an MLE-bench prepared/ folder"]
@@ -102,10 +105,11 @@ def _task(s: RunSettings) -> list[str]:
 def _corpus(s: RunSettings) -> list[str]:
     """The tiny model (no checkpoint) gets its tokenizer, and with the warm start its first programs, from the
     task's corpus generator."""
-    if s.model.path or s.task.id in registered_tasks():
+    lacking = [t.id for t in s.mix if t.id not in registered_tasks()]
+    if s.model.path or not lacking:
         return []
     return [
-        f"the tiny model (empty model.path) learns from a warm-start corpus and {s.task.id} has none "
+        f"the tiny model (empty model.path) learns from a warm-start corpus and {lacking[0]} has none "
         f"(mle_jax/warmstart/programs/ has {', '.join(registered_tasks())}): pass --config.model.path=<HF model "
         "folder>, or add a corpus generator for the task"
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tensorboardX import SummaryWriter
 
-from mle_jax.tasks.medals import LEVELS, medal
+from mle_jax.tasks.medals import LEVELS, medal, medal_summary
+from mle_jax.tasks.registry import get_spec
 from mle_jax.tensorboard_events import drop_steps_after
 
 
@@ -209,6 +210,47 @@ def evaluation_medals(evaluation: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+TASK_HEADER = ["task", "", "samples", "mean reward ± SE", "valid fraction", "mean score", "best score", "medal share",
+               "mean Δt (s)"]  # fmt: skip
+
+
+def task_row(task: str, label: str, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """One task's row of `TASK_HEADER` over sample records (samples.jsonl, evaluation.json's)."""
+    rewards = np.array([r["reward"] for r in records if r.get("reward") is not None], np.float64)
+    scores = [r["score"] if r.get("valid") else None for r in records]
+    valid = [x for x in scores if x is not None]
+    se = float(rewards.std(ddof=1) / np.sqrt(rewards.size)) if rewards.size > 1 else None
+    reward = None if not rewards.size else f"{rewards.mean():.3f}" + (f" ± {se:.3f}" if se is not None else "")
+    best = (min if get_spec(task).lower_is_better else max)(valid) if valid else None
+    return [
+        task,
+        label,
+        len(records),
+        reward,
+        len(valid) / max(len(records), 1),
+        float(np.mean(valid)) if valid else None,
+        best,
+        medal_summary(task, scores)["any_medal"],
+        float(np.mean([r.get("duration_s") or 0.0 for r in records])) if records else None,
+    ]
+
+
+def task_table(samples: Sequence[Mapping[str, Any]], evaluation: Mapping[str, Any] | None) -> str:
+    """A row per task of a mix (more than one task among the samples or the evaluation): its RL samples, and its
+    evaluation's scratch samples. Empty for a run of one task."""
+    evals = dict((evaluation or {}).get("tasks") or {})
+    tasks = list(dict.fromkeys([*(r.get("task") for r in samples if r.get("task")), *evals]))
+    if len(tasks) < 2:
+        return ""
+    rows = []
+    for t in tasks:
+        rows.append(task_row(t, "RL", [r for r in samples if r.get("task") == t]))
+        scratch = (evals.get(t) or {}).get("scratch")
+        if scratch:
+            rows.append(task_row(t, "evaluation", scratch.get("records", [])))
+    return markdown_table(TASK_HEADER, rows)
+
+
 def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> Path:
     """report.md: a run summary table, the evaluation beside the paper, and the plots."""
     workdir = Path(workdir)
@@ -231,6 +273,9 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
         if medals:
             parts += ["", medals]
+    per_task = task_table(read_metrics(workdir / "samples.jsonl"), evaluation)
+    if per_task:
+        parts += ["", "## Per task", "", per_task]
     if rows:
         parts += ["", "## Per step", ""]
         keys = [

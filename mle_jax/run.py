@@ -61,8 +61,9 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
 def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
     """A follower process of a multi-process run: the same model, learner and sampler sync as the leader, the
     leader's batches (rl/hosts.py); no environment, evaluation or report of its own."""
-    task, packages = environment.prepare(s)
-    model, tokenizer, _ = builders.build_policy(s, task, packages, workdir)
+    tasks, packages = environment.prepare_mix(s)
+    task = tasks[0]
+    model, tokenizer, _ = builders.build_policy(s, tasks if len(tasks) > 1 else task, packages, workdir)
     learner = builders.make_learner(s, model)
     sampler = builders.make_sampler(s.sampler, model, tokenizer, workdir)
     ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
@@ -79,15 +80,20 @@ def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
 
 def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: float) -> dict:
     """The run of the one process (or of process 0, the leader, of several): every stage."""
-    console.rule(f"[bold]mle_jax: {s.task.id}")
-    task, packages = environment.prepare(s)
-    console.print(f"task prepared: public={task.public_dir}")
+    console.rule(f"[bold]mle_jax: {', '.join(t.id for t in s.mix)}")
+    tasks, packages = environment.prepare_mix(s)
+    task = tasks[0]
+    for t in tasks:
+        console.print(f"task prepared: public={t.public_dir}")
+    mix = tasks if len(tasks) > 1 else task
 
-    model, tokenizer, ws_metrics = builders.build_policy(s, task, packages, workdir)
+    model, tokenizer, ws_metrics = builders.build_policy(s, mix, packages, workdir)
     summary: dict[str, Any] = {"task": task.id, "workdir": str(workdir)}
+    if len(tasks) > 1:
+        summary["tasks"] = ",".join(t.id for t in tasks)
     summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
     learner = builders.make_learner(s, model)
-    with environment.open_environment(s, task, packages, model, tokenizer, workdir) as env:
+    with environment.open_environment(s, mix, packages, model, tokenizer, workdir) as env:
         writer = report.MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)

@@ -26,12 +26,14 @@ from mle_jax.rl.ppo_update import PPOSettings
 from mle_jax.rl.rollout import RolloutSettings
 from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.sharding import MeshSettings
-from mle_jax.tasks.prepare import TaskSettings
+from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.tasks.prompts import PromptSettings
+from mle_jax.tasks.registry import all_specs
 from mle_jax.tasks.reward import RewardSettings
 from mle_jax.warmstart.stage import WarmStartSettings
 
 SAMPLER_BACKENDS = ("jax", "vllm")
+KNOWN_TASKS = frozenset(t.id for t in all_specs())
 
 
 class ConfigError(ValueError):
@@ -69,6 +71,20 @@ class RunSettings:
     warmstart: WarmStartSettings
     eval: EvalSettings
     report: ReportSettings
+    # the mix of tasks one policy trains on (config.tasks, task_weights); empty: the mix of one, `task`
+    tasks: tuple[TaskSettings, ...] = ()
+    task_weights: tuple[float, ...] = ()
+
+    @property
+    def mix(self) -> tuple[TaskSettings, ...]:
+        """The tasks of the run, `task` first: the config's `tasks`, or `task` alone."""
+        return self.tasks or (self.task,)
+
+    @property
+    def mix_weights(self) -> tuple[float, ...]:
+        """Each task's sampling weight (normalised to sum 1), in `mix` order."""
+        w = self.task_weights or (1.0,) * len(self.mix)
+        return tuple(float(x) / sum(w) for x in w)
 
 
 def _section(cfg: Any, name: str) -> dict[str, Any]:
@@ -92,9 +108,45 @@ def _build(cls: type, section: str, fields: Mapping[str, Any], **extra: Any) -> 
 
 _TOP_LEVEL = (
     "seed", "workdir", "resume", "model", "task", "prompt", "sampler", "instrument", "executor", "reward",
-    "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report", "learner",
+    "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report", "learner", "tasks", "task_weights",
 )  # fmt: skip
-_OPTIONAL = ("learner",)  # absent from the config.json of workdirs written before it existed: its defaults
+# absent from the config.json of workdirs written before they existed: their defaults
+_OPTIONAL = ("learner", "tasks", "task_weights")
+
+
+def task_mix(cfg: Any, task: TaskSettings) -> tuple[tuple[TaskSettings, ...], tuple[float, ...]]:
+    """(the tasks of the run, `task` first; their weights) from `config.tasks` and `config.task_weights`.
+
+    Every task but `task` shares its raw_dir and data_root and is prepared from raw data. An unknown id, a repeated
+    one, a task without data here or weights that do not match are one ConfigError line."""
+    ids = tuple(str(t) for t in (cfg["tasks"] if "tasks" in cfg.keys() else ()) or ())
+    weights = tuple(float(w) for w in (cfg["task_weights"] if "task_weights" in cfg.keys() else ()) or ())
+    if not ids:
+        if weights and len(weights) != 1:
+            raise ConfigError(f"task_weights has {len(weights)} weights but the run has one task ({task.id})")
+        return (), ()
+    for t in ids:
+        if t not in KNOWN_TASKS:
+            raise ConfigError(f"config.tasks: unknown task id {t!r}; known: {', '.join(sorted(KNOWN_TASKS))}")
+    if len(set(ids)) < len(ids):
+        raise ConfigError(f"config.tasks names a task twice: {list(ids)}")
+    if weights and (len(weights) != len(ids) or min(weights) < 0 or sum(weights) <= 0):
+        raise ConfigError(
+            f"config.task_weights={list(weights)} must be one weight >= 0 per task of config.tasks ({len(ids)}), "
+            "not all 0 (empty: equal weights)"
+        )
+    # task.id first (its prepared_dir applies to it); the other tasks keep the order of config.tasks
+    first = task.id if task.id in ids else ids[0]
+    order = [first, *(t for t in ids if t != first)]
+    by_id = dict(zip(ids, weights or (1.0,) * len(ids), strict=True))
+    for t in order:
+        if not (t == task.id and task.prepared_dir) and t not in PREPARERS:
+            raise ConfigError(
+                f"config.tasks: {t} has no data in this repository (tasks with data: {', '.join(sorted(PREPARERS))}); "
+                f"drop it from the mix, or run it alone with --config.task.prepared_dir=<MLE-bench prepared/ folder>"
+            )
+    tasks = tuple(task if t == task.id else dataclasses.replace(task, id=t, prepared_dir="") for t in order)
+    return tasks, tuple(by_id[t] for t in order)
 
 
 def from_config(cfg: Any) -> RunSettings:
@@ -128,11 +180,15 @@ def from_config(cfg: Any) -> RunSettings:
         # would stretch the slow ones past verify_timeout_s and skew the corpus's run times, which are measured
         cpus = os.cpu_count() or 1
         warmstart["verify_workers"] = min(executor.slots or cpus, cpus)
+    task = _build(TaskSettings, "task", _section(cfg, "task"))
+    tasks, task_weights = task_mix(cfg, task)
     return RunSettings(
         seed=seed,
         workdir=str(cfg["workdir"]),
         resume=bool(cfg["resume"]),
-        task=_build(TaskSettings, "task", _section(cfg, "task")),
+        task=tasks[0] if tasks else task,
+        tasks=tasks,
+        task_weights=task_weights,
         model=model,
         rollout=RolloutSettings(
             prompt=prompt,

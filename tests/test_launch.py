@@ -88,6 +88,18 @@ USER_ERRORS = [
         ["--config=configs/pizza.py:cpu", "--config.ppo.behaviour_weight_cap=0.5"],
         "behaviour_weight_cap must be >= 1",
     ),
+    (  # a mix naming a task id that does not exist
+        ["--config=configs/multitask.py:cpu", "--config.tasks=('random-acts-of-pizza','no-such-task')"],
+        "config.tasks: unknown task id 'no-such-task'; known:",
+    ),
+    (  # a mix with a task whose data does not ship here
+        ["--config=configs/multitask.py:cpu", "--config.tasks=('random-acts-of-pizza','lmsys-chatbot-arena')"],
+        "config.tasks: lmsys-chatbot-arena has no data in this repository",
+    ),
+    (
+        ["--config=configs/multitask.py:cpu", "--config.task_weights=(1.0,2.0)"],
+        "config.task_weights=[1.0, 2.0] must be one weight >= 0 per task of config.tasks (6)",
+    ),
 ]
 
 

@@ -149,3 +149,24 @@ def test_the_learner_section_picks_the_objective_and_may_be_absent():
     # the config.json of a workdir written before the section existed (mle_jax.evaluate reads it): PPO
     old = {k: v for k, v in pizza.get_config("cpu").to_dict().items() if k != "learner"}
     assert from_config(old).learner.algorithm == "ppo"
+
+
+def test_a_single_task_config_is_a_mix_of_one():
+    from configs import pizza
+
+    s = from_config(pizza.get_config("cpu"))
+    assert [t.id for t in s.mix] == ["random-acts-of-pizza"] and s.mix_weights == (1.0,)
+
+
+def test_a_mix_keeps_the_task_section_first_with_its_prepared_dir_and_normalises_the_weights():
+    from configs import multitask
+
+    cfg = multitask.get_config("cpu")
+    cfg.task.id, cfg.task.prepared_dir = "spooky-author-identification", "/some/prepared"
+    cfg.tasks = ("random-acts-of-pizza", "spooky-author-identification")
+    cfg.task_weights = (1.0, 3.0)
+    s = from_config(cfg)
+    assert [t.id for t in s.mix] == ["spooky-author-identification", "random-acts-of-pizza"]
+    assert s.task.id == "spooky-author-identification" and s.mix[0].prepared_dir == "/some/prepared"
+    assert s.mix[1].prepared_dir == "" and s.mix[1].raw_dir == cfg.task.raw_dir
+    assert s.mix_weights == (0.75, 0.25)

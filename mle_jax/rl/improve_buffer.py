@@ -23,6 +23,7 @@ class PreviousSolution:
     valid: bool
     score: float | None
     version: int
+    task: str = ""  # the id of its task ("": a run of one task, or a checkpoint from before mixes)
 
 
 class ImproveBuffer:
@@ -42,10 +43,13 @@ class ImproveBuffer:
         self._items.append(item)
         return True
 
-    def sample(self, rng: np.random.Generator) -> PreviousSolution | None:
-        if not self._items:
+    def sample(self, rng: np.random.Generator, task: str | None = None) -> PreviousSolution | None:
+        """A uniformly drawn solution; with `task`, of that task only (None when it has none). A solution saved
+        without a task ("") counts as any task's: a run of one task."""
+        items = self._items if task is None else [x for x in self._items if x.task in (task, "")]
+        if not items:
             return None
-        return self._items[int(rng.integers(len(self._items)))]
+        return items[int(rng.integers(len(items)))]
 
     def state_dict(self) -> dict:
         return {"capacity": self.capacity, "items": [asdict(x) for x in self._items]}

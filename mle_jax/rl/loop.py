@@ -32,6 +32,8 @@ from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.improve_buffer import ImproveBuffer
 from mle_jax.rl.learner import Learner
+from mle_jax.tasks.medals import medal_summary
+from mle_jax.tasks.registry import get_spec
 
 SYNC_SOURCES = ("hf", "orbax")
 
@@ -128,6 +130,7 @@ class StepStats:
     """What one update saw: the B samples it trained on."""
 
     samples: list[rollout.Sample] = field(default_factory=list)
+    tasks: tuple[str, ...] = ()  # a run over a mix of several tasks: their ids, for a row of metrics per task
 
     def metrics(self) -> dict[str, float]:
         rewards = np.array([s.reward.total for s in self.samples], dtype=np.float64)
@@ -161,7 +164,32 @@ class StepStats:
         for kind in ("scratch", "improve"):  # self-improvement works only if improve prompts stay valid
             of_kind = [s.reward.valid for s in self.samples if s.prompt.kind == kind]
             m[f"valid_fraction/{kind}"] = np.mean(of_kind) if of_kind else None
+        if self.tasks:  # a mix of tasks: a row per task (none of its samples in this batch: None)
+            for task in self.tasks:
+                m.update(task_metrics(task, [s for s in self.samples if s.task == task]))
         return {k: (None if v is None else float(v)) for k, v in m.items()}
+
+
+def task_metrics(task: str, samples: list[rollout.Sample]) -> dict[str, float | None]:
+    """One task's share of a batch: `<metric>/<task>` for reward/mean, reward/se, valid_fraction, score/mean,
+    score/best (in the task's direction), medal_fraction (samples at bronze or above) and duration_s/mean."""
+    if not samples:
+        keys = ("samples", "reward/mean", "reward/se", "valid_fraction", "score/mean", "score/best")
+        return {f"{k}/{task}": None for k in (*keys, "medal_fraction", "duration_s/mean")}
+    rewards = np.array([s.reward.total for s in samples], dtype=np.float64)
+    scores = [float(s.reward.score) for s in samples if s.reward.valid]
+    lower = get_spec(task).lower_is_better
+    medals = medal_summary(task, [float(s.reward.score) if s.reward.valid else None for s in samples])
+    return {
+        f"samples/{task}": float(len(samples)),
+        f"reward/mean/{task}": float(rewards.mean()),
+        f"reward/se/{task}": float(rewards.std(ddof=1) / np.sqrt(rewards.size)) if rewards.size > 1 else None,
+        f"valid_fraction/{task}": float(np.mean([s.reward.valid for s in samples])),
+        f"score/mean/{task}": float(np.mean(scores)) if scores else None,
+        f"score/best/{task}": (min if lower else max)(scores) if scores else None,
+        f"medal_fraction/{task}": medals["any_medal"],
+        f"duration_s/mean/{task}": float(np.mean([s.duration_s for s in samples])),
+    }
 
 
 class AsyncRLLoop:
@@ -196,12 +224,15 @@ class AsyncRLLoop:
             "counters": self.counters.state_dict(),
             "buffer": self.buffer.state_dict(),
             "rng": self.rng.bit_generator.state,
+            "prompt_stream": self.env.stream.state_dict(),  # a resumed run continues its (task, kind) stream
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.counters = LoopCounters(**state["counters"])
         self.buffer = ImproveBuffer.from_state_dict(state["buffer"])
         self.rng.bit_generator.state = state["rng"]
+        if "prompt_stream" in state:  # absent from checkpoints written before mixes of tasks
+            self.env.stream.load_state_dict(state["prompt_stream"])
 
     # ---- the boxes, wired ------------------------------------------------------------------
     def _refill(self) -> None:
@@ -341,7 +372,7 @@ class AsyncRLLoop:
         taken = {s.uid for s in used}
         self.finished = [s for s in self.finished if s.uid not in taken]
         self.last_used = used
-        stats = StepStats(used)
+        stats = StepStats(used, tuple(self.env.tasks) if len(self.env.tasks) > 1 else ())
 
         t0 = time.monotonic()
         batch = self._batch(used)

@@ -16,6 +16,7 @@ from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.rl.task_mix import PromptStream
 from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.progress import new_tag, untag
@@ -59,6 +60,7 @@ class PromptItem:
     kind: str  # "scratch" | "improve"
     prompt_ids: list[int]
     parent: PreviousSolution | None = None
+    task: str = ""  # the id of the task it asks about ("": the environment's first task)
 
 
 @dataclass
@@ -73,6 +75,9 @@ class Sample:
     # the samples of one prompt sampled together (sampler.group_size) share it: the uid of the group's first
     # member; -1 (default): the sample is its own group
     group: int = -1
+    # the id of the task whose prompt this sample answers (a run may mix several tasks; config.tasks);
+    # "" in code that builds samples by hand for one task
+    task: str = ""
     instrumented_code: str | None = None
     instrument_path: str = "off"
     tag: str | None = None  # per-run marker of the instrumenter's prints (only those earn credit)
@@ -114,6 +119,7 @@ class Sample:
             "group": self.group,
             "version": self.version,
             "prompt": self.prompt.kind,
+            "task": self.task,
             "duration_s": round(self.duration_s, 3),
             "status": None if self.result is None else str(self.result.status),
             "reward": None if r is None else r.total,
@@ -128,7 +134,11 @@ class Sample:
 @dataclass
 class Environment:
     """The boxes a sample passes through, and how: prompt → sampler → instrumenter → executor fleet → grader →
-    reward. The RL loop and the evaluation both drive one; neither knows how a box works inside."""
+    reward. The RL loop and the evaluation both drive one; neither knows how a box works inside.
+
+    A run over a mix of tasks holds them all (`tasks`, `task` the first): the RL loop's prompts follow a seeded
+    (task, kind) stream (rl/task_mix.py) drawn by `weights`, each sample carries its task, and its program runs on
+    that task's data and is graded by that task's grader."""
 
     settings: RolloutSettings
     task: Task
@@ -137,6 +147,20 @@ class Environment:
     sampler: Sampler
     instrument_fn: InstrumentFn
     fleet: Fleet
+    tasks: dict[str, Task] = field(default_factory=dict)  # every task of the mix by id (default: `task` alone)
+    weights: tuple[float, ...] = ()  # each task's sampling weight, in `tasks` order (default: equal)
+    seed: int = 0  # of the (task, kind) stream
+
+    def __post_init__(self) -> None:
+        self.tasks = dict(self.tasks) or {self.task.id: self.task}
+        self.task = next(iter(self.tasks.values()))
+        weights = self.weights or (1.0,) * len(self.tasks)
+        self.stream = PromptStream(list(self.tasks), weights, self.settings.prompt.improve_fraction, self.seed)
+        self._scratch_ids: dict[str, list[int]] = {}
+
+    def task_of(self, item: Sample | PromptItem | PreviousSolution) -> Task:
+        """The task a sample, prompt or earlier solution belongs to."""
+        return self.tasks[item.task or self.task.id]
 
     def prompts(
         self,
@@ -144,31 +168,40 @@ class Environment:
         buffer: ImproveBuffer | None,
         rng: np.random.Generator,
         improve_fraction: float | None = None,
+        task_id: str | None = None,
     ) -> list[PromptItem]:
-        """n prompts; each asks to improve a buffered solution with probability improve_fraction
-        (default prompt.improve_fraction)."""
-        p = self.settings.prompt
-        improve_fraction = p.improve_fraction if improve_fraction is None else improve_fraction
+        """n prompts. Without `improve_fraction` or `task_id` (the RL loop), the next n (task, kind) draws of the
+        run's stream; a draw of kind "improve" shows an earlier solution of its task from `buffer` (a scratch
+        prompt when there is none). With them (an evaluation), n prompts of `task_id` (default the first task),
+        each an improve prompt with probability improve_fraction (default prompt.improve_fraction)."""
+        if improve_fraction is None and task_id is None:
+            draws = self.stream.take(n)
+        else:
+            task_id = task_id or self.task.id
+            fraction = self.settings.prompt.improve_fraction if improve_fraction is None else improve_fraction
+            draws = [(task_id, "improve" if rng.random() < fraction else "scratch") for _ in range(n)]
         items = []
-        scratch_ids: list[int] | None = None
-        for _ in range(n):
+        for task_id, kind in draws:
             parent = None
-            if buffer is not None and len(buffer) and rng.random() < improve_fraction:
-                parent = buffer.sample(rng)
-            if parent is None:
-                if scratch_ids is None:  # the scratch prompt is the same every time: render once
-                    scratch = prompt_lib.scratch_messages(self.task, self.packages, p.snippet_chars)
-                    scratch_ids = prompt_lib.render_prompt(scratch, self.tokenizer, p.max_prompt_tokens)
-                items.append(PromptItem("scratch", list(scratch_ids)))
-            else:
-                items.append(self.improve_prompt(parent))
+            if kind == "improve" and buffer is not None:
+                parent = buffer.sample(rng, task=task_id)
+            items.append(self.scratch_prompt(task_id) if parent is None else self.improve_prompt(parent))
         return items
+
+    def scratch_prompt(self, task_id: str) -> PromptItem:
+        """The prompt that asks for a solution of `task_id` from scratch (the same every time: rendered once)."""
+        if task_id not in self._scratch_ids:
+            p = self.settings.prompt
+            scratch = prompt_lib.scratch_messages(self.tasks[task_id], self.packages, p.snippet_chars)
+            self._scratch_ids[task_id] = list(prompt_lib.render_prompt(scratch, self.tokenizer, p.max_prompt_tokens))
+        return PromptItem("scratch", list(self._scratch_ids[task_id]), task=task_id)
 
     def improve_prompt(self, parent: PreviousSolution) -> PromptItem:
         """The prompt that shows `parent` (plan, code, output) and asks for a better solution."""
-        msgs = prompt_lib.improve_messages(self.task, self.packages, parent.plan, parent.code, parent.output)
+        task = self.task_of(parent)
+        msgs = prompt_lib.improve_messages(task, self.packages, parent.plan, parent.code, parent.output)
         ids = prompt_lib.render_prompt(msgs, self.tokenizer, self.settings.prompt.max_prompt_tokens)
-        return PromptItem("improve", ids, parent)
+        return PromptItem("improve", ids, parent, task=task.id)
 
     def sample(self, prompts: Sequence[PromptItem], first_uid: int, n: int = 1) -> list[Sample]:
         """Generates n responses per prompt (one request of n samples: the sampler's `n`) and parses plan + code.
@@ -183,8 +216,17 @@ class Environment:
         for i, c in enumerate(completions):
             p, group = prompts[i // n], first_uid + (i // n) * n
             parsed = prompt_lib.parse_response(c.text)
+            task = p.task or self.task.id
             out.append(
-                Sample(uid=first_uid + i, prompt=p, completion=c, plan=parsed.plan, code=parsed.code, group=group)
+                Sample(
+                    uid=first_uid + i,
+                    prompt=p,
+                    completion=c,
+                    plan=parsed.plan,
+                    code=parsed.code,
+                    group=group,
+                    task=task,
+                )
             )
         return out
 
@@ -198,7 +240,7 @@ class Environment:
         runnable = [s for s in samples if s.code is not None]
         for s in samples:
             if s.code is None:
-                s.reward = compute_reward(None, "", self.task.lower_is_better, reward)
+                s.reward = compute_reward(None, "", self.task_of(s).lower_is_better, reward)
         # the agent's own progress prints earn nothing: removed before instrumenting, and the
         # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
         cleaned = [strip_agent_progress(s.code) for s in runnable]
@@ -210,7 +252,7 @@ class Environment:
     def queue(self, sample: Sample) -> None:
         """Queues an instrumented sample's program in the executor fleet (again, for one taken back from the queue)."""
         sample.submitted_at = time.monotonic()
-        sample.future = self.fleet.submit(sample.instrumented_code, self.task, self.settings.limits)
+        sample.future = self.fleet.submit(sample.instrumented_code, self.task_of(sample), self.settings.limits)
 
     def finish(self, sample: Sample, result: ExecResult) -> Sample:
         """Grades a finished run (outside the sandbox) and computes its reward."""
@@ -218,8 +260,9 @@ class Environment:
         sample.result = result
         if result.infra_failure:
             return sample
-        graded = grade_run(self.task, result)
-        sample.reward = compute_reward(graded, sample.raw_output, self.task.lower_is_better, reward, tag=sample.tag)
+        task = self.task_of(sample)
+        graded = grade_run(task, result)
+        sample.reward = compute_reward(graded, sample.raw_output, task.lower_is_better, reward, tag=sample.tag)
         results_dir = result.extra.get("results_dir")
         if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
             shutil.rmtree(results_dir, ignore_errors=True)
@@ -240,4 +283,5 @@ def to_previous(sample: Sample, output_chars: int) -> PreviousSolution:
         valid=bool(r.valid) if r else False,
         score=None if r is None or r.score is None else float(r.score),
         version=sample.version,
+        task=sample.task,
     )

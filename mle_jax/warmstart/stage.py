@@ -237,7 +237,7 @@ def task_tokenizer(
 
 
 def untrained_policy(
-    settings: WarmStartSettings, task: Task, packages: Sequence[str], workdir: Path
+    settings: WarmStartSettings, task: Task | Sequence[Task], packages: Sequence[str], workdir: Path
 ) -> tuple[Qwen2ForCausalLM, Any]:
     """The policy a run starts RL from without a warm start: the checkpoint at `model.path`, or a random
     model with a task BPE trained on the task's corpus programs and scratch prompt (saved in workdir)."""
@@ -245,15 +245,16 @@ def untrained_policy(
         path = settings.model.path
         model = from_pretrained(path, dtype=settings.model.compute_dtype, **settings.model.runtime_options())
         return model, load_tokenizer(path)
-    items = generate_corpus(task.spec, settings.corpus_size, settings.seed, packages)
-    chats = [scratch_messages(task, list(packages), settings.prompt.snippet_chars)]
+    tasks = [task] if isinstance(task, Task) else list(task)  # a mix: the BPE of all its corpora and prompts
+    items = [it for t in tasks for it in generate_corpus(t.spec, settings.corpus_size, settings.seed, packages)]
+    chats = [scratch_messages(t, list(packages), settings.prompt.snippet_chars) for t in tasks]
     tokenizer = task_tokenizer(settings, [it.response() for it in items], chats, workdir / "tokenizer")
     return fresh_policy(settings.model, len(tokenizer)), tokenizer
 
 
 def warm_start(
     settings: WarmStartSettings,
-    task: Task,
+    task: Task | Sequence[Task],
     sandbox: Sandbox,
     packages: Sequence[str],
     workdir: str | Path,
@@ -265,22 +266,31 @@ def warm_start(
     (`settings.improve_fraction` of the set, see `mle_jax.warmstart.improve`).
     sandbox: `make_sandbox(...)` (programs are verified in it); packages: the sandbox's packages
     (they gate model families in the corpus and appear in the prompt, as in RL).
+    task: one task, or the tasks of a mix: then the SFT set is the union of each task's (each prompt names its
+    task), the instrumentation examples are drawn from every task's programs, the tokenizer is trained on all,
+    and each task's corpus is verified in workdir/<task id>/.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     policy_dir = workdir / "policy"
-    items = generate_corpus(task.spec, settings.corpus_size, settings.seed, packages)
-    run_fn = sandbox_run_fn(
-        sandbox,
-        task,
-        settings.verify_limits(),
-        instrument_mode="off" if settings.instrument.mode == "off" else "ast",
-        output_chars=settings.prompt.output_tail_chars,
-    )
-    verified = verify_cached(items, task, run_fn, workdir / "verified.jsonl", settings.verify_workers, progress)
-    if len(verified) < len(items):
-        raise RuntimeError(corpus_failure_message(task.id, len(items), verified_reasons(workdir / "verified.jsonl"),
-                                                  settings, workdir / "verified.jsonl"))  # fmt: skip
+    tasks = [task] if isinstance(task, Task) else list(task)
+    verified_by_task = []
+    for t in tasks:
+        items = generate_corpus(t.spec, settings.corpus_size, settings.seed, packages)
+        run_fn = sandbox_run_fn(
+            sandbox,
+            t,
+            settings.verify_limits(),
+            instrument_mode="off" if settings.instrument.mode == "off" else "ast",
+            output_chars=settings.prompt.output_tail_chars,
+        )
+        cache = (workdir if len(tasks) == 1 else workdir / t.id) / "verified.jsonl"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        verified = verify_cached(items, t, run_fn, cache, settings.verify_workers, progress)
+        if len(verified) < len(items):
+            raise RuntimeError(corpus_failure_message(t.id, len(items), verified_reasons(cache), settings, cache))
+        verified_by_task.append(verified)
+    verified = [v for vs in verified_by_task for v in vs]
 
     if (policy_dir / "DONE").is_file():
         model = from_pretrained(policy_dir, **settings.model.runtime_options())
@@ -288,12 +298,14 @@ def warm_start(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
 
-    instrument_programs, held_out = split_programs(
-        task.id, packages, settings.instrument_examples, settings.seed + 1, [v.item for v in verified]
-    )
-    examples, chats = sft_examples(
-        settings, task, packages, verified, instrument_programs[: settings.instrument_examples]
-    )
+    examples, chats, instrument_programs, held_out = [], [], [], []
+    n_instrument = -(-settings.instrument_examples // len(tasks))  # each task's share, rounded up
+    for t, vs in zip(tasks, verified_by_task, strict=True):
+        programs, held = split_programs(t.id, packages, n_instrument, settings.seed + 1, [v.item for v in vs])
+        ex, ch = sft_examples(settings, t, packages, vs, programs[:n_instrument])
+        examples, chats = examples + ex, chats + ch
+        instrument_programs += programs[:n_instrument]
+        held_out += held
     copy_losses: list[float] = []
     if settings.model.path:
         tokenizer = load_tokenizer(settings.model.path)
@@ -309,7 +321,7 @@ def warm_start(
     if copy_losses:
         metrics["copy_first_loss"], metrics["copy_final_loss"] = copy_losses[0], copy_losses[-1]
     metrics["corpus"] = len(verified)
-    metrics["improve_examples"] = improve_count(len(verified), settings.improve_fraction)
+    metrics["improve_examples"] = sum(improve_count(len(vs), settings.improve_fraction) for vs in verified_by_task)
     metrics["corpus_score_mean"] = sum(v.score for v in verified) / len(verified)
     metrics["instrument_examples"] = len(instrument_programs) + (
         settings.instrument_redrawn if instrument_programs else 0

@@ -1,0 +1,58 @@
+"""The stream of (task, prompt kind) draws of a run over a mix of tasks (config.tasks, config.task_weights).
+
+Each task's draws are a grain `MapDataset` whose i-th element is (task id, "improve" with probability
+`improve_fraction` else "scratch"), seeded by (seed, task's index, i); `MapDataset.mix` interleaves the tasks in
+proportion to their weights. The stream is random access, so its state is one integer, its position: saved with
+the loop's checkpoint, a resumed run continues the same stream instead of restarting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+KINDS = ("scratch", "improve")
+_ENDLESS = 1 << 40  # draws per task: more than any run takes
+
+
+def task_stream(task_ids: Sequence[str], weights: Sequence[float], improve_fraction: float, seed: int):
+    """The mixed MapDataset of (task id, kind) draws; weights: one per task (any positive scale)."""
+    if len(task_ids) != len(weights) or not task_ids:
+        raise ValueError(f"{len(task_ids)} tasks and {len(weights)} weights: one weight per task, at least one task")
+
+    def draws(k: int, task_id: str) -> grain.MapDataset:
+        def draw(i: int) -> tuple[str, str]:
+            u = np.random.default_rng([seed, k, int(i)]).random()
+            return task_id, "improve" if u < improve_fraction else "scratch"
+
+        return grain.MapDataset.range(_ENDLESS).map(draw)
+
+    parts = [draws(k, t) for k, t in enumerate(task_ids)]
+    return parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
+
+
+class PromptStream:
+    """Where a run is in its (task, kind) stream; `take(n)` returns the next n draws."""
+
+    def __init__(self, task_ids: Sequence[str], weights: Sequence[float], improve_fraction: float, seed: int):
+        self.task_ids = tuple(task_ids)
+        self._ds = task_stream(self.task_ids, weights, improve_fraction, seed)
+        self.position = 0
+
+    def take(self, n: int) -> list[tuple[str, str]]:
+        out = [self._ds[i] for i in range(self.position, self.position + n)]
+        self.position += n
+        return out
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "tasks": list(self.task_ids)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if list(state.get("tasks", self.task_ids)) != list(self.task_ids):
+            raise ValueError(
+                f"the checkpoint's prompt stream is over tasks {state['tasks']}, this run's over {list(self.task_ids)}"
+                ": resume with the same config.tasks, or use a new workdir"
+            )
+        self.position = int(state["position"])

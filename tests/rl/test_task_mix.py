@@ -1,0 +1,89 @@
+"""A run over a mix of tasks: the seeded (task, kind) stream, its position across a resume, and prompts of the
+right task (an improve prompt shows an earlier solution of its own task)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from configs import base
+from mle_jax.checkpoint import Checkpointer
+from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.report import MetricsWriter
+from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.rollout import Environment
+from mle_jax.rl.task_mix import PromptStream
+from mle_jax.settings import from_config
+from mle_jax.tasks.prepare import prepare
+
+PIZZA, SPOOKY = "random-acts-of-pizza", "spooky-author-identification"
+
+
+def test_the_stream_draws_tasks_by_weight_and_kinds_by_seed():
+    draws = PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=0).take(4000)
+    tasks = Counter(t for t, _ in draws)
+    assert tasks[PIZZA] / len(draws) == pytest.approx(0.75, abs=0.01)
+    improve = np.mean([k == "improve" for _, k in draws])
+    assert 0.45 < improve < 0.55
+    assert draws == PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=0).take(4000)  # seeded
+    assert draws != PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=1).take(4000)
+
+
+def test_a_restored_stream_continues_where_it_was_not_from_the_start():
+    a = PromptStream([PIZZA, SPOOKY], [1.0, 1.0], 0.5, seed=0)
+    first = a.take(10)
+    state = json.loads(json.dumps(a.state_dict()))
+    b = PromptStream([PIZZA, SPOOKY], [1.0, 1.0], 0.5, seed=0)
+    b.load_state_dict(state)
+    assert b.take(10) == a.take(10) != first
+    with pytest.raises(ValueError, match="same config.tasks"):
+        PromptStream([PIZZA], [1.0], 0.5, seed=0).load_state_dict(state)
+
+
+@pytest.fixture(scope="module")
+def mix_env(tmp_path_factory, raw_data_dir):
+    root = tmp_path_factory.mktemp("mix")
+    tasks = {t: prepare(t, raw_data_dir / t, root / t / "prepared") for t in (PIZZA, SPOOKY)}
+    cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
+    cfg.workdir = str(root / "run")
+    cfg.tasks = (PIZZA, SPOOKY)
+    cfg.prompt.improve_fraction = 1.0  # every draw asks to improve: the buffer decides
+    cfg.prompt.max_prompt_tokens = 4096  # a BPE trained on one line spells the prompts out in long tokens
+    s = from_config(cfg)
+    tok = train_bpe_tokenizer(["import pandas as pd\nprint('x')"] * 4, 400, root / "tok")
+    env = Environment(s.rollout, tasks[PIZZA], tok, ["pandas"], None, None, None, tasks=tasks, seed=s.seed)
+    return s, env, root
+
+
+def _solution(task: str) -> PreviousSolution:
+    return PreviousSolution("plan", f"print('{task}')", "out", 0.1, False, None, 0, task=task)
+
+
+def test_improve_prompts_pick_a_parent_of_their_own_task(mix_env):
+    _, env, _ = mix_env
+    buffer = ImproveBuffer(8)
+    buffer.add(_solution(PIZZA), n_prints=1)  # only pizza has an earlier solution
+    items = env.prompts(40, buffer, np.random.default_rng(0))
+    assert {i.task for i in items} == {PIZZA, SPOOKY}
+    for i in items:
+        if i.task == PIZZA:
+            assert i.kind == "improve" and i.parent.task == PIZZA
+        else:  # no spooky solution to improve: a scratch prompt of spooky
+            assert i.kind == "scratch" and i.parent is None
+    spooky = env.tokenizer.decode(next(i for i in items if i.task == SPOOKY).prompt_ids)
+    assert "spooky" in spooky.lower() or "author" in spooky.lower()
+
+
+def test_the_loop_checkpoint_carries_the_stream_position(mix_env, tmp_path):
+    s, env, _ = mix_env
+    loop = AsyncRLLoop(s.loop, env, None, Checkpointer(tmp_path / "c1"), MetricsWriter(tmp_path, tensorboard=False))
+    env.prompts(7, None, loop.rng)
+    state = json.loads(json.dumps(loop.state_dict()))
+    ahead = [(i.task, i.kind) for i in env.prompts(9, None, loop.rng)]
+    env.stream.position = 0  # a fresh process's stream starts at 0 ...
+    loop.load_state_dict(state)  # ... and the checkpoint puts it back at 7
+    assert [(i.task, i.kind) for i in env.prompts(9, None, loop.rng)] == ahead
