@@ -192,12 +192,14 @@ def paper_line(task_id: str, paper: Mapping[str, float]) -> str:
 
 
 def evaluation_medals(evaluation: Mapping[str, Any]) -> str:
-    """The evaluation's medal table (one row per kind of sample that has medals: scratch, improved, best of
-    both) and the paper's figures with theirs; "" for an evaluation without medals (one from before them)."""
-    task = evaluation.get("task", "?")
+    """The evaluation's medal table (one row per task and kind of sample that has medals: scratch, improved, best of
+    both) and the paper's figures with theirs; "" for an evaluation without medals (one from before them). An
+    evaluation of a mix ({"task", "tasks": {id: evaluation}}) has the rows and the paper's line of every task."""
+    per_task = dict(evaluation.get("tasks") or {}) or {evaluation.get("task", "?"): evaluation}
     rows = [
         medal_row([task, name], e["medals"])
-        for name, e in evaluation.items()
+        for task, ev in per_task.items()
+        for name, e in ev.items()
         if isinstance(e, Mapping) and "medals" in e
     ]
     intro = (
@@ -205,9 +207,32 @@ def evaluation_medals(evaluation: Mapping[str, Any]) -> str:
         "of the samples at each level."
     )
     parts = [intro, markdown_table(["task", "", *MEDAL_HEADER], rows)] if rows else []
-    if evaluation.get("paper") and task != "?":
-        parts.append(paper_line(task, evaluation["paper"]))
+    parts += [paper_line(task, ev["paper"]) for task, ev in per_task.items() if ev.get("paper") and task != "?"]
     return "\n\n".join(parts)
+
+
+def evaluation_table(evaluation: Mapping[str, Any]) -> str:
+    """The evaluation's samples, valid fraction, mean and max score per kind of sample (and per task of a mix)."""
+    per_task = dict(evaluation.get("tasks") or {})
+    header = ["", "samples", "valid fraction", "mean score", "max score"]
+    if not per_task:
+        return markdown_table(
+            header,
+            [
+                [name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
+                for name, e in evaluation.items()
+                if isinstance(e, Mapping) and "samples" in e
+            ],
+        )
+    return markdown_table(
+        ["task", *header],
+        [
+            [task, name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
+            for task, ev in per_task.items()
+            for name, e in ev.items()
+            if isinstance(e, Mapping) and "samples" in e
+        ],
+    )
 
 
 TASK_HEADER = ["task", "", "samples", "mean reward ± SE", "valid fraction", "mean score", "best score", "medal share",
@@ -260,16 +285,7 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
     if evaluation:
         parts += ["", "## Evaluation", ""]
-        parts.append(
-            markdown_table(
-                ["", "samples", "valid fraction", "mean score", "max score"],
-                [
-                    [name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
-                    for name, e in evaluation.items()
-                    if isinstance(e, Mapping) and "samples" in e
-                ],
-            )
-        )
+        parts.append(evaluation_table(evaluation))
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
         if medals:
             parts += ["", medals]

@@ -37,6 +37,23 @@ def test_report_shows_each_tasks_medals_beside_the_papers_figures_and_theirs(tmp
     assert "data/mlebench/medal_thresholds.csv" in text
 
 
+def test_report_of_a_mix_has_each_tasks_evaluation_medals_and_paper_line(tmp_path):
+    shares = {"gold": 0.0, "silver": 0.0, "bronze": 0.0, "above_median": 0.5, "none": 0.5, "invalid": 0.0}
+    pizza = {"task": "random-acts-of-pizza", "paper": {"qwen2.5-3b": 0.589, "qwen2.5-3b-rl": 0.663},
+             "scratch": {"samples": 2, "valid_fraction": 1.0, "mean": 0.6, "max": 0.61,
+                         "medals": {"best": "above_median", "shares": shares, "any_medal": 0.0}}}  # fmt: skip
+    spooky = {"task": "spooky-author-identification", "paper": {"qwen2.5-3b": 0.596, "qwen2.5-3b-rl": 0.404},
+              "scratch": {"samples": 2, "valid_fraction": 0.5, "mean": 0.9, "max": 0.9,
+                          "medals": {"best": "none", "shares": shares, "any_medal": 0.0}}}  # fmt: skip
+    evaluation = {"task": pizza["task"], "tasks": {pizza["task"]: pizza, spooky["task"]: spooky}}
+    text = report.write_report(tmp_path, {"task": pizza["task"]}, evaluation).read_text()
+    assert "| random-acts-of-pizza | scratch | 2 | 1 | 0.6 | 0.61 |" in text
+    assert "| spooky-author-identification | scratch | 2 | 0.5 | 0.9 | 0.9 |" in text
+    assert "| random-acts-of-pizza | scratch | above_median |" in text
+    assert "| spooky-author-identification | scratch | none |" in text
+    assert "Paper, Table 1 (random-acts-of-pizza" in text and "Paper, Table 1 (spooky-author-identification" in text
+
+
 def test_report_has_table_and_plots(tmp_path):
     w = report.MetricsWriter(tmp_path, tensorboard=False)
     for step in range(1, 4):
