@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 _TOKEN_FIELDS = ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")
-_SAMPLE_FIELDS = ("rewards", "durations_s", "versions", "group_ids")
+_SAMPLE_FIELDS = ("rewards", "durations_s", "versions", "group_ids", "task_ids")
 
 
 @dataclass
@@ -26,6 +26,9 @@ class RolloutBatch:
     group_ids:          [B] int32, the group of each sample: the samples of one prompt, sampled together
                         (sampler.group_size); any values, not necessarily contiguous. Default: every sample
                         its own group, arange(B).
+    task_ids:           [B] int32, the task each sample answers (a run may mix several tasks, config.tasks); any
+                        values: the update whitens advantages and scales duration weights within each task.
+                        Default: one task, zeros(B).
     """
 
     tokens: np.ndarray
@@ -36,6 +39,7 @@ class RolloutBatch:
     durations_s: np.ndarray
     versions: np.ndarray
     group_ids: np.ndarray | None = None
+    task_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, np.int32)
@@ -48,6 +52,9 @@ class RolloutBatch:
         if self.group_ids is None:
             self.group_ids = np.arange(self.tokens.shape[0] if self.tokens.ndim else 0, dtype=np.int32)
         self.group_ids = np.asarray(self.group_ids, np.int32)
+        if self.task_ids is None:
+            self.task_ids = np.zeros(self.tokens.shape[0] if self.tokens.ndim else 0, dtype=np.int32)
+        self.task_ids = np.asarray(self.task_ids, np.int32)
         self.validate()
 
     @property
@@ -104,11 +111,12 @@ class RolloutBatch:
         pad_to: int | None = None,
         pad_id: int = 0,
         group_ids: Sequence[int] | None = None,
+        task_ids: Sequence[int] | None = None,
     ) -> RolloutBatch:
         """Pack ragged prompts/responses (and the sampler's per-response-token logprobs) into a batch.
 
         pad_to: T (default: the longest prompt + response). Rows longer than pad_to raise.
-        group_ids: [B] (default: every sample its own group).
+        group_ids: [B] (default: every sample its own group). task_ids: [B] (default: one task).
         """
         n = len(prompt_ids)
         for name, seq in (
@@ -118,6 +126,7 @@ class RolloutBatch:
             ("durations_s", durations_s),
             ("versions", versions),
             ("group_ids", range(n) if group_ids is None else group_ids),
+            ("task_ids", range(n) if task_ids is None else task_ids),
         ):
             if len(seq) != n:
                 raise ValueError(f"{name} has {len(seq)} entries, prompt_ids has {n}")
@@ -151,6 +160,7 @@ class RolloutBatch:
             np.asarray(durations_s),
             np.asarray(versions),
             None if group_ids is None else np.asarray(group_ids),
+            None if task_ids is None else np.asarray(task_ids),
         )
 
     @classmethod
@@ -167,6 +177,13 @@ class RolloutBatch:
             [0] * b,
             group_ids=[i // group for i in range(b)],
         )
+
+    @staticmethod
+    def task_indices(tasks: Sequence[str]) -> list[int]:
+        """[B] task names -> [B] small ints in order of first appearance (["leaf", "pizza", "leaf"] -> [0, 1, 0]):
+        task_ids for `from_sequences` (the update compares them only for equality)."""
+        index: dict[str, int] = {}
+        return [index.setdefault(t, len(index)) for t in tasks]
 
     def pad_to(self, seq_len: int, pad_id: int = 0) -> RolloutBatch:
         """Right-pad T to `seq_len` (e.g. a fixed bucket, so jit compiles once per bucket)."""
@@ -187,6 +204,7 @@ class RolloutBatch:
             self.durations_s,
             self.versions,
             self.group_ids,
+            self.task_ids,
         )
 
     def select(self, index: np.ndarray | Sequence[int] | slice) -> RolloutBatch:

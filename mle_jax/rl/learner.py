@@ -98,8 +98,8 @@ class ParamTree:
 
 def check_batch_arrays(arrays: Mapping[str, np.ndarray]) -> None:
     """The learner batch contract, checked where the batch enters the learner: tokens, attention_mask,
-    response_mask int32 [B, T]; behaviour_logprobs float32 [B, T]; rewards, durations_s float32 [B]; group_ids
-    int32 [B]."""
+    response_mask int32 [B, T]; behaviour_logprobs float32 [B, T]; rewards, durations_s float32 [B]; group_ids,
+    task_ids int32 [B]."""
     chex.assert_rank([arrays[k] for k in BATCH_KEYS], [1 if k in SAMPLE_KEYS else 2 for k in BATCH_KEYS])
     chex.assert_type([arrays[k] for k in BATCH_KEYS], [np.int32 if k in INT_KEYS else np.float32 for k in BATCH_KEYS])
     chex.assert_equal_shape([arrays[k] for k in ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")])
@@ -359,7 +359,7 @@ class Learner:
         host = {k: getattr(batch, k) for k in BATCH_KEYS}
         check_batch_arrays(host)
         arrays = shd.put_batch(host, self.mesh)
-        lag = version_lags(self.step, batch.versions, batch.durations_s)
+        lag = version_lags(self.step, batch.versions, batch.durations_s, batch.task_ids)
         self.state, metrics = self._update_fn(self.state, self.reference, arrays)
         out = {k: float(shd.to_host(v)) for k, v in metrics.items()}
         out["learner/step"] = float(self.step)
@@ -420,13 +420,20 @@ class Learner:
         self.state = self._place(state, self.program.state_shardings)
 
 
-def version_lags(step: int, versions: np.ndarray, durations_s: np.ndarray) -> dict[str, float]:
+def version_lags(
+    step: int, versions: np.ndarray, durations_s: np.ndarray, task_ids: np.ndarray | None = None
+) -> dict[str, float]:
     """`stale/version_lag_{slow,fast}`: how many updates behind the learner (at `step`, before this update) the
-    policy that sampled each sample is, averaged over the slow samples (Δt above the batch mean) and the fast ones;
-    NaN where there is none (all Δt equal). versions, durations_s: [B]."""
+    policy that sampled each sample is, averaged over the slow samples (Δt above the mean of its task in the batch,
+    as the update's slow flag) and the fast ones; NaN where there is none (each task's Δt all equal).
+    versions, durations_s, task_ids: [B] (task_ids None: one task)."""
     lag = step - np.asarray(versions, np.float64)
     d = np.asarray(durations_s, np.float64)
-    slow = d > d.mean()
+    tasks = np.zeros(d.shape, np.int64) if task_ids is None else np.asarray(task_ids)
+    slow = np.zeros(d.shape, bool)
+    for task in np.unique(tasks):
+        rows = tasks == task
+        slow[rows] = d[rows] > d[rows].mean()
     return {
         f"stale/version_lag_{name}": float(lag[rows].mean()) if rows.any() else float("nan")
         for name, rows in (("slow", slow), ("fast", ~slow))

@@ -351,6 +351,7 @@ class AsyncRLLoop:
             pad_to=self.env.settings.max_sequence_tokens,
             pad_id=self.pad_id,
             group_ids=[s.group for s in samples],
+            task_ids=RolloutBatch.task_indices([s.task for s in samples]),  # per-task advantage and duration scales
         )
 
     def step(self) -> dict[str, float]:

@@ -44,8 +44,8 @@ class Objective(abc.ABC):
         """The whole batch's advantages [B, T] (0 outside the response), the per-token KL(behaviour || reference)
         [B, T] (a metric, or the reward's penalty), and for a critic its returns [B, T].
 
-        batch: the update's batch (rewards, group_ids, durations_s [B]; ...); mask: response_mask float [B, T];
-        behaviour_lp, ref_lp: [B, T], 0 outside the response; values: the critic's [B, T] (None without one).
+        batch: the update's batch (rewards, group_ids, task_ids, durations_s [B]; ...); mask: response_mask float
+        [B, T]; behaviour_lp, ref_lp: [B, T], 0 outside the response; values: the critic's [B, T] (None without one).
         """
 
     def policy_loss(
@@ -88,8 +88,8 @@ class Objective(abc.ABC):
 
 
 def _staleness_sums(s: PPOSettings, lp: Array, old: Array, mb: Mapping[str, Array]) -> dict[str, Array]:
-    """Clipped tokens, tokens and behaviour-weight sums of the slow samples (Δt above the batch mean) and of the fast
-    ones: whether the clip (or the weight) silences the slow programs the duration weights exist for."""
+    """Clipped tokens, tokens and behaviour-weight sums of the slow samples (Δt above their task's mean in the batch)
+    and of the fast ones: whether the clip (or the weight) silences the slow programs the duration weights exist for."""
     mask = mb["mask"]
     ratio = jnp.exp(jnp.clip(lp - old, -20.0, 20.0))
     clipped = ppo.clip_active(ratio, mb["advantages"], s.clip_ratio) * mask
@@ -104,7 +104,8 @@ def _staleness_sums(s: PPOSettings, lp: Array, old: Array, mb: Mapping[str, Arra
 
 
 class PPO(Objective):
-    """The paper's PPO (verl's): KL penalty in the token rewards, a critic, GAE, advantages whitened over the batch."""
+    """The paper's PPO (verl's): KL penalty in the token rewards, a critic, GAE, advantages whitened over the batch
+    (over each task's samples in a batch that mixes tasks)."""
 
     critic = True
     kl_in_reward = True
@@ -112,8 +113,8 @@ class PPO(Objective):
     def advantages(self, s, batch, mask, behaviour_lp, ref_lp, values):
         tok_rewards, kl = ppo.token_rewards(batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator)
         advantages, returns = ppo.gae(tok_rewards, values, mask, s.gamma, s.lam)
-        if s.whiten_advantages:
-            advantages = ppo.masked_whiten(advantages, mask)
+        if s.whiten_advantages:  # within each task: one task's reward scale must not drown another's
+            advantages = ppo.task_masked_whiten(advantages, mask, batch.get("task_ids"))
         return {"advantages": advantages, "returns": returns, "kl": kl}
 
     def value_loss(self, s, values, mb, denom):

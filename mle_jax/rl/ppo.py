@@ -45,6 +45,67 @@ def masked_whiten(x: Array, mask: Array, shift_mean: bool = True, eps: float = 1
     return out * mask
 
 
+def same_task(task_ids: Array) -> Array:
+    """[B] int task ids (any values) -> [B, B] bool: [i, j] is True where samples i and j answer the same task.
+
+    B² elementwise comparisons and no sort (as `advantages.group_advantages`): static shapes for jit whatever the
+    number of tasks, and the per-task sums below are exact float32 adds, not a matmul (TF32 on a GPU).
+    """
+    ids = jnp.asarray(task_ids)
+    if ids.ndim != 1:
+        raise ValueError(f"task_ids must be [B], got shape {ids.shape}")
+    return ids[:, None] == ids[None, :]
+
+
+def _one_task(task_ids: Array) -> Array:
+    """[] bool: every sample answers the same task (the per-task statistics are the whole batch's)."""
+    ids = jnp.asarray(task_ids)
+    return jnp.all(ids == ids[0])
+
+
+def _task_sum(x: Array, same: Array) -> Array:
+    """[B] per-sample values, [B, B] same_task -> [B]: the sum of x over each sample's task."""
+    return jnp.sum(jnp.where(same, x[None, :], 0.0), axis=1)
+
+
+def task_means(x: Array, task_ids: Array | None) -> Array:
+    """[B] values, [B] task ids -> [B]: each sample's task mean of x (over the samples with its id).
+
+    task_ids None, or all equal: jnp.mean(x) at every position, bit for bit the whole batch's mean.
+    """
+    x = jnp.asarray(x, jnp.float32)
+    whole = jnp.broadcast_to(jnp.mean(x), x.shape)
+    if task_ids is None:
+        return whole
+    same = same_task(task_ids)
+    per_task = _task_sum(x, same) / jnp.sum(same, axis=1)
+    return jnp.where(_one_task(task_ids), whole, per_task)
+
+
+def task_masked_whiten(
+    x: Array, mask: Array, task_ids: Array | None, shift_mean: bool = True, eps: float = 1e-8
+) -> Array:
+    """[B, T] x, [B, T] mask, [B] task ids -> [B, T]: `masked_whiten` within each task.
+
+    Each task's masked tokens are shifted by that task's mean and divided by that task's std (unbiased, over the
+    task's masked tokens), so a task whose returns spread by 0.01 (an AUC) gets advantages of the same scale as one
+    spread by 10 (a failure against a score) in the same batch. shift_mean False adds each task's mean back; a task
+    with fewer than two masked tokens gets 0 (as masked_whiten); masked-out positions are 0. task_ids None, or all
+    equal: exactly masked_whiten(x, mask) (the whole batch's sums, so single-task PPO does not move by a rounding).
+    """
+    if task_ids is None:
+        return masked_whiten(x, mask, shift_mean, eps)
+    same = same_task(task_ids)
+    n = _task_sum(jnp.sum(mask, axis=1), same)  # [B] masked tokens of each row's task
+    mean = _task_sum(masked_sum(x, mask, axis=1), same) / jnp.maximum(n, 1)
+    centred = x - mean[:, None]
+    var = _task_sum(masked_sum(jnp.square(centred), mask, axis=1), same) / jnp.maximum(n - 1, 1)
+    out = centred * jax.lax.rsqrt(var + eps)[:, None]
+    if not shift_mean:
+        out = out + mean[:, None]
+    return jnp.where(_one_task(task_ids), masked_whiten(x, mask, shift_mean, eps), out * mask)
+
+
 def last_token_index(response_mask: Array) -> Array:
     """[B, T] 0/1 -> [B] index of the last response token (0 for an empty row)."""
     t = jnp.arange(response_mask.shape[-1])
@@ -326,33 +387,57 @@ def shift_right(x: Array) -> Array:
 
 
 def duration_weights(
-    durations_s: Array, mode: str = "batch_mean", max_weight: float | None = None, min_duration_s: float = 0.0
+    durations_s: Array,
+    mode: str = "batch_mean",
+    max_weight: float | None = None,
+    min_duration_s: float = 0.0,
+    task_ids: Array | None = None,
 ) -> Array:
-    """[B] run times -> [B] weights with mean 1 (paper §3.1: Δt_i / mean Δt of the batch).
+    """[B] run times (and [B] task ids) -> [B] weights with mean 1 within each task (paper §3.1: Δt_i / mean Δt).
 
     Each Δt is first floored at `min_duration_s`: a response with no code never runs (Δt = 0) and would
     get weight 0, so the policy would never be pushed away from it (1 s ~ a sandbox start plus an import).
     off: ones. batch_mean: Δt_i / mean(Δt). clipped: batch_mean capped at `max_weight`, then rescaled
     to mean 1. log: log(1 + Δt_i) / mean(log(1 + Δt)) (tempers very long runs).
-    When all durations are equal (or all zero) every mode gives exactly ones, so PPO is unchanged.
+    Every mean is over the samples of the same task in the batch (`task_means`): a 10 s program is slow for one
+    task and fast for another. task_ids None (or all equal): the whole batch is one task.
+    When all durations of a task are equal (or all zero) every mode gives exactly ones for that task, so PPO is
+    unchanged.
     """
     if mode not in DURATION_MODES:
         raise ValueError(f"duration weight mode must be one of {DURATION_MODES}, got {mode!r}")
     d = jnp.asarray(durations_s, jnp.float32)
     if d.ndim != 1:
         raise ValueError(f"durations_s must be [B], got shape {d.shape}")
-    ones = jnp.ones_like(d)
+    if task_ids is not None and jnp.shape(task_ids) != d.shape:
+        raise ValueError(f"task_ids must be [B] = {d.shape}, got shape {jnp.shape(task_ids)}")
     if mode == "off":
-        return ones
+        return jnp.ones_like(d)
+    if mode == "clipped" and (max_weight is None or max_weight < 1.0):
+        raise ValueError(f"mode 'clipped' needs max_weight >= 1, got {max_weight}")
     d = jnp.maximum(d, max(float(min_duration_s), 0.0))
     if mode == "log":
         d = jnp.log1p(d)
-    w = d / jnp.maximum(jnp.mean(d), 1e-12)
-    if mode == "clipped":
-        if max_weight is None or max_weight < 1.0:
-            raise ValueError(f"mode 'clipped' needs max_weight >= 1, got {max_weight}")
-        w = jnp.minimum(w, max_weight)
-        w = w / jnp.mean(w)
+    cap = max_weight if mode == "clipped" else None
+    whole = _mean_one(d, jnp.mean, cap, jnp.max(d), jnp.min(d))
+    if task_ids is None:
+        return whole
+    same = same_task(task_ids)
+    n = jnp.sum(same, axis=1)
+    hi = jnp.max(jnp.where(same, d[None, :], -jnp.inf), axis=1)
+    lo = jnp.min(jnp.where(same, d[None, :], jnp.inf), axis=1)
+    per_task = _mean_one(d, lambda x: _task_sum(x, same) / n, cap, hi, lo)
+    # one task: the whole batch's program, selected whole (XLA rewrites its division by a scalar; the same
+    # division by a per-sample mean rounds differently, and single-task PPO must not move)
+    return jnp.where(_one_task(task_ids), whole, per_task)
+
+
+def _mean_one(d: Array, mean: Callable[[Array], Array], cap: float | None, hi: Array, lo: Array) -> Array:
+    """[B] durations -> [B] d / mean(d) (capped at `cap` and rescaled by mean again when cap is set); exactly ones
+    where hi == lo or hi <= 0 (the samples' durations carry no information). mean: [B] -> [] or [B]."""
+    w = d / jnp.maximum(mean(d), 1e-12)
+    if cap is not None:
+        w = jnp.minimum(w, cap)
+        w = w / mean(w)
     # Exact ones when durations carry no information (mean-division rounding would perturb plain PPO).
-    degenerate = (jnp.max(d) == jnp.min(d)) | (jnp.max(d) <= 0.0)
-    return jnp.where(degenerate, ones, w)
+    return jnp.where((hi == lo) | (hi <= 0.0), jnp.ones_like(d), w)

@@ -3,10 +3,10 @@
 Inside ONE function: reference logprobs, critic values (an objective with a critic) and proximal logprobs
 (`ppo.decoupled`), as forward passes over micro-batches; the objective's advantages (rl/objectives.py: for PPO
 token rewards with the KL penalty, GAE and whitening; for the group objectives the group-relative reward);
-duration weights; then epochs x shuffled mini-batches x micro-batches with gradient accumulation and one
-optimizer step per mini-batch for the policy and, with a critic, for the critic. The epochs' shuffling draws
-from a key derived from the seed and the state's step (as big_vision does), so a resumed run draws the same
-permutations without carrying an RNG in its checkpoint.
+duration weights (each Δt against its own task's mean); then epochs x shuffled mini-batches x micro-batches with
+gradient accumulation and one optimizer step per mini-batch for the policy and, with a critic, for the critic.
+The epochs' shuffling draws from a key derived from the seed and the state's step (as big_vision does), so a
+resumed run draws the same permutations without carrying an RNG in its checkpoint.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from mle_jax.rl.ppo_settings import PPOSettings
 Nested = dict[str, Any]
 BATCH_KEYS = (
     "tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards", "durations_s", "group_ids",
+    "task_ids",
 )  # fmt: skip
-SAMPLE_KEYS = ("rewards", "durations_s", "group_ids")  # the [B] entries of BATCH_KEYS; the others are [B, T]
-INT_KEYS = ("tokens", "attention_mask", "response_mask", "group_ids")  # int32; the others float32
+SAMPLE_KEYS = ("rewards", "durations_s", "group_ids", "task_ids")  # the [B] entries of BATCH_KEYS; others [B, T]
+INT_KEYS = ("tokens", "attention_mask", "response_mask", "group_ids", "task_ids")  # int32; the others float32
 
 
 @struct.dataclass
@@ -87,7 +88,8 @@ def ppo_update(
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update of `objective` on a batch of B samples (pure; jitted by Learner).
 
-    batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s, group_ids [B].
+    batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s, group_ids,
+    task_ids [B].
     policy_apply(params, tokens, attention_mask) -> final hidden states [b, T, D]; policy_head(params, h [b, c, D])
     -> logits [b, c, V] float32 (applied `s.logits_chunk` positions at a time: the [b, T, V] logits are never
     live); value_apply(params, tokens, attention_mask) -> values [b, T] (None, with value_tx, when the objective
@@ -129,7 +131,10 @@ def ppo_update(
     # ---- advantages (the objective's) and duration weights over the whole batch
     adv = objective.advantages(s, batch, mask, behaviour_lp, ref_lp, values)
     advantages, kl = adv["advantages"], adv["kl"]
-    weights = ppo.duration_weights(batch["durations_s"], s.duration_weights, s.duration_max_weight, s.min_duration_s)
+    tasks = batch["task_ids"]  # duration weights and the slow flag are relative to the sample's own task
+    weights = ppo.duration_weights(
+        batch["durations_s"], s.duration_weights, s.duration_max_weight, s.min_duration_s, task_ids=tasks
+    )
     durations = batch["durations_s"].astype(jnp.float32)
     data = {
         "tokens": batch["tokens"],
@@ -138,7 +143,7 @@ def ppo_update(
         "old_logprobs": behaviour_lp,
         "advantages": advantages,
         "weights": weights,
-        "slow": (durations > jnp.mean(durations)).astype(jnp.float32),  # for the staleness metrics only
+        "slow": (durations > ppo.task_means(durations, tasks)).astype(jnp.float32),  # staleness metrics only
     }
     if critic:
         data |= {"old_values": values, "returns": adv["returns"]}
@@ -231,9 +236,10 @@ def ppo_update(
 
 
 def staleness_metrics(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
-    """The update's slow/fast token sums (over every epoch and mini-batch) -> `stale/clipfrac_{slow,fast}` (share of
-    response tokens the clip cut off) and, decoupled, `stale/behaviour_weight_{slow,fast}` (mean weight); NaN
-    where the batch has no such sample (all Δt equal: none is slow)."""
+    """The update's slow/fast token sums (over every epoch and mini-batch; slow: Δt above its task's mean in the
+    batch) -> `stale/clipfrac_{slow,fast}` (share of response tokens the clip cut off) and, decoupled,
+    `stale/behaviour_weight_{slow,fast}` (mean weight); NaN where the batch has no such sample (each task's Δt all
+    equal: none is slow)."""
 
     def mean(total: jax.Array, n: jax.Array) -> jax.Array:
         return jnp.where(n > 0, total / jnp.maximum(n, 1.0), jnp.nan)

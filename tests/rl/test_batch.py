@@ -94,6 +94,28 @@ def test_group_ids_default_to_one_group_per_sample_and_travel_with_the_rows():
         RolloutBatch(**dict(b.as_dict(), group_ids=np.zeros((2, 1))))
 
 
+def test_task_ids_default_to_one_task_and_travel_with_the_rows():
+    b = make(pad_to=6)
+    assert b.task_ids.dtype == np.int32
+    np.testing.assert_array_equal(b.task_ids, [0, 0])  # no tasks given: one task
+    ids = RolloutBatch.task_indices(["leaf", "pizza", "leaf"])
+    assert ids == [0, 1, 0]  # first-appearance order
+    g = RolloutBatch.from_sequences(
+        [[5], [6], [7]], [[1], [2], [3]], [[-0.1], [-0.2], [-0.3]], [1.0, 0.0, 2.0], [1.0, 2.0, 3.0], [0, 0, 1],
+        task_ids=ids,
+    )  # fmt: skip
+    assert g.task_ids.dtype == np.int32
+    np.testing.assert_array_equal(g.pad_to(9).task_ids, [0, 1, 0])
+    np.testing.assert_array_equal(g.select([1, 2]).task_ids, [1, 0])
+    np.testing.assert_array_equal(RolloutBatch.concat([g, g.select([1])]).task_ids, [0, 1, 0, 1])
+    np.testing.assert_array_equal(g.as_dict()["task_ids"], [0, 1, 0])
+    np.testing.assert_array_equal(RolloutBatch.random(4, 3, 2, vocab=20).task_ids, [0, 0, 0, 0])
+    with pytest.raises(ValueError, match="task_ids has 2 entries"):
+        RolloutBatch.from_sequences([[1]] * 3, [[2]] * 3, [[-1.0]] * 3, [0.0] * 3, [1.0] * 3, [0] * 3, task_ids=[0, 1])
+    with pytest.raises(ValueError, match=r"task_ids must be \[B\]"):
+        RolloutBatch(**dict(b.as_dict(), task_ids=np.zeros(3)))
+
+
 def test_random_batch_is_a_valid_batch_of_whole_groups():
     b = RolloutBatch.random(8, 5, 3, vocab=50, group=4)
     assert (b.batch_size, b.seq_len) == (8, 8) and b.response_mask.sum() == 8 * 3

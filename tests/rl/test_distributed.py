@@ -4,6 +4,7 @@ fake-device flag never touches the other tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -116,5 +117,6 @@ def test_batch_encoding_round_trips():
     assert len(data) > PART_BYTES
     got, meta = decode_batch(data)
     assert meta == {"step": 3, "version": 7}
-    for name in ("tokens", "attention_mask", "response_mask", "behaviour_logprobs", "rewards", "durations_s"):
-        np.testing.assert_array_equal(getattr(got, name), getattr(batch, name), err_msg=name)
+    for f in dataclasses.fields(batch):
+        np.testing.assert_array_equal(getattr(got, f.name), getattr(batch, f.name), err_msg=f.name)
+    assert batch.task_ids.tolist()[:4] == [0, 1, 2, 0]  # every field, the task of each sample included

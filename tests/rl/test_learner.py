@@ -21,8 +21,9 @@ from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, 
 pytestmark = pytest.mark.model
 
 
-def reference_step(cfg, policy, value, batch):
-    """One PPO epoch on one mini-batch = the whole batch, no micro-batching: the textbook update."""
+def reference_step(cfg, policy, value, batch, task_ids=None):
+    """One PPO epoch on one mini-batch = the whole batch, no micro-batching: the textbook update. With task_ids [B],
+    advantages whitened and Δt divided by their mean within each task."""
     s = cfg.ppo
     ref = nnx.clone(policy)
     tokens, attn = jnp.asarray(batch.tokens), jnp.asarray(batch.attention_mask)
@@ -32,8 +33,10 @@ def reference_step(cfg, policy, value, batch):
     values = ppo.shift_right(value(tokens, attention_mask=attn)) * mask
     tok_r, _ = ppo.token_rewards(jnp.asarray(batch.rewards), mask, blp, ref_lp, s.kl_coef, s.kl_estimator)
     adv, ret = ppo.gae(tok_r, values, mask, s.gamma, s.lam)
-    adv = ppo.masked_whiten(adv, mask)
-    w = ppo.duration_weights(jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight)
+    adv = ppo.task_masked_whiten(adv, mask, task_ids)
+    w = ppo.duration_weights(
+        jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight, task_ids=task_ids
+    )
 
     def policy_objective(model):
         logits = model(tokens, attention_mask=attn)
@@ -90,6 +93,31 @@ def test_update_equals_full_batch_ppo_step():
     # the initial weights moved (the comparison above is not trivially true)
     init = jax.tree.leaves(nnx.state(make_models(0)[0], nnx.Param))
     assert max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(got_policy, init, strict=True)) > 1e-3
+
+
+def test_update_of_two_tasks_whitens_and_weighs_within_each_task():
+    """A batch mixing a task of small rewards and short runs with one of large rewards and long runs: the update
+    equals the full-batch step with per-task whitening and duration weights, not the whole-batch one."""
+    cfg = linear_adam(learner_config(micro_batch_size=2))
+    batch = random_batch(1)
+    tasks = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+    rewards = np.where(tasks == 1, batch.rewards * 5.0 - 5.0, batch.rewards * 0.01 + 0.6)
+    durations = np.where(tasks == 1, 30.0, 1.0) * np.array([1.0, 2.0, 1.5, 3.0, 0.5, 2.0, 1.5, 1.0])
+    batch = dataclasses.replace(batch, rewards=rewards, durations_s=np.maximum(durations, 1.0), task_ids=tasks * 3)
+    learner = Learner(cfg, *make_models(0), mesh=mesh())
+    metrics = learner.update(batch)
+    per_task = reference_step(cfg, *make_models(0), batch, task_ids=jnp.asarray(batch.task_ids))
+    whole = reference_step(cfg, *make_models(0), batch)
+    got = jax.tree.leaves(learner.policy_state()) + jax.tree.leaves(learner.value_tree.to_state(learner.state.value))
+    want, other = per_task[0][2] + per_task[1][2], whole[0][2] + whole[1][2]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(metrics["actor/grad_norm"], per_task[0][1], rtol=1e-4)
+    assert abs(per_task[0][1] - whole[0][1]) > 0.05 * whole[0][1]  # the per-task scales change the step
+    assert max(float(np.abs(np.asarray(g) - np.asarray(o)).max()) for g, o in zip(got, other, strict=True)) > 1e-3
+    w = ppo.duration_weights(jnp.asarray(batch.durations_s), "batch_mean", task_ids=jnp.asarray(tasks))
+    assert metrics["duration/weight_max"] == pytest.approx(float(jnp.max(w)), rel=1e-6)
+    assert metrics["duration/weight_min"] == pytest.approx(float(jnp.min(w)), rel=1e-6)
 
 
 def test_equal_durations_are_plain_ppo_and_host_reference_is_the_same():

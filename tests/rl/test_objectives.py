@@ -175,6 +175,9 @@ def test_staleness_metrics_split_slow_and_fast_samples():
         "stale/version_lag_slow": 3.0,
         "stale/version_lag_fast": 1.0,
     }
+    # slow is relative to the sample's own task: 9 s is fast beside task 1's 30 s, 2 s slow beside task 0's 1 s
+    lags = version_lags(3, np.array([0, 3, 1, 2]), np.array([9.0, 30.0, 1.0, 2.0]), np.array([1, 1, 0, 0]))
+    assert lags == {"stale/version_lag_slow": 0.5, "stale/version_lag_fast": 2.5}  # slow: 30 s, 2 s; fast: 9 s, 1 s
 
 
 class MeanBaseline(objectives.Objective):

@@ -183,6 +183,88 @@ def test_masked_whiten():
     assert np.all(w[np.asarray(mask) == 0] == 0)
 
 
+def test_task_masked_whiten_whitens_each_task_with_its_own_mean_and_std():
+    # rows 0 and 2 are task 7: tokens {1, 3, 5}, mean 3, unbiased var (4 + 0 + 4) / 2 = 4, std 2 -> -1, 0, 1
+    # row 1 is task 2: tokens {100, 300}, mean 200, var (1e4 + 1e4) / 1 = 2e4, std 141.42 -> -0.7071, 0.7071
+    x = jnp.array([[9.0, 1.0, 3.0], [9.0, 100.0, 300.0], [9.0, 5.0, 9.0]])
+    mask = jnp.array([[0, 1, 1], [0, 1, 1], [0, 1, 0]], jnp.float32)
+    tasks = jnp.array([7, 2, 7])
+    w = np.asarray(ppo.task_masked_whiten(x, mask, tasks))
+    want = np.array([[0.0, -1.0, 0.0], [0.0, -(0.5**0.5), 0.5**0.5], [0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(w, want, rtol=1e-5, atol=1e-6)
+    # the whole-batch whitening puts task 7's tokens all near -0.6: the big task's spread swamps theirs
+    whole = np.asarray(ppo.masked_whiten(x, mask))
+    assert np.ptp(whole[[0, 0, 2], [1, 2, 1]]) < 0.05
+    # shift_mean False adds each task's own mean back
+    kept = np.asarray(ppo.task_masked_whiten(x, mask, tasks, shift_mean=False))
+    np.testing.assert_allclose(kept, (want + np.array([[3.0], [200.0], [3.0]])) * np.asarray(mask), rtol=1e-5)
+    # a task of one token gets 0, as masked_whiten gives a batch of one token
+    lone = np.asarray(ppo.task_masked_whiten(x, mask, jnp.array([7, 2, 5])))
+    assert lone[2, 1] == 0.0 and np.all(np.isfinite(lone))
+
+
+def test_task_masked_whiten_of_one_task_is_masked_whiten_bit_for_bit():
+    rng = np.random.default_rng(3)
+    b, t = 9, 13
+    mask = jnp.asarray(random_masks(rng, b, t))
+    x = jnp.asarray(rng.normal(size=(b, t)) * 5.0 + 2.0, jnp.float32)
+    for shift in (True, False):
+        want = np.asarray(ppo.masked_whiten(x, mask, shift))
+        assert np.array_equal(np.asarray(ppo.task_masked_whiten(x, mask, None, shift)), want)
+        assert np.array_equal(np.asarray(ppo.task_masked_whiten(x, mask, jnp.full((b,), 4), shift)), want)
+        jitted = jax.jit(lambda x, m, ids, s=shift: ppo.task_masked_whiten(x, m, ids, s))
+        assert np.array_equal(np.asarray(jitted(x, mask, jnp.zeros(b, jnp.int32))), np.asarray(
+            jax.jit(lambda x, m, s=shift: ppo.masked_whiten(x, m, s))(x, mask)))  # fmt: skip
+    # two tasks: each task's rows whitened alone, wherever its rows are
+    ids = jnp.asarray(rng.integers(0, 2, size=b))
+    got = np.asarray(ppo.task_masked_whiten(x, mask, ids))
+    for k in (0, 1):
+        rows = np.asarray(ids) == k
+        np.testing.assert_allclose(got[rows], np.asarray(ppo.masked_whiten(x[rows], mask[rows])), rtol=1e-5, atol=1e-6)
+
+
+def test_duration_weights_per_task_hand_worked():
+    # task 0: Δt 1, 3 (mean 2); task 1: Δt 10, 20, 30 (mean 20); task 2: Δt 5, 5 (no information)
+    d = jnp.array([1.0, 10.0, 3.0, 20.0, 5.0, 30.0, 5.0])
+    tasks = jnp.array([0, 1, 0, 1, 2, 1, 2])
+    w = np.asarray(ppo.duration_weights(d, "batch_mean", task_ids=tasks))
+    np.testing.assert_allclose(w, [0.5, 0.5, 1.5, 1.0, 1.0, 1.5, 1.0], rtol=1e-6)
+    assert w[4] == 1.0 and w[6] == 1.0  # a task's equal Δt: exactly ones for that task
+    # the whole batch's mean (74 / 7) would call task 0's slower program (3 s) fast: weight 0.28
+    assert np.asarray(ppo.duration_weights(d, "batch_mean"))[2] < 0.3
+    # clipped at 1.2 of the task's mean, then back to mean 1 within the task:
+    # task 0: 0.5, 1.2 -> / 0.85; task 1: 0.5, 1.0, 1.2 -> / 0.9
+    c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.2, task_ids=tasks))
+    np.testing.assert_allclose(c, [0.5 / 0.85, 0.5 / 0.9, 1.2 / 0.85, 1.0 / 0.9, 1.0, 1.2 / 0.9, 1.0], rtol=1e-6)
+    # log: task 0 log 2, log 4 -> mean 1.5 log 2 -> 2/3, 4/3; task 1 log 11, log 21, log 31 over their mean
+    lg = np.asarray(ppo.duration_weights(d, "log", task_ids=tasks))
+    l1 = np.log([11.0, 21.0, 31.0]) / np.log([11.0, 21.0, 31.0]).mean()
+    np.testing.assert_allclose(lg, [2 / 3, l1[0], 4 / 3, l1[1], 1.0, l1[2], 1.0], rtol=1e-6)
+    for weights in (w, c, lg):  # mean 1 within each task
+        for k in (0, 1, 2):
+            np.testing.assert_allclose(weights[np.asarray(tasks) == k].mean(), 1.0, rtol=1e-6)
+    # the floor applies before the task means: task 0's Δt 0 counts as 1 s
+    f = np.asarray(ppo.duration_weights(jnp.array([0.0, 3.0, 10.0]), task_ids=jnp.array([0, 0, 1]), min_duration_s=1))
+    np.testing.assert_allclose(f, [0.5, 1.5, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ppo.task_means(d, tasks)), [2, 20, 2, 20, 5, 20, 5], rtol=1e-6)
+    with pytest.raises(ValueError, match="task_ids must be"):
+        ppo.duration_weights(d, task_ids=jnp.zeros(3, jnp.int32))
+
+
+@pytest.mark.parametrize("mode", ["off", "batch_mean", "clipped", "log"])
+def test_duration_weights_of_one_task_are_the_whole_batch_weights_bit_for_bit(mode):
+    d = jnp.asarray(np.random.default_rng(4).uniform(0.0, 90.0, size=11), jnp.float32)
+    want = np.asarray(ppo.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0))
+    got = ppo.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0, task_ids=jnp.full((11,), 3))
+    assert np.array_equal(np.asarray(got), want)
+    jit_whole = jax.jit(lambda d: ppo.duration_weights(d, mode, 2.0, 1.0))
+    jit_tasks = jax.jit(lambda d, ids: ppo.duration_weights(d, mode, 2.0, 1.0, task_ids=ids))
+    assert np.array_equal(np.asarray(jit_tasks(d, jnp.zeros(11, jnp.int32))), np.asarray(jit_whole(d)))
+    if mode != "off":  # and the task ids do change the weights once there are two tasks
+        two = np.asarray(jit_tasks(d, jnp.arange(11) % 2))
+        assert not np.allclose(two, want)
+
+
 def test_duration_weights_modes():
     d = jnp.array([1.0, 3.0, 8.0])
     np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off")), [1, 1, 1])

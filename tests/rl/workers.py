@@ -99,6 +99,8 @@ def _big_batch(b: int = 32, prompt: int = 100, response: int = 8000):
         durations_s=(rng.random(b) * 100).tolist(),
         versions=list(range(b)),
         pad_to=prompt + response,
+        group_ids=[i // 4 for i in range(b)],
+        task_ids=[i % 3 for i in range(b)],
     )
 
 
