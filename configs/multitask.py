@@ -22,4 +22,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.workdir = "runs/multitask" if arg == "paper" else f"runs/multitask-{arg}"
     if arg == "cpu":
         c.warmstart.enabled = True  # every task of the mix has a corpus generator
+        # the SFT set is the union of the tasks' corpora: as many passes over it as a single task's 150 steps make
+        # over its own (a smaller --config.tasks mix may scale this down: 150 per task)
+        c.warmstart.steps = 150 * len(MIX)
     return c
