@@ -1,0 +1,129 @@
+"""The evidence of a run over a mix of tasks, gathered into one results file (README "Many tasks, one policy").
+
+    python -m mle_jax.experiments.mix_evidence --workdir W --held_out TASK --script S --out DIR
+
+W is a `configs/multitask.py:cpu` run made in two launches of the same command, the first with
+`--config.loop.steps=0` (the warm start and the warm-started policy's evaluation, kept as evaluation-before.json)
+and the second with the RL steps (evaluation.json), each followed by `python -m mle_jax.evaluate --workdir W
+--task TASK` of a task outside the mix (evaluation-TASK-before.json, evaluation-TASK.json). S is the script that
+ran those commands (its command lines are recorded). DIR/summary.json gets, per task: the evaluation before and
+after RL (mean reward ± SE, valid fraction, mean and best score, the best's MLE-bench medal, any-medal share), the
+RL samples it got, and the single-task learning run of the same task in docs/results where there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from absl import app, flags
+
+from mle_jax.provenance import stamp
+from mle_jax.report import read_metrics
+
+SINGLE_TASK_RUNS = {  # task -> docs/results folder of its single-task learning run (experiments/learning.py)
+    "random-acts-of-pizza": "learning-pizza",
+    "spooky-author-identification": "learning-spooky",
+}
+
+
+def scratch_figures(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """One task's evaluation (evaluation.py's dict of that task) -> its scratch samples' figures."""
+    s = evaluation["scratch"]
+    medals = s.get("medals") or {}
+    return {
+        "samples": s["samples"],
+        "mean_reward": s.get("mean_reward"),
+        "se_reward": s.get("se_reward"),
+        "valid_fraction": s["valid_fraction"],
+        "mean_score": s.get("mean"),
+        "best_score": s.get("max"),  # evaluation.py's "max" is the best in the task's direction
+        "best_medal": medals.get("best"),
+        "any_medal": medals.get("any_medal"),
+    }
+
+
+def per_task(evaluation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """evaluation.json of a mix ({"task", "tasks": {...}}) or of one task -> {task id: scratch figures}."""
+    tasks = evaluation.get("tasks") or {evaluation["task"]: evaluation}
+    return {t: scratch_figures(e) for t, e in tasks.items()}
+
+
+def single_task_run(results: Path, task: str) -> dict[str, Any] | None:
+    """The duration-weighted arm of the task's single-task learning run in docs/results, if there is one."""
+    folder = SINGLE_TASK_RUNS.get(task)
+    path = results / folder / "summary.json" if folder else None
+    if path is None or not path.is_file():
+        return None
+    d = json.loads(path.read_text())
+    arm = d["arms"].get("duration_weighted") or next(iter(d["arms"].values()))
+    keys = ("samples", "mean_reward", "se_reward", "valid_fraction", "mean_score", "best_score")
+    return {
+        "folder": folder,
+        "rl_samples": d["scale"]["steps"] * d["batch_size"],
+        "before": {k: arm["before"].get(k) for k in keys},
+        "after": {k: arm["after"].get(k) for k in keys},
+    }
+
+
+def script_commands(script: Path) -> list[str]:
+    """The `python -m mle_jax...` lines of the script that made the run (its variables as written)."""
+    return [line.strip() for line in script.read_text().splitlines() if re.search(r"-m mle_jax\.", line)]
+
+
+def gather(workdir: Path, held_out: str, script: Path, results: Path) -> dict[str, Any]:
+    before = per_task(json.loads((workdir / "evaluation-before.json").read_text()))
+    after = per_task(json.loads((workdir / "evaluation.json").read_text()))
+    samples = read_metrics(workdir / "samples.jsonl")
+    steps = read_metrics(workdir / "metrics.jsonl")
+    config = json.loads((workdir / "config.json").read_text())
+    tasks = {
+        t: {
+            "before": before[t],
+            "after": after.get(t),
+            "rl_samples": sum(1 for s in samples if s.get("task") == t),
+            "single_task": single_task_run(results, t),
+        }
+        for t in before
+    }
+    held = {
+        "task": held_out,
+        "before": per_task(json.loads((workdir / f"evaluation-{held_out}-before.json").read_text()))[held_out],
+        "after": per_task(json.loads((workdir / f"evaluation-{held_out}.json").read_text()))[held_out],
+    }
+    return {
+        **stamp(),
+        "script": script_commands(script),
+        "workdir": str(workdir),
+        "rl_steps": len(steps),
+        "batch_size": config["loop"]["batch_size"],
+        "warmstart_steps": config["warmstart"]["steps"],
+        "corpus_size": config["warmstart"]["corpus_size"],
+        "tasks": tasks,
+        "held_out": held,
+    }
+
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "the mix run's workdir", required=True)
+_HELD = flags.DEFINE_string("held_out", None, "the task outside the mix that was evaluated", required=True)
+_SCRIPT = flags.DEFINE_string("script", None, "the script that ran the commands", required=True)
+_OUT = flags.DEFINE_string("out", "docs/results/multitask-cpu", "where summary.json goes")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    workdir = Path(_WORKDIR.value)
+    for name in ("evaluation-before.json", "evaluation.json", f"evaluation-{_HELD.value}-before.json"):
+        if not (workdir / name).is_file():
+            raise app.UsageError(f"{workdir / name} not found: see this module's docstring for the run it reads")
+    out = Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = gather(workdir, _HELD.value, Path(_SCRIPT.value), Path("docs/results"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {out / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    app.run(main)
