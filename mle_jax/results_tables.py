@@ -482,6 +482,40 @@ def render_objective_arms(*summaries: dict) -> str:
     return table(header, rows)
 
 
+def render_mix_evidence(d: dict) -> str:
+    """mle_jax.experiments.mix_evidence's file: per task of the mix (and the held-out task), the evaluation before
+    and after RL, and beside it the same task's single-task learning run where docs/results has one."""
+
+    def best(f: dict) -> str:
+        return f"{num(f['best_score'], 3)} ({f['best_medal'] or '—'})"
+
+    def arrow(b: dict, a: dict | None, fmt: Callable[[dict], str]) -> str:
+        return f"{fmt(b)} → {fmt(a)}" if a else f"{fmt(b)} → —"
+
+    def reward(f: dict) -> str:
+        return pm(f["mean_reward"], f["se_reward"])
+
+    def valid(f: dict) -> str:
+        return num(f["valid_fraction"])
+
+    rows = []
+    for task, t in d["tasks"].items():
+        b, a, one = t["before"], t["after"], t["single_task"]
+        single = "—" if not one else (
+            f"{one['rl_samples']} RL samples: {arrow(one['before'], one['after'], reward)}, valid "
+            f"{arrow(one['before'], one['after'], valid)}"
+        )  # fmt: skip
+        rows.append([task, str(t["rl_samples"]), str(b["samples"]), arrow(b, a, reward), arrow(b, a, valid),
+                     arrow(b, a, best), single])  # fmt: skip
+    h = d["held_out"]
+    rows.append([f"{h['task']} (held out)", "0", str(h["before"]["samples"]), arrow(h["before"], h["after"], reward),
+                 arrow(h["before"], h["after"], valid), arrow(h["before"], h["after"], best), "—"])  # fmt: skip
+    header = [f"task ({d['rl_steps']} RL steps × B={d['batch_size']} over the mix)", "RL samples",
+              "eval samples", "mean reward ± SE, before → after", "valid fraction, before → after",
+              "best score (medal), before → after", "single-task run of the task (duration-weighted arm)"]  # fmt: skip
+    return table(header, rows)
+
+
 def render_objective_step(d: dict) -> str:
     """bench/objective_step.py's file: each objective's update on one batch (its own process), against the first."""
     peer = next(iter(d["results"]))
@@ -552,6 +586,7 @@ REGISTRY: dict[str, Entry] = {
     "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
     "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
+    "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be
