@@ -26,8 +26,8 @@ SMALL = {
     "ppo.mini_batch_size": 4,
     "ppo.micro_batch_size": 2,
     "eval.samples": 4,
-    "warmstart.corpus_size": 16,
-    "warmstart.steps": 40,
+    "warmstart.corpus_size": 8,
+    "warmstart.steps": 20,
     "warmstart.instrument_examples": 8,
     "warmstart.instrument_redrawn": 0,
     "warmstart.instrument_eval": 4,
@@ -68,7 +68,7 @@ def test_two_rl_steps_end_to_end(finished_run):
     samples = read_metrics(workdir / "samples.jsonl")
     # the frozen copy of the warm-started policy instruments (mode "lm"): every program that parses goes to it
     # (accepted, or the counted AST fallback); one that does not parse is counted apart, and a response without
-    # code is never instrumented ("off"). Which paths occur depends on what the 40-step warm start writes (in one
+    # code is never instrumented ("off"). Which paths occur depends on what the 20-step warm start writes (in one
     # CI run no program parsed), so this checks the counting: the run's shares agree with the trained-on paths.
     paths = [s["instrument"] for s in samples]
     assert len(samples) == 2 * 4 and set(paths) <= {"lm", "fallback", "unparsed", "off"}
@@ -145,3 +145,30 @@ def test_evaluate_cli_reloads_the_trained_policy(finished_run):
     assert "| scratch | 4 |" in done.stdout and "after RL 0.663" in done.stdout
     ev = json.loads((workdir / "evaluation.json").read_text())
     assert ev["scratch"]["samples"] == 4 and ev["improved"]["samples"] == 4 and ev["task"] == "random-acts-of-pizza"
+
+
+def test_evaluate_cli_evaluates_a_held_out_task(finished_run):
+    """`evaluate --task ID` on a task the run never trained on: prepared from its raw data, graded by its grader."""
+    workdir, _ = finished_run
+    held = "spooky-author-identification"
+    done = subprocess.run(
+        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=2", f"--task={held}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ev = json.loads((workdir / f"evaluation-{held}.json").read_text())
+    assert ev["task"] == held and ev["scratch"]["samples"] == 2
+    assert ev["paper"]["qwen2.5-3b-rl"] == pytest.approx(0.404)  # spooky's Table 1 figure, not pizza's
+    records = ev["scratch"]["records"]
+    assert len(records) == 2 and all(r["task"] == held for r in records)
+    bad = subprocess.run(
+        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--task=no-such-task"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "--task=no-such-task" in bad.stderr and "Traceback" not in bad.stderr
