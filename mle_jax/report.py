@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-from tensorboardX import SummaryWriter
 
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
@@ -83,9 +80,12 @@ class MetricsWriter:
             self._tb.close()
 
 
-def _summary_writer(tb_dir: Path) -> SummaryWriter:
+def _summary_writer(tb_dir: Path) -> Any:
     """A writer of a new event file. tensorboardX names a file by the second it opens in: a suffix of its own
-    keeps a second writer in the same second (a resume's reopen) from truncating the first one's file."""
+    keeps a second writer in the same second (a resume's reopen) from truncating the first one's file. (Imported
+    here: tensorboardX's package imports torch, which a process that writes no TensorBoard need not pay for.)"""
+    from tensorboardX import SummaryWriter
+
     return SummaryWriter(str(tb_dir), filename_suffix=f".{uuid.uuid4().hex[:8]}")
 
 
@@ -128,6 +128,10 @@ PLOTS: dict[str, tuple[str, ...]] = {
 
 def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
     """One PNG per entry of PLOTS, x = RL step. Returns the files written."""
+    # matplotlib is imported here, not with this module: about 1 s that the processes which only log never need
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -10,11 +10,25 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-
-from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.record_writer import masked_crc32c
+from typing import Any
 
 EVENT_GLOB = "events.out.tfevents.*"
+
+
+# tensorboardX is imported where it is used, not with this module: its package imports torch (about 2 s of CPU),
+# and every process that imports mle_jax.report (the launcher, the evaluate CLI, the planner) would pay for it
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC32C of `data`."""
+    from tensorboardX.record_writer import masked_crc32c as crc
+
+    return crc(data)
+
+
+def new_event() -> Any:
+    """An empty tensorboardX Event proto."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    return Event()
 
 
 def read_records(path: Path) -> list[bytes]:
@@ -37,11 +51,11 @@ def read_records(path: Path) -> list[bytes]:
     return records
 
 
-def read_events(path: Path) -> list[Event]:
+def read_events(path: Path) -> list[Any]:
     """The Event protos of one event file, in order."""
     events = []
     for body in read_records(path):
-        event = Event()
+        event = new_event()
         event.ParseFromString(body)
         events.append(event)
     return events
@@ -70,7 +84,7 @@ def drop_steps_after(tb_dir: Path, step: int) -> int:
         records = read_records(path)
         kept = []
         for body in records:
-            event = Event()
+            event = new_event()
             event.ParseFromString(body)
             if event.step <= step or not event.HasField("summary"):
                 kept.append(body)

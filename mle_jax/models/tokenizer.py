@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # A sampled response ends at the end of the assistant turn or at the end of the text.
@@ -45,6 +45,10 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
         # re-tokenizes a task BPE saved beside the model (policy folders, HF exports).
         tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
     else:
+        # imported here: transformers' Auto classes import its configuration module, which imports torch (about
+        # 2 s of CPU for every process that imports this module, the launcher's included)
+        from transformers import AutoTokenizer
+
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if not tok.chat_template:
         tok.chat_template = CHATML_TEMPLATE

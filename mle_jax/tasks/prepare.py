@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 from mle_jax.tasks.paths import RAW_DATA_DIR
 from mle_jax.tasks.registry import get_spec, load_task
@@ -34,6 +33,8 @@ SPLIT_SEED = 0
 
 
 def _split(frame_or_list, test_size: float):
+    from sklearn.model_selection import train_test_split  # here: sklearn takes ~1 s to import, rarely needed
+
     return train_test_split(frame_or_list, test_size=test_size, random_state=SPLIT_SEED)
 
 
