@@ -462,22 +462,28 @@ def render_objective_arms(*summaries: dict) -> str:
     staleness of what it trained on (mean over steps; slow = Δt above the batch mean)."""
     rows = []
     for s in summaries:
+        slow = (s.get("slow_and_better") or {}).get("arms") or {}
         for name, a in s["arms"].items():
             b, f, st = a["before"], a["after"], a["stats"]
             stale = st.get("stale") or {}
+            z = (f["mean_reward"] - b["mean_reward"]) / max((b["se_reward"] ** 2 + f["se_reward"] ** 2) ** 0.5, 1e-12)
+            sb = slow.get(name)
+            share = f"{pm(*sb['before'])} → {pm(*sb['after'])}" if sb else "—"
             lag = f"{num(stale.get('stale/version_lag_slow'))} / {num(stale.get('stale/version_lag_fast'))}"
             clip = f"{num(stale.get('stale/clipfrac_slow'), 3)} / {num(stale.get('stale/clipfrac_fast'), 3)}"
             rows.append([
                 f"`{name}`",
                 f"{pm(b['mean_reward'], b['se_reward'])} → {pm(f['mean_reward'], f['se_reward'])}",
+                signed(z, 1),
                 f"{num(b['valid_fraction'])} → {num(f['valid_fraction'])}",
                 f"{pm(b['mean_score'], b['se_score'], 3)} → {pm(f['mean_score'], f['se_score'], 3)}",
-                num(st.get("steps_per_hour"), 0), num(st.get("peak_rss_gib"), 1), lag, clip,
+                share, num(st.get("steps_per_hour"), 0), num(st.get("peak_rss_gib"), 1), lag, clip,
             ])  # fmt: skip
     n = summaries[0]["scale"]
     header = [f"arm ({n['steps']} steps × B={summaries[0]['batch_size']}, groups of "
               f"{summaries[0].get('group_size', 1)})", "mean reward ± SE, before → after",
-              "valid fraction, before → after", "mean score of valid ± SE, before → after", "steps / hour",
+              "change / its SE", "valid fraction, before → after", "mean score of valid ± SE, before → after",
+              "slow-and-better share ± SE, before → after", "steps / hour",
               "peak GiB", "version lag slow / fast", "clipped share slow / fast"]  # fmt: skip
     return table(header, rows)
 
