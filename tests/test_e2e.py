@@ -131,16 +131,16 @@ def test_resume_after_kill_continues_the_same_run(finished_run):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # no step lost or written twice
 
 
+def evaluate_cli(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`python -m mle_jax.evaluate --workdir=W FLAGS...`, its output captured."""
+    cmd = [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", *flags]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
 def test_evaluate_cli_reloads_the_trained_policy(finished_run):
     """`python -m mle_jax.evaluate` rebuilds the policy from the run's checkpoints and tokenizer."""
     workdir, _ = finished_run
-    done = subprocess.run(
-        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = evaluate_cli(workdir, "--samples=4")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| scratch | 4 |" in done.stdout and "after RL 0.663" in done.stdout
     ev = json.loads((workdir / "evaluation.json").read_text())
@@ -151,24 +151,12 @@ def test_evaluate_cli_evaluates_a_held_out_task(finished_run):
     """`evaluate --task ID` on a task the run never trained on: prepared from its raw data, graded by its grader."""
     workdir, _ = finished_run
     held = "spooky-author-identification"
-    done = subprocess.run(
-        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--samples=2", f"--task={held}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = evaluate_cli(workdir, "--samples=2", f"--task={held}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ev = json.loads((workdir / f"evaluation-{held}.json").read_text())
     assert ev["task"] == held and ev["scratch"]["samples"] == 2
     assert ev["paper"]["qwen2.5-3b-rl"] == pytest.approx(0.404)  # spooky's Table 1 figure, not pizza's
     records = ev["scratch"]["records"]
     assert len(records) == 2 and all(r["task"] == held for r in records)
-    bad = subprocess.run(
-        [sys.executable, "-m", "mle_jax.evaluate", f"--workdir={workdir}", "--task=no-such-task"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = evaluate_cli(workdir, "--task=no-such-task")
     assert bad.returncode != 0 and "--task=no-such-task" in bad.stderr and "Traceback" not in bad.stderr
