@@ -467,6 +467,7 @@ def render_objective_arms(*summaries: dict) -> str:
             b, f, st = a["before"], a["after"], a["stats"]
             stale = st.get("stale") or {}
             z = (f["mean_reward"] - b["mean_reward"]) / max((b["se_reward"] ** 2 + f["se_reward"] ** 2) ** 0.5, 1e-12)
+            zs = (f["mean_score"] - b["mean_score"]) / max((b["se_score"] ** 2 + f["se_score"] ** 2) ** 0.5, 1e-12)
             sb = slow.get(name)
             share = f"{pm(*sb['before'])} → {pm(*sb['after'])}" if sb else "—"
             lag = f"{num(stale.get('stale/version_lag_slow'))} / {num(stale.get('stale/version_lag_fast'))}"
@@ -477,13 +478,13 @@ def render_objective_arms(*summaries: dict) -> str:
                 signed(z, 1),
                 f"{num(b['valid_fraction'])} → {num(f['valid_fraction'])}",
                 f"{pm(b['mean_score'], b['se_score'], 3)} → {pm(f['mean_score'], f['se_score'], 3)}",
-                share, num(st.get("steps_per_hour"), 0), num(st.get("peak_rss_gib"), 1), lag, clip,
+                signed(zs, 1), share, num(st.get("steps_per_hour"), 0), num(st.get("peak_rss_gib"), 1), lag, clip,
             ])  # fmt: skip
     n = summaries[0]["scale"]
     header = [f"arm ({n['steps']} steps × B={summaries[0]['batch_size']}, groups of "
               f"{summaries[0].get('group_size', 1)})", "mean reward ± SE, before → after",
               "change / its SE", "valid fraction, before → after", "mean score of valid ± SE, before → after",
-              "slow-and-better share ± SE, before → after", "steps / hour",
+              "change / its SE", "slow-and-better share ± SE, before → after", "steps / hour",
               "peak GiB", "version lag slow / fast", "clipped share slow / fast"]  # fmt: skip
     return table(header, rows)
 
@@ -591,6 +592,8 @@ REGISTRY: dict[str, Entry] = {
     "wall_spooky_objectives_quick": Entry((_summary("learning-spooky-objectives-quick"),), wall_figure, inline=True),
     "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
     "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
+    "objective_arms_full": Entry((_summary("learning-spooky-objectives"),), render_objective_arms),
+    "wall_spooky_objectives": Entry((_summary("learning-spooky-objectives"),), wall_figure, inline=True),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
 }
