@@ -126,8 +126,25 @@ PLOTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# a run over a mix of tasks: one line per task (its metrics `<prefix><task id>`, rl/loop.py)
+TASK_PLOTS: dict[str, str] = {
+    "task_reward": "reward/mean/",
+    "task_valid_fraction": "valid_fraction/",
+    "task_score_best": "score/best/",
+    "task_duration": "duration_s/mean/",
+}
+
+
+def plot_keys(rows: list[dict]) -> dict[str, tuple[str, ...]]:
+    """PLOTS, and for a run over a mix of tasks each TASK_PLOTS entry with its tasks' metric keys."""
+    tasks = sorted({k.removeprefix("reward/mean/") for r in rows for k in r if k.startswith("reward/mean/")})
+    per_task = {name: tuple(prefix + t for t in tasks) for name, prefix in TASK_PLOTS.items()} if tasks else {}
+    return {**PLOTS, **per_task}
+
+
 def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
-    """One PNG per entry of PLOTS, x = RL step. Returns the files written."""
+    """One PNG per entry of PLOTS (and of TASK_PLOTS, a line per task, in a run over a mix), x = RL step. Returns
+    the files written."""
     # matplotlib is imported here, not with this module: about 1 s that the processes which only log never need
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -135,7 +152,7 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, keys in PLOTS.items():
+    for name, keys in plot_keys(rows).items():
         fig = Figure(figsize=(6, 3.5), dpi=110)  # no pyplot: no global backend state, nothing to close
         ax = fig.subplots()
         drew = False

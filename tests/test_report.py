@@ -104,3 +104,18 @@ def test_staleness_metrics_reach_the_jsonl_tensorboard_and_plots(tmp_path):
         "stale_clipfrac.png",
         "stale_version_lag.png",
     ]  # no behaviour weights: not a decoupled run
+
+
+def test_a_mix_gets_a_plot_per_metric_with_a_line_per_task(tmp_path):
+    rows = [
+        {"step": step, "reward/mean": -5.0, "reward/mean/a-task": -1.0 * step, "reward/mean/b-task": -9.0,
+         "valid_fraction/a-task": 0.5, "valid_fraction/b-task": 0.1, "valid_fraction/scratch": 0.3}
+        for step in (1, 2)
+    ]  # fmt: skip
+    keys = report.plot_keys(rows)
+    assert keys["task_reward"] == ("reward/mean/a-task", "reward/mean/b-task")
+    assert keys["task_valid_fraction"] == ("valid_fraction/a-task", "valid_fraction/b-task")  # not /scratch
+    names = {p.name for p in report.write_plots(rows, tmp_path)}
+    assert {"task_reward.png", "task_valid_fraction.png", "reward_components.png"} <= names
+    assert "task_duration.png" not in names  # no such metric in these rows
+    assert "task_reward" not in report.plot_keys([{"step": 1, "reward/mean": -1.0}])  # one task: no per-task plots
