@@ -92,6 +92,7 @@ def get_config() -> ml_collections.ConfigDict:
     # task.id. The task section's prepared_dir is task.id's; every other task of the mix is prepared from raw_dir
     c.tasks = ()
     c.task_weights = ()  # one weight per task of `tasks`; empty: equal weights
+    c.task_timeouts_s = ()  # one run timeout (s) per task of `tasks`; empty: executor.timeout_s for every task
 
     c.prompt = ml_collections.ConfigDict()
     c.prompt.max_prompt_tokens = 1024

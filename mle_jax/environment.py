@@ -78,6 +78,7 @@ def open_environment(
             tasks={t.id: t for t in tasks},
             weights=weights,
             seed=s.seed,
+            timeouts_s=dict(zip((t.id for t in s.mix), s.task_timeouts_s, strict=False)),
         )
     finally:
         fleet.close()

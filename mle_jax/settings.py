@@ -74,6 +74,8 @@ class RunSettings:
     # the mix of tasks one policy trains on (config.tasks, task_weights); empty: the mix of one, `task`
     tasks: tuple[TaskSettings, ...] = ()
     task_weights: tuple[float, ...] = ()
+    # each task's run timeout in seconds, in `mix` order (config.task_timeouts_s); empty: executor.timeout_s for all
+    task_timeouts_s: tuple[float, ...] = ()
 
     @property
     def mix(self) -> tuple[TaskSettings, ...]:
@@ -109,9 +111,10 @@ def _build(cls: type, section: str, fields: Mapping[str, Any], **extra: Any) -> 
 _TOP_LEVEL = (
     "seed", "workdir", "resume", "model", "task", "prompt", "sampler", "instrument", "executor", "reward",
     "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report", "learner", "tasks", "task_weights",
+    "task_timeouts_s",
 )  # fmt: skip
 # absent from the config.json of workdirs written before they existed: their defaults
-_OPTIONAL = ("learner", "tasks", "task_weights")
+_OPTIONAL = ("learner", "tasks", "task_weights", "task_timeouts_s")
 
 
 def task_mix(cfg: Any, task: TaskSettings) -> tuple[tuple[TaskSettings, ...], tuple[float, ...]]:
@@ -147,6 +150,22 @@ def task_mix(cfg: Any, task: TaskSettings) -> tuple[tuple[TaskSettings, ...], tu
             )
     tasks = tuple(task if t == task.id else dataclasses.replace(task, id=t, prepared_dir="") for t in order)
     return tasks, tuple(by_id[t] for t in order)
+
+
+def task_timeouts(cfg: Any, tasks: tuple[TaskSettings, ...]) -> tuple[float, ...]:
+    """Each task's run timeout, in the order of `tasks` (the mix, `task` first), from `config.task_timeouts_s`: one
+    per task of config.tasks, in config.tasks' order; empty: the executor's timeout for every task."""
+    given = tuple(cfg["task_timeouts_s"] if "task_timeouts_s" in cfg.keys() else ()) or ()
+    if not given:
+        return ()
+    ids = tuple(str(t) for t in (cfg["tasks"] if "tasks" in cfg.keys() else ()) or ())
+    if len(given) != len(ids) or min(float(t) for t in given) <= 0:
+        raise ConfigError(
+            f"config.task_timeouts_s={list(given)} must be one timeout > 0 (seconds) per task of config.tasks "
+            f"({len(ids)}), in its order (empty: executor.timeout_s for every task)"
+        )
+    by_id = dict(zip(ids, (float(t) for t in given), strict=True))
+    return tuple(by_id[t.id] for t in tasks)
 
 
 def from_config(cfg: Any) -> RunSettings:
@@ -189,6 +208,7 @@ def from_config(cfg: Any) -> RunSettings:
         task=tasks[0] if tasks else task,
         tasks=tasks,
         task_weights=task_weights,
+        task_timeouts_s=task_timeouts(cfg, tasks),
         model=model,
         rollout=RolloutSettings(
             prompt=prompt,

@@ -6,7 +6,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -150,6 +150,7 @@ class Environment:
     tasks: dict[str, Task] = field(default_factory=dict)  # every task of the mix by id (default: `task` alone)
     weights: tuple[float, ...] = ()  # each task's sampling weight, in `tasks` order (default: equal)
     seed: int = 0  # of the (task, kind) stream
+    timeouts_s: dict[str, float] = field(default_factory=dict)  # a task's own run timeout (default: settings.limits')
 
     def __post_init__(self) -> None:
         self.tasks = dict(self.tasks) or {self.task.id: self.task}
@@ -252,7 +253,11 @@ class Environment:
     def queue(self, sample: Sample) -> None:
         """Queues an instrumented sample's program in the executor fleet (again, for one taken back from the queue)."""
         sample.submitted_at = time.monotonic()
-        sample.future = self.fleet.submit(sample.instrumented_code, self.task_of(sample), self.settings.limits)
+        task = self.task_of(sample)
+        limits = self.settings.limits
+        if task.id in self.timeouts_s:
+            limits = replace(limits, timeout_s=self.timeouts_s[task.id])
+        sample.future = self.fleet.submit(sample.instrumented_code, task, limits)
 
     def finish(self, sample: Sample, result: ExecResult) -> Sample:
         """Grades a finished run (outside the sandbox) and computes its reward."""

@@ -11,13 +11,16 @@ import pytest
 
 from configs import base
 from mle_jax.checkpoint import Checkpointer
+from mle_jax.executor.fleet import make_fleet
+from mle_jax.executor.result import Status
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.report import MetricsWriter
 from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.rl.rollout import Environment
+from mle_jax.rl.rollout import Environment, PromptItem, Sample
 from mle_jax.rl.task_mix import PromptStream
-from mle_jax.settings import from_config
+from mle_jax.sampling.protocol import Completion
+from mle_jax.settings import ConfigError, from_config
 from mle_jax.tasks.prepare import prepare
 
 PIZZA, SPOOKY = "random-acts-of-pizza", "spooky-author-identification"
@@ -87,3 +90,38 @@ def test_the_loop_checkpoint_carries_the_stream_position(mix_env, tmp_path):
     env.stream.position = 0  # a fresh process's stream starts at 0 ...
     loop.load_state_dict(state)  # ... and the checkpoint puts it back at 7
     assert [(i.task, i.kind) for i in env.prompts(9, None, loop.rng)] == ahead
+
+
+def test_each_task_runs_with_its_own_timeout(mix_env):
+    """config.task_timeouts_s: the same 3-second program times out under a task with a 1-second timeout and finishes
+    under the other task's (the executor's 120 s), each in the real bwrap fleet."""
+    s, env, _ = mix_env
+    cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
+    cfg.tasks, cfg.task_timeouts_s = (SPOOKY, PIZZA), (1.0, 120.0)  # config.tasks' order, not the mix's
+    timed = from_config(cfg)
+    assert [t.id for t in timed.mix] == [PIZZA, SPOOKY] and timed.task_timeouts_s == (120.0, 1.0)
+    fleet = make_fleet(timed.executor)
+    try:
+        timeouts = dict(zip([PIZZA, SPOOKY], timed.task_timeouts_s, strict=True))
+        run = Environment(s.rollout, env.tasks[PIZZA], env.tokenizer, ["pandas"], None, None, fleet,
+                          tasks=env.tasks, timeouts_s=timeouts)  # fmt: skip
+        prompt = PromptItem("scratch", [1])
+        completion = Completion(
+            np.array([1], np.int32), np.array([2], np.int32), np.zeros(1, np.float32), "", "stop", 0
+        )
+        samples = [Sample(i, prompt, completion, "", "", task=t) for i, t in enumerate((PIZZA, SPOOKY))]
+        for sample in samples:
+            sample.instrumented_code = "import time\ntime.sleep(3)\nprint('done')\n"
+            run.queue(sample)
+        results = {sample.task: sample.future.result(timeout=300) for sample in samples}
+    finally:
+        fleet.close()
+    assert results[SPOOKY].status == Status.TIMEOUT
+    assert results[PIZZA].status != Status.TIMEOUT and "done" in results[PIZZA].stdout_tail
+
+
+def test_task_timeouts_must_match_the_tasks():
+    cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
+    cfg.tasks, cfg.task_timeouts_s = (PIZZA, SPOOKY), (60.0,)
+    with pytest.raises(ConfigError, match="task_timeouts_s"):
+        from_config(cfg)
