@@ -68,6 +68,12 @@ def single_task_run(results: Path, task: str) -> dict[str, Any] | None:
     }
 
 
+def report_figure(report: Path, key: str) -> float | None:
+    """A figure of a run's report.md summary table (`| key | value |`), as the run wrote it."""
+    m = re.search(rf"^\| {re.escape(key)} \| ([^|]+) \|$", report.read_text(), re.M)
+    return float(m.group(1)) if m and m.group(1).strip() not in ("—", "None") else None
+
+
 def script_commands(script: Path) -> list[str]:
     """The `python -m mle_jax...` lines of the script that made the run (its variables as written)."""
     return [line.strip() for line in script.read_text().splitlines() if re.search(r"-m mle_jax\.", line)]
@@ -98,6 +104,12 @@ def gather(workdir: Path, held_out: str, script: Path, results: Path) -> dict[st
         "script": script_commands(script),
         "workdir": str(workdir),
         "rl_steps": len(steps),
+        # each launch's wall time as its report.md recorded it: the warm start and the evaluation before RL, then
+        # the RL steps and the evaluation after
+        "wall_s_before": report_figure(workdir / "report-before.md", "wall_s"),
+        "warmstart_wall_s": report_figure(workdir / "report-before.md", "warmstart/wall_s"),
+        "wall_s_rl_and_after": report_figure(workdir / "report.md", "wall_s"),
+        "rl_wall_s": report_figure(workdir / "report.md", "rl/wall_s"),
         "batch_size": config["loop"]["batch_size"],
         "warmstart_steps": config["warmstart"]["steps"],
         "corpus_size": config["warmstart"]["corpus_size"],
