@@ -505,6 +505,12 @@ def render_mix_evidence(d: dict) -> str:
     def valid(f: dict) -> str:
         return num(f["valid_fraction"])
 
+    def z(b: dict, a: dict | None) -> str:
+        if not a:
+            return "—"
+        se = (b["se_reward"] ** 2 + a["se_reward"] ** 2) ** 0.5
+        return signed((a["mean_reward"] - b["mean_reward"]) / max(se, 1e-12), 1)
+
     rows = []
     for task, t in d["tasks"].items():
         b, a, one = t["before"], t["after"], t["single_task"]
@@ -512,13 +518,14 @@ def render_mix_evidence(d: dict) -> str:
             f"{one['rl_samples']} RL samples: {arrow(one['before'], one['after'], reward)}, valid "
             f"{arrow(one['before'], one['after'], valid)}"
         )  # fmt: skip
-        rows.append([task, str(t["rl_samples"]), str(b["samples"]), arrow(b, a, reward), arrow(b, a, valid),
-                     arrow(b, a, best), single])  # fmt: skip
+        rows.append([task, str(t["rl_samples"]), str(b["samples"]), arrow(b, a, reward), z(b, a),
+                     arrow(b, a, valid), arrow(b, a, best), single])  # fmt: skip
     h = d["held_out"]
-    rows.append([f"{h['task']} (held out)", "0", str(h["before"]["samples"]), arrow(h["before"], h["after"], reward),
-                 arrow(h["before"], h["after"], valid), arrow(h["before"], h["after"], best), "—"])  # fmt: skip
+    hb, ha = h["before"], h["after"]
+    rows.append([f"{h['task']} (held out)", "0", str(hb["samples"]), arrow(hb, ha, reward), z(hb, ha),
+                 arrow(hb, ha, valid), arrow(hb, ha, best), "—"])  # fmt: skip
     header = [f"task ({d['rl_steps']} RL steps × B={d['batch_size']} over the mix)", "RL samples",
-              "eval samples", "mean reward ± SE, before → after", "valid fraction, before → after",
+              "eval samples", "mean reward ± SE, before → after", "change / its SE", "valid fraction, before → after",
               "best score (medal), before → after", "single-task run of the task (duration-weighted arm)"]  # fmt: skip
     return table(header, rows)
 

@@ -1,12 +1,12 @@
 """The evidence of a run over a mix of tasks, gathered into one results file (README "Many tasks, one policy").
 
-    python -m mle_jax.experiments.mix_evidence --workdir W --held_out TASK --script S --out DIR
+    python -m mle_jax.experiments.mix_evidence --workdir W --held_out TASK --script S1,S2 --out DIR
 
 W is a `configs/multitask.py:cpu` run made in two launches of the same command, the first with
 `--config.loop.steps=0` (the warm start and the warm-started policy's evaluation, kept as evaluation-before.json)
 and the second with the RL steps (evaluation.json), each followed by `python -m mle_jax.evaluate --workdir W
---task TASK` of a task outside the mix (evaluation-TASK-before.json, evaluation-TASK.json). S is the script that
-ran those commands (its command lines are recorded). DIR/summary.json gets, per task: the evaluation before and
+--task TASK` of a task outside the mix (evaluation-TASK-before.json, evaluation-TASK.json). S1,S2 are the scripts
+that ran those commands (their command lines are recorded). DIR/summary.json gets, per task: the evaluation before and
 after RL (mean reward ± SE, valid fraction, mean and best score, the best's MLE-bench medal, any-medal share), the
 RL samples it got, and the single-task learning run of the same task in docs/results where there is one.
 """
@@ -79,7 +79,7 @@ def script_commands(script: Path) -> list[str]:
     return [line.strip() for line in script.read_text().splitlines() if re.search(r"-m mle_jax\.", line)]
 
 
-def gather(workdir: Path, held_out: str, script: Path, results: Path) -> dict[str, Any]:
+def gather(workdir: Path, held_out: str, script: Path | list[Path], results: Path) -> dict[str, Any]:
     before = per_task(json.loads((workdir / "evaluation-before.json").read_text()))
     after = per_task(json.loads((workdir / "evaluation.json").read_text()))
     samples = read_metrics(workdir / "samples.jsonl")
@@ -101,7 +101,7 @@ def gather(workdir: Path, held_out: str, script: Path, results: Path) -> dict[st
     }
     return {
         **stamp(),
-        "script": script_commands(script),
+        "script": [c for p in (script if isinstance(script, list) else [script]) for c in script_commands(p)],
         "workdir": str(workdir),
         "rl_steps": len(steps),
         # each launch's wall time as its report.md recorded it: the warm start and the evaluation before RL, then
@@ -120,7 +120,7 @@ def gather(workdir: Path, held_out: str, script: Path, results: Path) -> dict[st
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "the mix run's workdir", required=True)
 _HELD = flags.DEFINE_string("held_out", None, "the task outside the mix that was evaluated", required=True)
-_SCRIPT = flags.DEFINE_string("script", None, "the script that ran the commands", required=True)
+_SCRIPT = flags.DEFINE_list("script", None, "the scripts that ran the commands, in order", required=True)
 _OUT = flags.DEFINE_string("out", "docs/results/multitask-cpu", "where summary.json goes")
 
 
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> None:
             raise app.UsageError(f"{workdir / name} not found: see this module's docstring for the run it reads")
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
-    summary = gather(workdir, _HELD.value, Path(_SCRIPT.value), Path("docs/results"))
+    summary = gather(workdir, _HELD.value, [Path(p) for p in _SCRIPT.value], Path("docs/results"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {out / 'summary.json'}")
 
