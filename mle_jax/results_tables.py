@@ -601,6 +601,9 @@ REGISTRY: dict[str, Entry] = {
     "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
     "objective_arms_full": Entry((_summary("learning-spooky-objectives"),), render_objective_arms),
     "wall_spooky_objectives": Entry((_summary("learning-spooky-objectives"),), wall_figure, inline=True),
+    "wall_spooky_objectives_quick_ws": Entry(
+        (_summary("learning-spooky-objectives-quick-ws"),), wall_figure, inline=True
+    ),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
 }
