@@ -118,24 +118,32 @@ def gather(workdir: Path, held_out: str, script: Path | list[Path], results: Pat
     }
 
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "the mix run's workdir", required=True)
-_HELD = flags.DEFINE_string("held_out", None, "the task outside the mix that was evaluated", required=True)
-_SCRIPT = flags.DEFINE_list("script", None, "the scripts that ran the commands, in order", required=True)
-_OUT = flags.DEFINE_string("out", "docs/results/multitask-cpu", "where summary.json goes")
+_FLAGS: dict[str, Any] = {}
+
+
+def define_flags() -> None:
+    """The CLI's flags, defined when it runs (not on import: a test that imports this module beside another CLI
+    must not define a second --workdir)."""
+    _FLAGS["workdir"] = flags.DEFINE_string("workdir", None, "the mix run's workdir", required=True)
+    _FLAGS["held_out"] = flags.DEFINE_string("held_out", None, "the task outside the mix that was evaluated",
+                                             required=True)  # fmt: skip
+    _FLAGS["script"] = flags.DEFINE_list("script", None, "the scripts that ran the commands, in order", required=True)
+    _FLAGS["out"] = flags.DEFINE_string("out", "docs/results/multitask-cpu", "where summary.json goes")
 
 
 def main(argv: list[str]) -> None:
     del argv
-    workdir = Path(_WORKDIR.value)
-    for name in ("evaluation-before.json", "evaluation.json", f"evaluation-{_HELD.value}-before.json"):
+    workdir, held = Path(_FLAGS["workdir"].value), _FLAGS["held_out"].value
+    for name in ("evaluation-before.json", "evaluation.json", f"evaluation-{held}-before.json"):
         if not (workdir / name).is_file():
             raise app.UsageError(f"{workdir / name} not found: see this module's docstring for the run it reads")
-    out = Path(_OUT.value)
+    out = Path(_FLAGS["out"].value)
     out.mkdir(parents=True, exist_ok=True)
-    summary = gather(workdir, _HELD.value, [Path(p) for p in _SCRIPT.value], Path("docs/results"))
+    summary = gather(workdir, held, [Path(p) for p in _FLAGS["script"].value], Path("docs/results"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {out / 'summary.json'}")
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
