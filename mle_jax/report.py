@@ -21,7 +21,7 @@ import numpy as np
 
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
-from mle_jax.tensorboard_events import drop_steps_after
+from mle_jax.tensorboard_events import EventFileWriter, drop_steps_after
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,10 @@ class MetricsWriter:
             self._tb.close()
 
 
-def _summary_writer(tb_dir: Path) -> Any:
-    """A writer of a new event file. tensorboardX names a file by the second it opens in: a suffix of its own
-    keeps a second writer in the same second (a resume's reopen) from truncating the first one's file. (Imported
-    here: tensorboardX's package imports torch, which a process that writes no TensorBoard need not pay for.)"""
-    from tensorboardX import SummaryWriter
-
-    return SummaryWriter(str(tb_dir), filename_suffix=f".{uuid.uuid4().hex[:8]}")
+def _summary_writer(tb_dir: Path) -> EventFileWriter:
+    """A writer of a new event file. A file is named by the second it opens in: a suffix of its own keeps a second
+    writer in the same second (a resume's reopen) from truncating the first one's file."""
+    return EventFileWriter(tb_dir, suffix=f".{uuid.uuid4().hex[:8]}")
 
 
 def _jsonable(v: Any) -> Any:

@@ -310,6 +310,7 @@ def test_vllm_server_script_refuses_a_python_without_vllm_and_a_folder_without_a
     no_vllm = subprocess.run(["launch/vllm_server.sh", SMOL_DIR, "9"], cwd=REPO, capture_output=True, text=True,
                              env={**os.environ, "VLLM_PYTHON": "/usr/bin/python3"}, timeout=60)  # fmt: skip
     assert no_vllm.returncode == 2 and "has no vllm" in no_vllm.stderr and "make vllm-env" in no_vllm.stderr
+    with_vllm = {**os.environ, "VLLM_PYTHON": str(REPO / ".vllm-venv/bin/python")}
     no_model = subprocess.run(["launch/vllm_server.sh", str(tmp_path), "9"], cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, "VLLM_PYTHON": str(REPO / ".vllm-venv/bin/python")}, timeout=60)  # fmt: skip
+                              env=with_vllm, timeout=60)  # fmt: skip
     assert no_model.returncode == 2 and "is not an HF model folder" in no_model.stderr
