@@ -217,7 +217,8 @@ def drop_steps_after(tb_dir: Path, step: int) -> int:
             event = parse_event(body)
             if event.step <= step or not event.has_summary:
                 kept.append(body)
-        if len(kept) == len(records) and path.stat().st_size == sum(len(_record(b)) for b in records):
+        # a record is its body and 16 bytes of framing (length, two CRCs): its size without computing its CRCs again
+        if len(kept) == len(records) and path.stat().st_size == sum(len(b) + 16 for b in records):
             continue  # nothing past `step`, no torn tail
         dropped += len(records) - len(kept)
         tmp = path.with_name(path.name + ".tmp")
