@@ -165,9 +165,13 @@ def tokenize_examples(
     return prompts, responses, dropped
 
 
-def batch_stream(n: int, batch_size: int, seed: int) -> grain.MapDataset:
-    """Indices 0..n-1, shuffled by `seed` (a new permutation each epoch), repeated forever, batched."""
-    return grain.MapDataset.range(n).shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
+def batch_stream(n: int, batch_size: int, seed: int) -> grain.IterDataset:
+    """Indices 0..n-1, shuffled by `seed` (a new permutation each epoch), repeated forever, batched: [batch_size]
+    int arrays. Read in the caller's thread, one batch when asked: grain's default read options prefetch with 16
+    threads, which kept computing ~500 batches ahead of the last one asked for (~3 s of CPU per stream, spent after
+    a short SFT had ended)."""
+    ds = grain.MapDataset.range(n).shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
 
 
 # ------------------------------------------------------------------------------------------------ math

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +66,9 @@ def test_response_loss_matches_numpy_and_ignores_masked_positions():
 
 
 def test_batch_stream_is_seeded_and_reshuffles_each_epoch():
+    threads = threading.active_count()
     a = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=1)), strict=False)]
+    assert threading.active_count() == threads  # read in this thread: no prefetching threads left computing
     b = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=1)), strict=False)]
     c = [b.tolist() for _, b in zip(range(6), iter(batch_stream(6, 3, seed=2)), strict=False)]
     assert a == b and a != c
