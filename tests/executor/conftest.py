@@ -13,6 +13,9 @@ from mle_jax.tasks.task import Task
 
 # Short limits for hostile programs: the machine is shared.
 HOSTILE = Limits(timeout_s=6.0, memory_mb=768, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
+# Programs only the clock stops (a sleep, a loop, a fork bomb under the process cap): the test waits out the whole
+# timeout, so a shorter one (a loop or a bomb burns a core for all of it)
+CLOCK = Limits(timeout_s=3.0, memory_mb=768, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
 NORMAL = Limits(timeout_s=60.0, memory_mb=2048, cpus=1, max_procs=64, max_file_mb=64, max_output_bytes=16384)
 BWRAP = ExecutorSettings(backend="bwrap")
 

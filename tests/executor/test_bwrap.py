@@ -25,7 +25,7 @@ from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import RAW_DATA_DIR
 from tests.executor import programs
-from tests.executor.conftest import BWRAP, HOSTILE, NORMAL
+from tests.executor.conftest import BWRAP, CLOCK, HOSTILE, NORMAL
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ def test_pizza_sklearn_solution_grades(sandbox, pizza_task):
 
 
 def test_fork_bomb(sandbox, pizza_task):
-    r = sandbox.run(programs.FORK_BOMB, pizza_task, HOSTILE)
+    r = sandbox.run(programs.FORK_BOMB, pizza_task, CLOCK)
     assert r.status in (Status.TIMEOUT, Status.KILLED), r.status
     assert r.extra["uid"] >= 200_000 and _survivors(r.extra["uid"]) == []  # nothing survived
     _normal_run_works(sandbox, pizza_task)
@@ -104,18 +104,18 @@ def test_allocate_50gb(sandbox, pizza_task):
 
 def test_infinite_loop_times_out(sandbox, pizza_task):
     t0 = time.monotonic()
-    r = sandbox.run(programs.INFINITE_LOOP, pizza_task, HOSTILE)
+    r = sandbox.run(programs.INFINITE_LOOP, pizza_task, CLOCK)
     assert r.status is Status.TIMEOUT
-    assert HOSTILE.timeout_s - 1 < r.duration_s < HOSTILE.timeout_s + 2
-    assert time.monotonic() - t0 < HOSTILE.timeout_s + 10
+    assert CLOCK.timeout_s - 1 < r.duration_s < CLOCK.timeout_s + 2
+    assert time.monotonic() - t0 < CLOCK.timeout_s + 10
     assert "looping" in r.stdout_tail  # output before the kill is kept
     _normal_run_works(sandbox, pizza_task)
 
 
 def test_sleep_past_timeout(sandbox, pizza_task):
-    r = sandbox.run(programs.SLEEP_PAST_TIMEOUT, pizza_task, HOSTILE)
+    r = sandbox.run(programs.SLEEP_PAST_TIMEOUT, pizza_task, CLOCK)
     assert r.status is Status.TIMEOUT
-    assert r.duration_s < HOSTILE.timeout_s + 2
+    assert r.duration_s < CLOCK.timeout_s + 2
     _normal_run_works(sandbox, pizza_task)
 
 

@@ -20,7 +20,7 @@ from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prompts import data_mount
 from tests.executor import programs
-from tests.executor.conftest import HOSTILE, NORMAL
+from tests.executor.conftest import CLOCK, HOSTILE, NORMAL
 from tests.executor.unix_proxy import UnixProxy
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def test_pizza_sklearn_solution_grades(sandbox, pizza_task):
 
 
 def test_fork_bomb(sandbox, pizza_task):
-    r = sandbox.run(programs.FORK_BOMB, pizza_task, HOSTILE)
+    r = sandbox.run(programs.FORK_BOMB, pizza_task, CLOCK)
     assert r.status in (Status.TIMEOUT, Status.KILLED)
     _normal_run_works(sandbox, pizza_task)
 
@@ -73,9 +73,9 @@ def test_allocate_50gb(sandbox, pizza_task):
 
 
 def test_sleep_past_timeout(sandbox, pizza_task):
-    r = sandbox.run(programs.SLEEP_PAST_TIMEOUT, pizza_task, HOSTILE)
+    r = sandbox.run(programs.SLEEP_PAST_TIMEOUT, pizza_task, CLOCK)
     assert r.status is Status.TIMEOUT
-    assert r.extra["wall_s"] < HOSTILE.timeout_s + 10
+    assert r.extra["wall_s"] < CLOCK.timeout_s + 10
     _normal_run_works(sandbox, pizza_task)
 
 
