@@ -33,7 +33,7 @@ class Mutant:
 
 MUTANTS = (
     Mutant("duration weights set to ones", "mle_jax/rl/ppo.py",
-           "    w = d / jnp.maximum(jnp.mean(d), 1e-12)\n", "    w = jnp.ones_like(d)\n",
+           "    w = d / jnp.maximum(mean(d), 1e-12)\n", "    w = jnp.ones_like(d)\n",
            ("tests/rl/test_ppo.py",)),
     Mutant("GAE without lambda", "mle_jax/rl/ppo.py",
            "adv = delta + gamma * lam * next_adv", "adv = delta + gamma * next_adv",
@@ -50,8 +50,9 @@ MUTANTS = (
     Mutant("sandbox on the host network", "mle_jax/executor/bwrap.py",
            'cmd += ["unshare", "--net", "--mount",', 'cmd += ["unshare", "--mount",',
            ("tests/executor/test_bwrap.py", "-k", "loopback or network or socket or connect")),
-    Mutant("learner ignoring its weights", "mle_jax/rl/ppo_update.py",
-           'mb["advantages"], mb["mask"], mb["weights"],', 'mb["advantages"], mb["mask"], None,',
+    Mutant("learner ignoring its weights", "mle_jax/rl/objectives.py",
+           'lp, old, mb["advantages"], mask, mb["weights"], s.clip_ratio',
+           'lp, old, mb["advantages"], mask, None, s.clip_ratio',
            ("tests/rl/test_learner.py",)),
     Mutant("grader ignoring row order", "mle_jax/tasks/graders/frames.py",
            "return sub.iloc[s_order].reset_index(drop=True), answers.iloc[a_order].reset_index(drop=True)",
