@@ -34,7 +34,7 @@ from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
-from tests.xla_flags import with_device_count, without_session_flags
+from tests.xla_flags import optimised_compile_env, with_device_count
 
 pytestmark = pytest.mark.integration
 
@@ -141,10 +141,9 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
         # one OpenMP thread per server: two servers, the learner and the other test worker share 2 cores, and each
         # server's two spinning OpenMP threads slowed its decoding to under 1 token/s (measured in the server log)
         "OMP_NUM_THREADS": "1",
-        # the learner's update of the real 135M model is compute, not compile: XLA's optimised code (the suite
-        # turns most optimisations off, tests/conftest.py) took its step from 140 s to 91 s
-        "JAX_DISABLE_MOST_OPTIMIZATIONS": "0",
-        "XLA_FLAGS": without_session_flags(),  # and XLA's own emitters (tests/xla_flags.py)
+        # the learner's update of the real 135M model is compute, not compile: XLA's optimised code took its step
+        # from 140 s to 91 s
+        **optimised_compile_env(),
     }
     release_memory()
     # its own process group: on a timeout, SIGTERM reaches the learner and the script, whose trap stops the servers

@@ -15,7 +15,7 @@ import pytest
 from configs import pizza
 from mle_jax import planning as plan
 from mle_jax.settings import from_config
-from tests.xla_flags import without_session_flags
+from tests.xla_flags import optimised_compile_env
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--config=configs/pizza.py:cpu", "--config.mesh.fsdp=-1"]
@@ -23,9 +23,7 @@ TINY = ["--config=configs/pizza.py:cpu", "--config.mesh.fsdp=-1"]
 
 def run_plan(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """The plan CLI in a fresh process (the fake CPU devices are made before JAX starts)."""
-    # a plan's memory is XLA's optimised compile's, with XLA's own emitters (the suite turns most optimisations off
-    # and compiles with the legacy emitters: tests/conftest.py; those took this optimised compile from 13 s to 20 s)
-    env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "0", "XLA_FLAGS": without_session_flags()}
+    env = {**os.environ, **optimised_compile_env()}  # a plan's memory is XLA's optimised compile's
     return subprocess.run([sys.executable, "-m", "mle_jax.plan", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)  # fmt: skip
 

@@ -19,6 +19,7 @@ import pytest
 from mle_jax import plan_markdown
 from mle_jax import planning as plan
 from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
+from tests.xla_flags import optimised_compile_env
 
 REPO = Path(__file__).resolve().parents[1]
 AOT = REPO / ".aot-venv" / "bin" / "python"
@@ -42,8 +43,7 @@ def aot_plan(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(AOT), "-m", "mle_jax.plan", *TINY, *args],
         cwd=REPO,
-        # a plan's memory is XLA's optimised compile's (the suite turns most optimisations off: tests/conftest.py)
-        env={**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "0"},
+        env={**os.environ, **optimised_compile_env()},  # a plan's memory is XLA's optimised compile's
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -25,10 +25,13 @@ def with_device_count(n: int) -> str:
     return f"{suite_xla_flags()} --xla_force_host_platform_device_count={n}".strip()
 
 
-def without_session_flags() -> str:
-    """This process's XLA_FLAGS less the session's: for a run whose time is the compute of a real-size model with
-    XLA's optimised compile (the legacy emitters' code took gpu_node.sh's SmolLM2 run from 96 s to 134 s)."""
-    return os.environ.get("XLA_FLAGS", "").replace(suite_xla_flags(), "").strip()
+def optimised_compile_env() -> dict[str, str]:
+    """Environment overrides for a subprocess that compiles as a real run does: most of XLA's optimisation passes on
+    (the suite turns them off, tests/conftest.py) and XLA's own emitters (this process's XLA_FLAGS less the
+    session's). For a real-size model's compute and for a plan's memory figures: with the legacy emitters the
+    optimised compile was slower (gpu_node.sh's SmolLM2 run: 96 s -> 134 s; the tiny plan's compile: 13 s -> 20 s)."""
+    flags = os.environ.get("XLA_FLAGS", "").replace(suite_xla_flags(), "").strip()
+    return {"JAX_DISABLE_MOST_OPTIMIZATIONS": "0", "XLA_FLAGS": flags}
 
 
 def set_session_flags() -> None:

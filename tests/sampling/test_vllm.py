@@ -256,7 +256,7 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
         """Whether every token so far carries weights A's logprobs."""
         c = Completion(np.array(PROMPTS[0], np.int32), np.array(ids, np.int32), np.array(logprobs, np.float32),
                        "", "length", 0)  # fmt: skip
-        return bool(np.abs(c.logprobs - reference_logprobs(jax_models["a"], c, TEMPERATURE)).max() < TOL)
+        return max_logprob_error(jax_models["a"], [c]) < TOL
 
     body = dict(
         model=server.served_model_name, prompt=PROMPTS[0], max_tokens=max_tokens, temperature=TEMPERATURE,
