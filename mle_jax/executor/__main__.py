@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -111,6 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_build_image(args: argparse.Namespace) -> int:
     import docker  # optional dependency
 
+    # the build's steps (debootstrap, the Dockerfile) on stderr: CI's log shows whether an image was built
+    logging.basicConfig(level=logging.INFO, format="build-image: %(message)s")
     with docker_url(args.docker_url) as url:
         client = docker.DockerClient(base_url=url)
         image_id = ensure_image(client, args.tag, base=args.base, rebuild=args.rebuild)

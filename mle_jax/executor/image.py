@@ -28,6 +28,13 @@ HASH_LABEL = "org.mle_jax.dockerfile"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3.11", "libgomp1")
 _LOCK = Path(tempfile.gettempdir()) / "mle_jax_sandbox_image.lock"
+# Set by tests/loopback_only.sh: a namespace whose only interface is lo, where debootstrap cannot reach the mirror.
+NO_NETWORK_ENV = "MLE_JAX_TEST_NETNS"
+BUILD_COMMAND = "make sandbox-image"
+
+
+class ImageMissing(RuntimeError):
+    """The sandbox image is absent or older than sandboxes/Dockerfile, and this process may not build it."""
 
 
 def dockerfile_hash() -> str:
@@ -72,14 +79,29 @@ def build_base(client, tag: str = BASE_TAG, mirror: str = DEBIAN_MIRROR) -> None
         raise RuntimeError(f"importing the base rootfs as {tag} failed")
 
 
-def ensure_image(client, tag: str, base: str | None = None, rebuild: bool = False) -> str:
-    """The id of `tag` built from the current sandboxes/Dockerfile, building it (and the base) if needed."""
+def may_build() -> bool:
+    """False inside the test suite's no-network namespace: images are built before it (`make test` needs them)."""
+    return not os.environ.get(NO_NETWORK_ENV)
+
+
+def ensure_image(client, tag: str, base: str | None = None, rebuild: bool = False, build: bool | None = None) -> str:
+    """The id of `tag` built from the current sandboxes/Dockerfile, building it (and the base) if needed.
+
+    build: whether a missing or stale image may be built here (default: outside the tests' no-network namespace);
+    when not, a missing or stale image raises ImageMissing in one line naming `make sandbox-image`.
+    """
     want = dockerfile_hash()
+    if build is None:
+        build = may_build()
     with open(_LOCK, "w") as lock:  # one build at a time on this machine
         fcntl.flock(lock, fcntl.LOCK_EX)
         image = _has_image(client, tag)
         if image is not None and not rebuild and image.labels.get(HASH_LABEL) == want:
+            log.info("%s is up to date with sandboxes/Dockerfile (%s): nothing to build", tag, want)
             return image.id
+        if not build:
+            state = "missing" if image is None else "older than sandboxes/Dockerfile"
+            raise ImageMissing(f"the sandbox image {tag} is {state}: run `{BUILD_COMMAND}` (it needs the network)")
         if base is None:
             base = BASE_TAG
             if _has_image(client, base) is None:

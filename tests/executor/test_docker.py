@@ -8,10 +8,12 @@ import re
 import socket
 from pathlib import Path
 
+import docker
 import pytest
 
 from mle_jax.executor.docker import DockerSandbox
 from mle_jax.executor.fleet import local_fleet
+from mle_jax.executor.image import ImageMissing, ensure_image
 from mle_jax.executor.podman import PodmanService
 from mle_jax.executor.result import Status
 from mle_jax.executor.runtime import default_venv
@@ -29,8 +31,26 @@ RESET_ERRORS = r"(ConnectionError|ChunkedEncodingError): "  # what requests rais
 
 @pytest.fixture(scope="module")
 def docker_url():
+    """A private Podman service whose store holds the sandbox image, which `make test` builds before the suite
+    (the suite runs with no network): a missing image fails every test here in one line naming the make target."""
     with PodmanService() as url:
+        try:
+            ensure_image(docker.DockerClient(base_url=url), ExecutorSettings.image, build=False)
+        except ImageMissing as e:
+            pytest.fail(str(e), pytrace=False)
         yield url
+
+
+def test_a_missing_image_is_one_line_naming_make_not_a_build(docker_url, monkeypatch):
+    """Inside the suite's namespace nothing is built (debootstrap needs the mirror): a missing image is refused at
+    once, naming `make sandbox-image`."""
+    monkeypatch.setenv("MLE_JAX_TEST_NETNS", "1")
+    client = docker.DockerClient(base_url=docker_url)
+    with pytest.raises(ImageMissing) as err:
+        ensure_image(client, "localhost/mle-jax-sandbox-absent:never")
+    message = str(err.value)
+    assert "\n" not in message and "`make sandbox-image`" in message and "is missing" in message
+    assert client.images.list(name="localhost/mle-jax-sandbox-absent") == []
 
 
 @pytest.fixture(scope="module")
