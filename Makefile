@@ -49,7 +49,7 @@ bench: install apt sandbox-env vllm-env
 
 # README.md's and BUILD.md's result tables, rewritten from docs/results (tests/test_results_tables.py checks them).
 tables: install
-	$(VPY) -m mle_jax.results_tables --write
+	$(VPY) -m mle_jax.reporting.results_tables --write
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mle_jax.report import read_metrics
+from mle_jax.infra.metrics import read_metrics
 from mle_jax.tasks.registry import get_spec
 
 

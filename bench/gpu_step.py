@@ -28,16 +28,16 @@ from flax import nnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs import base  # noqa: E402
+from mle_jax.infra.optim import OptimSettings  # noqa: E402
+from mle_jax.infra.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
-from mle_jax.optim import OptimSettings  # noqa: E402
-from mle_jax.planning import GPU_TARGETS, TPU_CHIPS, matmul_flops  # noqa: E402
+from mle_jax.planner.planning import GPU_TARGETS, TPU_CHIPS, matmul_flops  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
 from mle_jax.rl.ppo_update import BATCH_KEYS, PPOSettings  # noqa: E402
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
-from mle_jax.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("shape", "auto", ["auto", "3b", "tiny"], "auto: 3b on an accelerator, tiny on CPU")

@@ -25,15 +25,15 @@ from flax import nnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs import base  # noqa: E402
-from mle_jax import provenance  # noqa: E402
+from mle_jax.infra.optim import OptimSettings  # noqa: E402
+from mle_jax.infra.sharding import MeshSettings, make_mesh  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
-from mle_jax.optim import OptimSettings  # noqa: E402
+from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
 from mle_jax.rl.ppo_settings import PPOSettings  # noqa: E402
-from mle_jax.sharding import MeshSettings, make_mesh  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algorithms", ["ppo", "grpo"], "objectives to time (the first is the peer of the ratios)")

@@ -5,7 +5,7 @@
 Builds the learner and the JAX sampler as the run does (random weights of the config's shape), runs one update
 on the run's largest batch, 8 x (768 prompt + 320 response, padded to 1152) tokens, and one generation of the
 batch, and reads the process's peak resident memory (VmHWM) before and after; then plans `configs/pizza.py:cpu`
-on the same CPU device (`mle_jax.planning.make_plan`: the compiled PPO update at that shape and the JAX
+on the same CPU device (`mle_jax.planner.planning.make_plan`: the compiled PPO update at that shape and the JAX
 sampler's decode step). Prints both and their ratio (measured growth / planned total).
 """
 
@@ -22,12 +22,12 @@ from flax import nnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs import pizza  # noqa: E402
-from mle_jax import planning  # noqa: E402
-from mle_jax.builders import make_learner  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2ForCausalLM  # noqa: E402
+from mle_jax.planner import planning  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
+from mle_jax.run.builders import make_learner  # noqa: E402
+from mle_jax.run.settings import from_config  # noqa: E402
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
-from mle_jax.settings import from_config  # noqa: E402
 
 MIB = 1024**2
 

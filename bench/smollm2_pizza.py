@@ -51,19 +51,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from configs import pizza  # noqa: E402
-from mle_jax import builders, environment, provenance  # noqa: E402
-from mle_jax.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
+from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
+from mle_jax.infra.metrics import MetricsWriter  # noqa: E402
 from mle_jax.instrument import instrument_batch  # noqa: E402
 from mle_jax.instrument.lm import lm_instrument_batch  # noqa: E402
 from mle_jax.models.hf import from_pretrained  # noqa: E402
 from mle_jax.models.tokenizer import load_tokenizer  # noqa: E402
-from mle_jax.report import MetricsWriter  # noqa: E402
+from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl.loop import AsyncRLLoop  # noqa: E402
+from mle_jax.run import builders, environment  # noqa: E402
+from mle_jax.run.settings import RunSettings, from_config  # noqa: E402
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
-from mle_jax.settings import RunSettings, from_config  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages  # noqa: E402
 from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
@@ -253,7 +254,7 @@ class TimedSampler:
 
 
 def stage_rlstep(a) -> dict[str, Any]:
-    """The run's objects as mle_jax.run builds them (warm start reused from WORKDIR), --steps updates."""
+    """The run's objects as mle_jax.run.stages builds them (warm start reused from WORKDIR), --steps updates."""
     workdir = Path(a.workdir)
     s = settings("smol", workdir, batch=a.batch)
     task, packages = environment.prepare(s)

@@ -27,8 +27,8 @@ from pathlib import Path
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.instrument import instrument_batch
+from mle_jax.run.settings import RunSettings, from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
-from mle_jax.settings import RunSettings, from_config
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages

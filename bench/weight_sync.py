@@ -35,7 +35,7 @@ from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mle_jax.checkpoint import Checkpointer  # noqa: E402
+from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.models import hf  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.safetensors_io import write_safetensors  # noqa: E402

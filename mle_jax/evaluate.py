@@ -1,5 +1,5 @@
 """python -m mle_jax.evaluate --workdir W [--samples N]: evaluates a finished run's latest policy as the paper
-does (mle_jax/evaluation.py) and prints our numbers beside the paper's Table 1."""
+does (mle_jax/env/evaluation.py) and prints our numbers beside the paper's Table 1."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from absl import app, flags
 
-from mle_jax import builders, environment
-from mle_jax.evaluation import evaluate, format_table
-from mle_jax.settings import from_config
+from mle_jax.env.evaluation import evaluate, format_table
+from mle_jax.run import builders, environment
+from mle_jax.run.settings import from_config
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "a run's workdir", required=True)
 _SAMPLES = flags.DEFINE_integer("samples", 0, "samples (0: the run's eval.samples, default 128)")

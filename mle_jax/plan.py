@@ -1,7 +1,7 @@
 """python -m mle_jax.plan --config=configs/pizza.py --devices=8 --device_memory_gib=40 [--out plan.json]
 
 Compiles the run's PPO update and the sampler's decode step for hardware that need not be here and prints
-per-device memory, FLOPs and the projected step time (`mle_jax.planning` says how each number is made).
+per-device memory, FLOPs and the projected step time (`mle_jax.planner.planning` says how each number is made).
 
     --target=cpu (default)                 N fake CPU devices
     --target=a100-40|a100-80|h100-80|h200  XLA's deviceless GPU compile (`make aot-env`; run with .aot-venv/bin/python)
@@ -35,10 +35,12 @@ from pathlib import Path
 import ml_collections
 from absl import app, flags, logging
 
-from mle_jax import plan_table
-from mle_jax.launch import CONFIG, fail, parse_flags
-from mle_jax.planning import GPU_TARGETS, PlanError, format_plan, make_plan, make_target
-from mle_jax.settings import ConfigError, RunSettings, from_config
+from mle_jax.planner import table as plan_table
+from mle_jax.planner.planning import GPU_TARGETS, PlanError, format_plan, make_plan, make_target
+from mle_jax.run.cli import config_flag, fail, parse_flags
+from mle_jax.run.settings import ConfigError, RunSettings, from_config
+
+CONFIG = config_flag()
 
 _DEVICES = flags.DEFINE_integer("devices", 0, "devices to plan for (0: all of --topology's chips; else required)")
 _MEMORY = flags.DEFINE_float("device_memory_gib", 0.0, "memory of one device in GiB (0: the target's own)")

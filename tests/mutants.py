@@ -104,7 +104,7 @@ def main() -> None:
                   flush=True)  # fmt: skip
             results.append(r)
     if args.out:
-        from mle_jax import provenance
+        from mle_jax.reporting import provenance
 
         provenance.write_json(args.out, {"mutants": results})
     sys.exit(0 if all(r["caught"] for r in results) else 1)

@@ -18,9 +18,9 @@ import numpy as np
 import optax
 import pytest
 
-from mle_jax.checkpoint import Checkpointer, CheckpointError
-from mle_jax.report import MetricsWriter, read_metrics
-from mle_jax.tensorboard_events import scalar_points
+from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
+from mle_jax.infra.metrics import MetricsWriter, read_metrics
+from mle_jax.infra.tensorboard_events import scalar_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_round_trip_keep_and_targets(tmp_path):
 
 WRITER = r"""
 import sys, jax.numpy as jnp
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
 ck = Checkpointer(sys.argv[1], keep=3)
 step = 0
 while True:
@@ -131,12 +131,12 @@ def test_a_truncated_newest_step_is_moved_aside_and_the_resume_rewrites_its_step
     _truncate_arrays(tmp_path / "checkpoints" / "5")
 
     ck, writer = Checkpointer(tmp_path / "checkpoints", keep=3), MetricsWriter(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="mle_jax.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="mle_jax.infra.checkpoint"):
         step, items = ck.restore_latest({"learner": state(0.0)})
     assert step == 4 and items["loop"] == {"step": 4}
     np.testing.assert_array_equal(np.asarray(items["learner"]["params"]["w"]), np.full((3, 4), 4.0))
     # this module's lines only: asyncio may also log orbax's unretrieved read error, depending on when it is collected
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "mle_jax.checkpoint"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "mle_jax.infra.checkpoint"]
     assert "\n" not in warning and "step 5" in warning and "unreadable" in warning and "from step 4" in warning
     aside = tmp_path / "checkpoints.unreadable" / "5"
     assert aside.is_dir() and str(aside) in warning and (aside / "learner").is_dir()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from configs import pizza
-from mle_jax.report import read_metrics
+from mle_jax.infra.metrics import read_metrics
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def small_config(workdir: Path):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    from mle_jax.run import run
+    from mle_jax.run.stages import run
 
     workdir = tmp_path_factory.mktemp("e2e") / "run"
     summary = run(small_config(workdir))

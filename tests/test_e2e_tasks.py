@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mle_jax.report import read_metrics
+from mle_jax.infra.metrics import read_metrics
 from mle_jax.tasks.registry import get_spec
 
 pytestmark = pytest.mark.e2e

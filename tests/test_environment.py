@@ -1,4 +1,4 @@
-"""The one builder of the environment a run's samples pass through (mle_jax/environment.py), which the run, the
+"""The one builder of the environment a run's samples pass through (mle_jax/run/environment.py), which the run, the
 evaluate CLI, the experiments and the benchmarks all call: the settings' task, fleet, sampler and instrumenter,
 a real program run and graded through it, and the fleet closed on exit."""
 
@@ -10,13 +10,13 @@ import pytest
 from flax import nnx
 
 from configs import pizza
-from mle_jax import environment
+from mle_jax.env.rollout import PromptItem, Sample
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.rl.rollout import PromptItem, Sample
+from mle_jax.run import environment
+from mle_jax.run.settings import from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Completion
-from mle_jax.settings import from_config
 from mle_jax.tasks.prompts import data_mount
 
 FAST = f"""import pandas as pd

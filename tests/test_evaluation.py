@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.evaluation import PAPER_TABLE1, format_table, summarize
+from mle_jax.env.evaluation import PAPER_TABLE1, format_table, summarize
 
 NOMAD = "nomad2018-predict-transparent-conductors"  # RMSLE, lower is better: gold 0.05589, silver 0.06229
 

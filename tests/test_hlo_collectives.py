@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax import hlo_collectives as hc
-from mle_jax import planning
+from mle_jax.planner import hlo_collectives as hc
+from mle_jax.planner import planning
 
 HLO = """HloModule jit_ppo_update, is_scheduled=true
 

@@ -1,5 +1,6 @@
-"""Imports flow one way: no module imports itself through others, no two packages import each other, and an
-import sits inside a function only for an optional dependency or a slow-to-import third-party module."""
+"""Imports flow one way: each package imports only the packages below it in PACKAGES, no module imports itself
+through others, and an import sits inside a function only for an optional dependency or a slow-to-import third-party
+module. README.md's package map is PACKAGES rendered (a test compares them)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,29 @@ HEAVY = {
     "scipy.stats",
     "sklearn.model_selection",
 }
+
+
+# The packages of mle_jax, highest first, with why each exists: a package may import only those below it. The
+# entry points (launch, evaluate, plan) sit above them all.
+PACKAGES: tuple[tuple[str, str], ...] = (
+    (
+        "experiments",
+        "the learning, duration-bias, PPO-epochs and task-mix experiments: runs of runs, with their reports",
+    ),
+    ("planner", "the run's update and decode compiled for GPU/TPU targets that need not be here: memory, FLOPs, time"),
+    ("run", "a run's wiring: the config read once into settings, builders, environment assembly, preflight, stages"),
+    ("warmstart", "the verified SFT corpus (a grid of programs per task) and the SFT stage for models from scratch"),
+    ("rl", "the algorithm only: objectives, advantages, group statistics, the learner, the update, the async loop"),
+    ("env", "the agent's environment: prompts -> sampler -> instrumenter -> executor -> grader -> reward; evaluation"),
+    ("reporting", "what people read: report.md and plots, markdown tables, README/BUILD tables, provenance"),
+    ("executor", "sandbox backends (bwrap, Docker/Podman) and fleets (local pool, Ray) running untrusted code"),
+    ("instrument", "progress prints by a frozen LM, their verification, the AST fallback, the tags"),
+    ("sampling", "the Sampler protocol, the in-process JAX sampler, the vLLM server and its client with weight sync"),
+    ("models", "Flax NNX Qwen2, the critic, HF safetensors and GGUF weights, tokenizers"),
+    ("tasks", "the twelve tasks: MLE-bench folders, preparers, graders, prompts, reward, medals"),
+    ("infra", "leaves that know nothing of RL: meshes and shardings, checkpoints, the optimizer, the metrics writer"),
+)
+ENTRY_POINTS = ("launch", "evaluate", "plan")
 
 
 def module_name(path: Path) -> str:
@@ -135,14 +159,71 @@ def test_no_module_imports_itself_through_others():
     assert cycles(graph()[0]) == []
 
 
-def test_no_two_packages_import_each_other():
-    edges, _ = graph()
+def package_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module edges -> package edges (short names: "rl", "launch")."""
     packages: dict[str, set[str]] = {}
     for a, targets in edges.items():
         for b in targets:
-            if package_of(a) != package_of(b):
-                packages.setdefault(package_of(a), set()).add(package_of(b))
-    assert cycles(packages) == []
+            pa, pb = package_of(a).removeprefix("mle_jax."), package_of(b).removeprefix("mle_jax.")
+            if pa != pb and pb != "mle_jax":
+                packages.setdefault(pa, set()).add(pb)
+    return packages
+
+
+def upward_imports(packages: dict[str, set[str]]) -> list[str]:
+    """Package edges that break PACKAGES' order ("rl -> run"), and packages PACKAGES does not name."""
+    rank = {name: len(PACKAGES) - i for i, (name, _) in enumerate(PACKAGES)}
+    rank.update({e: len(PACKAGES) + 1 for e in ENTRY_POINTS})
+    bad = [
+        f"{p}: not in PACKAGES"
+        for p in sorted(set(packages) | {b for t in packages.values() for b in t})
+        if p not in rank
+    ]
+    bad += [
+        f"{a} -> {b}"
+        for a, ts in sorted(packages.items())
+        for b in sorted(ts)
+        if a in rank and b in rank and rank[a] <= rank[b]
+    ]
+    return bad
+
+
+def test_no_two_packages_import_each_other():
+    assert cycles(package_edges(graph()[0])) == []
+
+
+def test_each_package_imports_only_the_packages_below_it():
+    assert upward_imports(package_edges(graph()[0])) == []
+
+
+def test_every_package_is_named_in_the_order_and_the_top_holds_only_the_entry_points():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert top == sorted(ENTRY_POINTS)
+    folders = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert folders == sorted(name for name, _ in PACKAGES)
+
+
+@pytest.mark.parametrize(
+    "edge, expected",
+    [(("rl", "run"), ["rl -> run"]), (("infra", "tasks"), ["infra -> tasks"]), (("run", "rl"), []),
+     (("launch", "run"), []), (("rl", "nowhere"), ["nowhere: not in PACKAGES"])],
+)  # fmt: skip
+def test_the_order_check_finds_an_upward_import(edge, expected):
+    a, b = edge
+    assert upward_imports({a: {b}}) == expected
+
+
+def package_map() -> str:
+    """README.md's package map: PACKAGES as a table, highest first."""
+    rows = [f"| `{e}.py` | a command-line entry point |" for e in ENTRY_POINTS]
+    rows += [f"| `{name}/` | {why} |" for name, why in PACKAGES]
+    return "\n".join(["| package (highest first) | why it exists |", "|---|---|", *rows])
+
+
+def test_the_readme_package_map_is_the_order_the_tests_check():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- package-map -->\n", 1)[-1].split("\n<!-- /package-map -->", 1)[0]
+    assert block == package_map(), "README.md's package map differs; the block to paste:\n" + package_map()
 
 
 def test_imports_inside_functions_are_optional_dependencies():

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mle_jax import preflight
-from mle_jax.settings import from_config
+from mle_jax.run import preflight
+from mle_jax.run.settings import from_config
 from mle_jax.tasks.registry import get_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,7 +211,7 @@ def test_a_read_only_workdir_is_one_line(tmp_path):
     ro = Path(tempfile.mkdtemp(prefix="mle_jax_ro_"))
     try:
         ro.chmod(0o555)
-        probe = f"from mle_jax import preflight; print(preflight.workdir_problems({str(ro / 'run')!r}))"
+        probe = f"from mle_jax.run import preflight; print(preflight.workdir_problems({str(ro / 'run')!r}))"
         as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
         done = subprocess.run([*as_nobody, sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
                               timeout=120, env={**os.environ, "HOME": str(ro)})  # fmt: skip

@@ -30,8 +30,8 @@ from configs import pizza
 from mle_jax.executor.fleet import LOOPBACK_NODE_IP, address_host, is_loopback
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models import hf
+from mle_jax.run.settings import from_config
 from mle_jax.sampling.vllm_server import VLLMServer
-from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
 from tests.xla_flags import optimised_compile_env, with_device_count

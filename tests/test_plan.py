@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from configs import pizza
-from mle_jax import planning as plan
-from mle_jax.settings import from_config
+from mle_jax.planner import planning as plan
+from mle_jax.run.settings import from_config
 from tests.xla_flags import optimised_compile_env
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mle_jax import plan_markdown
-from mle_jax import planning as plan
-from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.planner import planning as plan
+from mle_jax.planner.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.reporting import plan_markdown
 from tests.xla_flags import optimised_compile_env
 
 REPO = Path(__file__).resolve().parents[1]

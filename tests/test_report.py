@@ -1,17 +1,18 @@
 import json
 
-from mle_jax import report
-from mle_jax.tensorboard_events import scalar_points
+from mle_jax.infra import metrics
+from mle_jax.infra.tensorboard_events import scalar_points
+from mle_jax.reporting import report
 
 
 def test_metrics_writer_appends_and_truncates_on_resume(tmp_path):
-    w = report.MetricsWriter(tmp_path, tensorboard=True)
+    w = metrics.MetricsWriter(tmp_path, tensorboard=True)
     for step in range(1, 5):
         w.write(step, {"reward/mean": -10.0 + step, "valid_fraction": step / 4, "score/max": None})
     w.truncate_after(2)  # a run resumed from step 2 rewrites steps 3..
     w.write(3, {"reward/mean": 0.5, "valid_fraction": 1.0, "score/max": 0.6})
     w.close()
-    rows = report.read_metrics(tmp_path / "metrics.jsonl")
+    rows = metrics.read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[-1]["reward/mean"] == 0.5
     assert list((tmp_path / "tb").iterdir()), "TensorBoard events were not written"
@@ -20,7 +21,7 @@ def test_metrics_writer_appends_and_truncates_on_resume(tmp_path):
 def test_read_metrics_ignores_a_torn_last_line(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text(json.dumps({"step": 1, "x": 1}) + "\n" + '{"step": 2, "x"')
-    assert report.read_metrics(p) == [{"step": 1, "x": 1}]
+    assert metrics.read_metrics(p) == [{"step": 1, "x": 1}]
 
 
 def test_report_shows_each_tasks_medals_beside_the_papers_figures_and_theirs(tmp_path):
@@ -55,7 +56,7 @@ def test_report_of_a_mix_has_each_tasks_evaluation_medals_and_paper_line(tmp_pat
 
 
 def test_report_has_table_and_plots(tmp_path):
-    w = report.MetricsWriter(tmp_path, tensorboard=False)
+    w = metrics.MetricsWriter(tmp_path, tensorboard=False)
     for step in range(1, 4):
         w.write(
             step,
@@ -88,12 +89,12 @@ def test_report_has_table_and_plots(tmp_path):
 def test_staleness_metrics_reach_the_jsonl_tensorboard_and_plots(tmp_path):
     """The learner's stale/* metrics as the loop writes them (prefixed learner/): NaN (no slow sample in a step) is
     null in metrics.jsonl and no TensorBoard point; the finite ones are points and plots."""
-    w = report.MetricsWriter(tmp_path, tensorboard=True)
+    w = metrics.MetricsWriter(tmp_path, tensorboard=True)
     for step, slow in ((1, 2.0), (2, float("nan"))):
         w.write(step, {"learner/stale/version_lag_slow": slow, "learner/stale/version_lag_fast": 0.5,
                        "learner/stale/clipfrac_slow": 0.3, "learner/stale/clipfrac_fast": 0.1})  # fmt: skip
     w.close()
-    rows = report.read_metrics(tmp_path / "metrics.jsonl")
+    rows = metrics.read_metrics(tmp_path / "metrics.jsonl")
     assert [r["learner/stale/version_lag_slow"] for r in rows] == [2.0, None]
     points = scalar_points(tmp_path / "tb")
     assert [p for p in points if p[0] == "learner/stale/version_lag_slow"] == [

@@ -1,5 +1,5 @@
-"""README.md's and BUILD.md's result tables and quoted figures are what mle_jax.results_tables renders from the
-files in docs/results, and those files say which command wrote them and when."""
+"""README.md's and BUILD.md's result tables and quoted figures are what mle_jax.reporting.results_tables renders from
+the files in docs/results, and those files say which command wrote them and when."""
 
 from __future__ import annotations
 
@@ -8,8 +8,18 @@ import shutil
 
 import pytest
 
-from mle_jax import provenance, results_tables
-from mle_jax.results_tables import DOCS, LEGACY, REGISTRY, ROOT, blocks, differences, records, rewrite, wall_figure
+from mle_jax.reporting import provenance, results_tables
+from mle_jax.reporting.results_tables import (
+    DOCS,
+    LEGACY,
+    REGISTRY,
+    ROOT,
+    blocks,
+    differences,
+    records,
+    rewrite,
+    wall_figure,
+)
 
 
 def _markers() -> dict[str, set[str]]:
@@ -75,7 +85,7 @@ def test_every_results_file_a_table_reads_records_its_command_and_date():
     for src in sorted(sources - set(LEGACY)):
         for rec in records(src):
             assert provenance.missing(rec) == [], (
-                f"{src} lacks {provenance.missing(rec)}: stamp it (mle_jax.provenance)"
+                f"{src} lacks {provenance.missing(rec)}: stamp it (mle_jax.reporting.provenance)"
             )
     for src in LEGACY:  # the exemptions shrink: a file that gets its command and date leaves the list
         assert (ROOT / src).is_file(), src

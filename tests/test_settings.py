@@ -1,4 +1,4 @@
-"""The run config is read in one place (mle_jax.settings): every task config becomes typed settings, an unknown
+"""The run config is read in one place (mle_jax.run.settings): every task config becomes typed settings, an unknown
 field is an error naming it, and the settings' own defaults are the config's (they cannot drift apart)."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from configs import base, pizza
-from mle_jax.evaluation import EvalSettings
+from mle_jax.env.evaluation import EvalSettings
 from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.infra.optim import OptimSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
-from mle_jax.optim import OptimSettings
-from mle_jax.report import ReportSettings
+from mle_jax.reporting.report import ReportSettings
 from mle_jax.rl.learner import LearnerSettings
 from mle_jax.rl.loop import LoopSettings
 from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.run.settings import ConfigError, RunSettings, SamplerSettings, from_config
 from mle_jax.sampling.protocol import SamplingSettings
-from mle_jax.settings import ConfigError, RunSettings, SamplerSettings, from_config
 from mle_jax.tasks.prompts import PromptSettings
 from mle_jax.tasks.reward import RewardSettings
 from mle_jax.warmstart.stage import WarmStartSettings

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from jax.sharding import AbstractMesh, PartitionSpec
 
-from mle_jax import sharding as shd
+from mle_jax.infra import sharding as shd
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_make_mesh_over_slices_of_cpu_devices():
     2, the data axis across them. A fresh process: the fake devices exist before JAX starts."""
     code = (
         "import jax; jax.config.update('jax_num_cpu_devices', 4)\n"
-        "from mle_jax import sharding as shd\n"
+        "from mle_jax.infra import sharding as shd\n"
         "m = shd.make_mesh(shd.MeshSettings(1, -1, 1, dcn_data=2))\n"
         "print(dict(m.shape), [[d.id for d in row.flat] for row in m.devices])\n"
     )

@@ -10,7 +10,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c as reference_masked_crc32c
 
-from mle_jax.tensorboard_events import (
+from mle_jax.infra.tensorboard_events import (
     EventFileWriter,
     crc32c,
     drop_steps_after,

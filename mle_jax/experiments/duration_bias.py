@@ -36,7 +36,7 @@ from absl import app, flags
 from matplotlib.figure import Figure
 from rich.progress import Progress
 
-from mle_jax import provenance
+from mle_jax.reporting import provenance
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
 

@@ -45,19 +45,23 @@ from absl import app, flags, logging
 from flax import nnx
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from ml_collections import ConfigDict, config_flags
+from ml_collections import ConfigDict
 
-from mle_jax import builders, environment, provenance
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.evaluation import evaluate, standard_error
+from mle_jax.env.evaluation import evaluate, standard_error
+from mle_jax.env.rollout import Environment
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.instrument import pyast
-from mle_jax.report import MEDAL_HEADER, MetricsWriter, markdown_table, medal_row, paper_line, read_metrics
+from mle_jax.reporting import provenance
+from mle_jax.reporting.markdown import markdown_table
+from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
 from mle_jax.rl import objectives
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.rl.ppo import DURATION_MODES
-from mle_jax.rl.rollout import Environment
+from mle_jax.run import builders, environment
+from mle_jax.run.cli import config_flag, parse_flags
+from mle_jax.run.settings import RunSettings, from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
-from mle_jax.settings import RunSettings, from_config
 from mle_jax.warmstart.programs import full_grid, solution_kind
 
 # the objectives behind config.learner.algorithm (issue 21); "ppo" is the paper's, with its critic
@@ -704,7 +708,7 @@ _FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing 
 
 def _define_flags() -> dict[str, Any]:
     return {
-        "config": config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False),
+        "config": config_flag(),
         "out": flags.DEFINE_string("out", None, "output folder (resumes what is there)"),
         "quick": flags.DEFINE_bool(
             "quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm"
@@ -751,4 +755,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _FLAGS.update(_define_flags())
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

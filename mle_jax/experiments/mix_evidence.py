@@ -20,8 +20,8 @@ from typing import Any
 
 from absl import app, flags
 
-from mle_jax.provenance import stamp
-from mle_jax.report import read_metrics
+from mle_jax.infra.metrics import read_metrics
+from mle_jax.reporting.provenance import stamp
 
 SINGLE_TASK_RUNS = {  # task -> docs/results folder of its single-task learning run (experiments/learning.py)
     "random-acts-of-pizza": "learning-pizza",

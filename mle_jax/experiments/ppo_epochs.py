@@ -20,15 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 from flax import nnx
-from ml_collections import config_flags
 
-from mle_jax import builders, environment, provenance
-from mle_jax.evaluation import evaluate
-from mle_jax.report import markdown_table
+from mle_jax.env.evaluation import evaluate
+from mle_jax.reporting import provenance
+from mle_jax.reporting.markdown import markdown_table
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
+from mle_jax.run import builders, environment
+from mle_jax.run.cli import config_flag, parse_flags
+from mle_jax.run.settings import from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
-from mle_jax.settings import from_config
 
 
 def drift(model: nnx.Module, batch: RolloutBatch, temperature: float, clip: float) -> dict[str, float]:
@@ -110,7 +111,7 @@ _FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing 
 
 def _define_flags() -> dict[str, Any]:
     return {
-        "config": config_flags.DEFINE_config_file("config", None, "configs/<task>.py[:arg]", lock_config=False),
+        "config": config_flag(),
         "out": flags.DEFINE_string("out", None, "output folder"),
         "epochs": flags.DEFINE_list("epochs", ["1", "4", "100"], "PPO epochs to compare"),
         "samples": flags.DEFINE_integer("samples", 32, "fresh samples drawn after each update"),
@@ -135,4 +136,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _FLAGS.update(_define_flags())
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -28,10 +28,10 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
+from mle_jax.infra.sharding import LOGICAL_RULES, variable_sharding
 from mle_jax.models.hf_layout import _IGNORED, hf_to_ours, ours_to_hf  # the layout table, jax-free
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors_streamed
-from mle_jax.sharding import LOGICAL_RULES, variable_sharding
 
 # --------------------------------------------------------------------------------------------
 # Loading

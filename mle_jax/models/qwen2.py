@@ -6,7 +6,7 @@ three MLP projections. `Qwen2Config.model_type` remembers the family so that a s
 family it was loaded from. Matches transformers' `Qwen2ForCausalLM` and `LlamaForCausalLM` numerically
 (tests/models/test_qwen2.py, tests/models/test_llama.py). Every weight is an
 `nnx.Param` whose `out_sharding` metadata holds logical axis names from `LOGICAL_AXES`; a mesh and a
-rules table turn them into `PartitionSpec`s (see `mle_jax.sharding.param_shardings`).
+rules table turn them into `PartitionSpec`s (see `mle_jax.infra.sharding.param_shardings`).
 
 Padding: `attention_mask` [B, T] (1 = real token) works with right padding (training) and left
 padding (the sampler prefills left-padded prompts so that every row writes the same cache slot).

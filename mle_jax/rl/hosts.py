@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 from jax._src import distributed  # its key-value client is not public API; jax 0.10 and 0.11 keep it here
 
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.learner import Learner
 

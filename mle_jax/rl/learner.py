@@ -6,7 +6,7 @@ converts between the models and the states.
 
 Params live in the train state as nested dicts of arrays with string keys (what optax and orbax
 handle best); `ParamTree` converts them to and from the models' `nnx.State`. Every array is placed
-with a NamedSharding from the weights' logical axes (mle_jax.sharding), batches are split along
+with a NamedSharding from the weights' logical axes (mle_jax.infra.sharding), batches are split along
 (data, fsdp), and the same code runs on one CPU, fake CPU devices, GPUs and multi-host TPU.
 """
 
@@ -25,9 +25,9 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from mle_jax import sharding as shd
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.optim import OptimSettings
+from mle_jax.infra import sharding as shd
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.optim import OptimSettings
 from mle_jax.rl import objectives
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, PPOSettings, TrainState, ppo_update

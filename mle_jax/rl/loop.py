@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.report import MetricsWriter
-from mle_jax.rl import rollout
+from mle_jax.env import rollout
+from mle_jax.env.improve_buffer import ImproveBuffer
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
-from mle_jax.rl.improve_buffer import ImproveBuffer
 from mle_jax.rl.learner import Learner
 from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.registry import get_spec

@@ -21,7 +21,7 @@ import optax
 from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from mle_jax import sharding as shd
+from mle_jax.infra import sharding as shd
 from mle_jax.rl import ppo
 from mle_jax.rl.objectives import Objective
 from mle_jax.rl.ppo_settings import PPOSettings

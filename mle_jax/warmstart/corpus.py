@@ -33,9 +33,9 @@ from typing import Any, Protocol
 
 from rich.progress import Progress
 
+from mle_jax.env.rollout import previous_output
 from mle_jax.executor.grading import grade_run
 from mle_jax.instrument import instrument_batch, pyast
-from mle_jax.rl.rollout import previous_output
 from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.prompts import data_mount
 

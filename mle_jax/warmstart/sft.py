@@ -33,9 +33,9 @@ import optax
 from flax import nnx
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.optim import make_optimizer
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.optim import make_optimizer
 from mle_jax.tasks.prompts import render_prompt
 
 Messages = list[dict[str, str]]

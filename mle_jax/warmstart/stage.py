@@ -68,7 +68,7 @@ class WarmStartSettings:
     log_every: int = 10
     checkpoint_every: int = 100
     verify_timeout_s: float = 120.0  # per corpus program
-    verify_workers: int = 0  # 0: one per executor slot, at most one per CPU (resolved by mle_jax.settings)
+    verify_workers: int = 0  # 0: one per executor slot, at most one per CPU (resolved by mle_jax.run.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
     # SFT examples on the instrumentation prompt (C.3), targets by the AST instrumenter (warmstart/instrumentation.py),

@@ -36,7 +36,7 @@ from mle_jax.experiments.learning import (
     work_left,
     write_report,
 )
-from mle_jax.report import MetricsWriter
+from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
 

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from mle_jax.infra.sharding import maybe_initialize_distributed
 from mle_jax.models import hf
-from mle_jax.sharding import maybe_initialize_distributed
 
 checkpoint, out, port, process_id = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 assert maybe_initialize_distributed(f"127.0.0.1:{port}", 2, process_id)

@@ -19,10 +19,10 @@ import transformers
 from flax import nnx
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
+from mle_jax.infra.sharding import fit_spec, logical_to_spec
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsError, SafetensorsReader, write_safetensors
-from mle_jax.sharding import fit_spec, logical_to_spec
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 from tests.xla_flags import with_device_count
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mle_jax.evaluation import standard_error
+from mle_jax.env.evaluation import standard_error
 from mle_jax.rl.loop import LoopCounters
 
 

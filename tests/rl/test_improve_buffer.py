@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
 
 
 def _sol(i: int, valid: bool = False) -> PreviousSolution:

@@ -12,19 +12,19 @@ import pytest
 from flax import nnx
 
 from configs import base
-from mle_jax.builders import make_learner
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.env.rollout import Environment
 from mle_jax.executor.fleet import make_fleet
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.report import MetricsWriter
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.rl.rollout import Environment
+from mle_jax.run.builders import make_learner
+from mle_jax.run.settings import from_config
 from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
-from mle_jax.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
 from tests.rl.scripted_sampler import ScriptedSampler

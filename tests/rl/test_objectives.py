@@ -18,13 +18,14 @@ import pytest
 from flax import nnx
 
 from configs import pizza
-from mle_jax import builders, planning, preflight
-from mle_jax.checkpoint import Checkpointer, CheckpointError
+from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
+from mle_jax.planner import planning
 from mle_jax.rl import objectives, ppo
 from mle_jax.rl.advantages import group_advantages
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.learner import Learner, LearnerSettings, version_lags
-from mle_jax.settings import ConfigError, from_config
+from mle_jax.run import builders, preflight
+from mle_jax.run.settings import ConfigError, from_config
 from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, params_digest, random_batch
 
 pytestmark = pytest.mark.model

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from configs import base
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.env.rollout import Environment, PromptItem, Sample
+from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.result import Status
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.report import MetricsWriter
-from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.rl.rollout import Environment, PromptItem, Sample
-from mle_jax.rl.task_mix import PromptStream
+from mle_jax.run.settings import ConfigError, from_config
 from mle_jax.sampling.protocol import Completion
-from mle_jax.settings import ConfigError, from_config
 from mle_jax.tasks.prepare import prepare
 
 PIZZA, SPOOKY = "random-acts-of-pizza", "spooky-author-identification"

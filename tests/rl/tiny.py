@@ -12,13 +12,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from mle_jax.infra.optim import OptimSettings
+from mle_jax.infra.sharding import MeshSettings, make_mesh
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
-from mle_jax.optim import OptimSettings
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.learner import LearnerSettings
 from mle_jax.rl.ppo_update import PPOSettings
-from mle_jax.sharding import MeshSettings, make_mesh
 
 TINY = Qwen2Config(
     vocab_size=32,

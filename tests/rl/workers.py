@@ -74,7 +74,7 @@ def multihost(args) -> None:
     import jax
     import numpy as np
 
-    from mle_jax.sharding import maybe_initialize_distributed
+    from mle_jax.infra.sharding import maybe_initialize_distributed
 
     assert maybe_initialize_distributed(f"127.0.0.1:{args.port}", 2, args.process_id)
     assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
@@ -118,10 +118,10 @@ def channel(args) -> None:
     import jax
     import numpy as np
 
-    from mle_jax.checkpoint import Checkpointer
+    from mle_jax.infra.checkpoint import Checkpointer
+    from mle_jax.infra.sharding import maybe_initialize_distributed
     from mle_jax.rl.hosts import BatchChannel, LeaderAborted, distributed_store, follow
     from mle_jax.rl.learner import Learner
-    from mle_jax.sharding import maybe_initialize_distributed
     from tests.rl.tiny import learner_config, linear_adam, make_models, mesh, random_batch
 
     assert maybe_initialize_distributed(f"127.0.0.1:{args.port}", 2, args.process_id)
@@ -173,7 +173,7 @@ def resume(args) -> None:
     """Train `steps` updates, checkpointing after each; with --resume continue from the latest checkpoint.
     Prints one JSON line per finished update: step, metrics, params digest."""
     _setup_runtime(1, args.cache_dir)
-    from mle_jax.checkpoint import Checkpointer
+    from mle_jax.infra.checkpoint import Checkpointer
     from mle_jax.rl.learner import Learner
     from tests.rl.tiny import learner_config, make_models, mesh, params_digest, random_batch
 

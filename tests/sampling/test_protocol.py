@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from configs import base, pizza
+from mle_jax.run.settings import ConfigError, from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings, check_completion
 from mle_jax.sampling.vllm import VLLMSampler
-from mle_jax.settings import ConfigError, from_config
 
 
 def test_settings_from_the_run_config_are_generate_kwargs():

@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.models import hf
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.sampling import vllm_server
@@ -94,7 +94,7 @@ def max_logprob_error(model, completions, temperature=TEMPERATURE, top_k=0) -> f
 
 def test_generate_shapes_grouping_and_seeds(server, checkpoints):
     _, tok = checkpoints
-    sampler = VLLMSampler(server.url, tok)  # as mle_jax.run builds it: a URL and the tokenizer
+    sampler = VLLMSampler(server.url, tok)  # as mle_jax.run.stages builds it: a URL and the tokenizer
     assert isinstance(sampler, Sampler)
     assert sampler.eos_ids == sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")})
     out = sampler.generate(PROMPTS, n=3, temperature=TEMPERATURE, max_tokens=6, seed=11)

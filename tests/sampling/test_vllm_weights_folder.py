@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.models import hf
 from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM

@@ -10,7 +10,7 @@ import pytest
 
 from configs import pizza as pizza_config
 from mle_jax.instrument import PROGRESS_PRINTS
-from mle_jax.settings import from_config
+from mle_jax.run.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import _encode, parse_response, render_prompt
 from mle_jax.warmstart.corpus import VerifiedItem

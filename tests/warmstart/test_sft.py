@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from configs import base
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.tasks.prompts import render_prompt
 from mle_jax.warmstart.programs import generate_corpus

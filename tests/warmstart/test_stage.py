@@ -12,7 +12,7 @@ import pytest
 from configs import pizza as pizza_config
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
-from mle_jax.settings import from_config
+from mle_jax.run.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.stage import warm_start

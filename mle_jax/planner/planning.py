@@ -43,14 +43,14 @@ from jax.experimental import topologies
 from jax.extend import core as jex_core
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from mle_jax import hlo_collectives
-from mle_jax import sharding as shd
+from mle_jax.infra import sharding as shd
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
+from mle_jax.planner import hlo_collectives
 from mle_jax.rl.learner import UpdateProgram
+from mle_jax.run.settings import RunSettings
 from mle_jax.sampling.jax_sampler import sample_token
-from mle_jax.settings import RunSettings
 
 GIB = 1024**3
 AOT_PYTHON = ".aot-venv/bin/python"  # `make aot-env`: .venv's packages plus libtpu and the CUDA compile plugin

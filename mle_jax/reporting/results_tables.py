@@ -1,7 +1,7 @@
 """The README's and BUILD.md's result tables and quoted figures, written from the files in docs/results.
 
-    python -m mle_jax.results_tables --write    rewrite every marked block in README.md and BUILD.md
-    python -m mle_jax.results_tables --check    exit 1, with a diff naming each block that differs
+    python -m mle_jax.reporting.results_tables --write    rewrite every marked block in README.md and BUILD.md
+    python -m mle_jax.reporting.results_tables --check    exit 1, with a diff naming each block that differs
 
 A block is a table between `<!-- table:NAME -->` and `<!-- /table:NAME -->` lines, or one figure inline in a
 sentence between `<!-- figure:NAME -->` and `<!-- /figure:NAME -->`. `REGISTRY` maps NAME to the results files
@@ -11,8 +11,8 @@ markdown). To add a table: write its renderer here, register it with one line, f
 
 put the two marker lines where it goes and run `--write`. tests/test_results_tables.py fails when a document's
 block differs from what its renderer writes now, when a marker names no entry or an entry has no marker, and when
-a results file an entry reads has no `command` and `date` (`mle_jax.provenance` stamps them), except the files in
-`LEGACY`, which were written before the producing commands recorded them.
+a results file an entry reads has no `command` and `date` (`mle_jax.reporting.provenance` stamps them), except the
+files in `LEGACY`, which were written before the producing commands recorded them.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mle_jax.plan_markdown import markdown as plan_markdown
-from mle_jax.plan_markdown import merge as merge_plans
-from mle_jax.plan_markdown import objectives_markdown
+from mle_jax.reporting.plan_markdown import markdown as plan_markdown
+from mle_jax.reporting.plan_markdown import merge as merge_plans
+from mle_jax.reporting.plan_markdown import objectives_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS: tuple[str, ...] = ("README.md", "BUILD.md")
 RESULTS = "docs/results"
 
@@ -562,7 +562,7 @@ def test_tiers_wall(times: dict) -> str:
 
 
 def render_plans(*files: dict[str, Any]) -> str:
-    """The planner's --table_out files (one per TPU generation, say) as one table (as mle_jax.plan_table writes)."""
+    """The planner's --table_out files (one per TPU generation, say) as one table (as mle_jax.planner.table writes)."""
     return plan_markdown(merge_plans(list(files)))
 
 
@@ -616,7 +616,7 @@ REGISTRY: dict[str, Entry] = {
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be
-# derived from the file itself. Do not add to this list: stamp new files with mle_jax.provenance.
+# derived from the file itself. Do not add to this list: stamp new files with mle_jax.reporting.provenance.
 LEGACY: dict[str, str] = {
     _summary(p): "learning summary written before the experiment recorded its command (see the README's commands)"
     for p in LEARNING_RUNS
@@ -647,7 +647,7 @@ def rewrite(text: str, root: Path = ROOT, where: str = "") -> str:
     def one(m: re.Match) -> str:
         name, kind = m["name"], m["kind"]
         if name not in REGISTRY:
-            raise KeyError(f"{where}: <!-- {kind}:{name} --> has no entry in mle_jax.results_tables.REGISTRY")
+            raise KeyError(f"{where}: <!-- {kind}:{name} --> has no entry in mle_jax.reporting.results_tables.REGISTRY")
         if REGISTRY[name].inline != (kind == "figure"):
             raise ValueError(f"{where}: {name} is registered as a {'figure' if REGISTRY[name].inline else 'table'}")
         body = render(name, root)
@@ -696,7 +696,9 @@ def main(argv: list[str] | None = None) -> int:
     for d in diffs:
         print(d)
     if diffs:
-        print(f"{len(diffs)} block(s) differ: run `python -m mle_jax.results_tables --write`", file=sys.stderr)
+        print(
+            f"{len(diffs)} block(s) differ: run `python -m mle_jax.reporting.results_tables --write`", file=sys.stderr
+        )
     return 1 if diffs else 0
 
 

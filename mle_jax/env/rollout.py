@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import Fleet
 from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import ExecResult, Limits
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
-from mle_jax.rl.improve_buffer import ImproveBuffer, PreviousSolution
-from mle_jax.rl.task_mix import PromptStream
 from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.progress import new_tag, untag

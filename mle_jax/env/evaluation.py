@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import Progress
 
-from mle_jax.report import evaluation_medals, markdown_table
-from mle_jax.rl import rollout
+from mle_jax.env import rollout
+from mle_jax.reporting.markdown import markdown_table
+from mle_jax.reporting.report import evaluation_medals
 from mle_jax.tasks.medals import medal, medal_summary
 
 

@@ -1,5 +1,6 @@
 """The markdown of planner tables: the rows of `python -m mle_jax.plan --table_out=F` files as one table with the
-commands and dates they came from. No JAX here, so the results-table renderer (mle_jax.results_tables) can use it."""
+commands and dates they came from. No JAX here, so the results-table renderer (mle_jax.reporting.results_tables) can
+use it."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def markdown(results: dict[str, Any]) -> str:
     made = "; ".join(f"`{s['command']}` ({s['date']})" for s in sources)
     lines.append(
         f"Projected step: FLOPs / (chips x bf16 peak x MFU {results['mfu']}). From {made}; rendered by "
-        "`python -m mle_jax.plan_table`."
+        "`python -m mle_jax.planner.table`."
     )
     return "\n".join(lines)
 
@@ -118,5 +119,5 @@ def objectives_markdown(results: dict[str, Any]) -> str:
     lines.append(f"Smallest device count that fits, of those planned: {'; '.join(smallest)}.")
     sources = results.get("sources") or [{"command": results["command"], "date": results["date"]}]
     made = "; ".join(f"`{s['command']}` ({s['date']})" for s in sources)
-    lines.append(f"From {made}; rendered by `mle_jax.results_tables` (`objectives_markdown`).")
+    lines.append(f"From {made}; rendered by `mle_jax.reporting.results_tables` (`objectives_markdown`).")
     return "\n".join(lines)

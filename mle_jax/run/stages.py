@@ -3,7 +3,7 @@
 Each stage leaves its result in the workdir, so a run that is killed and started again with the
 same workdir picks up where it was: the prepared task and tokenizer are reused, a finished warm
 start is not redone, RL resumes from its last checkpoint. The run config is read once, by
-`mle_jax.settings.from_config`; every stage gets typed settings.
+`mle_jax.run.settings.from_config`; every stage gets typed settings.
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ import jax
 from flax import nnx
 from rich.console import Console
 
-from mle_jax import builders, environment, report, sharding
-from mle_jax.checkpoint import Checkpointer
-from mle_jax.evaluation import evaluate
+from mle_jax.env.evaluation import evaluate
+from mle_jax.infra import sharding
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.models import hf
+from mle_jax.reporting import report
 from mle_jax.rl.hosts import BatchChannel, distributed_store, follow
 from mle_jax.rl.loop import AsyncRLLoop
-from mle_jax.settings import RunSettings, from_config
+from mle_jax.run import builders, environment
+from mle_jax.run.settings import RunSettings, from_config
 
 console = Console()
 
@@ -94,7 +97,7 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
     summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
     learner = builders.make_learner(s, model)
     with environment.open_environment(s, mix, packages, model, tokenizer, workdir) as env:
-        writer = report.MetricsWriter(workdir, tensorboard=s.report.tensorboard)
+        writer = MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
         if s.resume and loop.restore():
@@ -104,7 +107,7 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
         loop.close()
         rl_s = time.monotonic() - t_rl
 
-        rows = report.read_metrics(workdir / "metrics.jsonl")
+        rows = read_metrics(workdir / "metrics.jsonl")
         c = loop.counters
         summary.update(
             {

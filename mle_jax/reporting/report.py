@@ -1,4 +1,4 @@
-"""Metrics of a run: JSONL + TensorBoard events while it trains, PNG plots and report.md after.
+"""A run's report: PNG plots and report.md, from the metrics the run wrote (mle_jax.infra.metrics).
 
 Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
@@ -9,9 +9,6 @@ Everything lives in the run's workdir:
 
 from __future__ import annotations
 
-import json
-import math
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from mle_jax.infra.metrics import read_metrics
+from mle_jax.reporting.markdown import markdown_table
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
-from mle_jax.tensorboard_events import EventFileWriter, drop_steps_after
 
 
 @dataclass(frozen=True)
@@ -30,84 +28,6 @@ class ReportSettings:
 
     tensorboard: bool = True
     plots: bool = True
-
-
-class MetricsWriter:
-    """Appends step metrics to metrics.jsonl and TensorBoard. Safe to reopen after a resume."""
-
-    def __init__(self, workdir: str | Path, tensorboard: bool = True):
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.path = self.workdir / "metrics.jsonl"
-        self._tb = None
-        if tensorboard:
-            self._tb = _summary_writer(self.workdir / "tb")
-
-    def truncate_after(self, step: int) -> None:
-        """Drops rows and TensorBoard points past `step` (a resumed run rewrites the steps after its checkpoint):
-        one point per step in every view of the run."""
-        for path in (self.path, self.workdir / "samples.jsonl"):
-            rows = [r for r in read_metrics(path) if r.get("step", -1) <= step]
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            tmp.replace(path)
-        tb_dir = self.workdir / "tb"
-        if tb_dir.is_dir():
-            if self._tb is not None:  # its own file is rewritten too: closed first, a new one opened after
-                self._tb.close()
-            drop_steps_after(tb_dir, step)
-            if self._tb is not None:
-                self._tb = _summary_writer(tb_dir)
-
-    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
-        row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        if self._tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
-            self._tb.flush()
-
-    def write_samples(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
-        """Appends one line per sample trained on at `step` to samples.jsonl."""
-        with (self.workdir / "samples.jsonl").open("a") as f:
-            for rec in records:
-                f.write(json.dumps({"step": int(step), **{k: _jsonable(v) for k, v in rec.items()}}) + "\n")
-
-    def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-
-
-def _summary_writer(tb_dir: Path) -> EventFileWriter:
-    """A writer of a new event file. A file is named by the second it opens in: a suffix of its own keeps a second
-    writer in the same second (a resume's reopen) from truncating the first one's file."""
-    return EventFileWriter(tb_dir, suffix=f".{uuid.uuid4().hex[:8]}")
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        v = v.item()
-    if hasattr(v, "item") and getattr(v, "shape", None) == ():
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """Rows of a metrics.jsonl; a torn last line (crash mid-write) is ignored."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 PLOTS: dict[str, tuple[str, ...]] = {
@@ -171,22 +91,6 @@ def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
         fig.savefig(path)
         written.append(path)
     return written
-
-
-def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
-    header = list(header)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        lines.append("| " + " | ".join(_fmt(x) for x in row) + " |")
-    return "\n".join(lines)
-
-
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 # what medal_row gives, after its labels

@@ -14,18 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mle_jax.evaluation import EvalSettings
+from mle_jax.env.evaluation import EvalSettings
+from mle_jax.env.rollout import RolloutSettings
 from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.infra.optim import OptimSettings
+from mle_jax.infra.sharding import MeshSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
-from mle_jax.optim import OptimSettings
-from mle_jax.report import ReportSettings
+from mle_jax.reporting.report import ReportSettings
 from mle_jax.rl.learner import LearnerSettings
 from mle_jax.rl.loop import LoopSettings
 from mle_jax.rl.ppo_update import PPOSettings
-from mle_jax.rl.rollout import RolloutSettings
 from mle_jax.sampling.protocol import SamplingSettings
-from mle_jax.sharding import MeshSettings
 from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.tasks.prompts import PromptSettings
 from mle_jax.tasks.registry import all_specs

@@ -1,10 +1,10 @@
 """Plans of one config over several targets, as rows (`python -m mle_jax.plan --targets=... --table_out=F`), and
-the markdown table of such files (`python -m mle_jax.plan_table F... [--doc BUILD.md] [--name NAME]` writes it
+the markdown table of such files (`python -m mle_jax.planner.table F... [--doc BUILD.md] [--name NAME]` writes it
 between the doc's `<!-- table:NAME -->` and `<!-- /table:NAME -->` markers, NAME by default the first file's stem).
 
     python -m mle_jax.plan --config=configs/pizza.py --targets=v4-8 --until_fits --nodecode \\
         --table_out=docs/results/tpu_plans_v4.json
-    python -m mle_jax.plan_table docs/results/tpu_plans_v4.json [more files] --name tpu_plans --doc BUILD.md
+    python -m mle_jax.planner.table docs/results/tpu_plans_v4.json [more files] --name tpu_plans --doc BUILD.md
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 import jax
 
-from mle_jax import planning
-from mle_jax.plan_markdown import markdown, merge, replace_between_markers
-from mle_jax.planning import GPU_TARGETS, PlanError, TpuSlice
-from mle_jax.settings import RunSettings
+from mle_jax.planner import planning
+from mle_jax.planner.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.reporting.plan_markdown import markdown, merge, replace_between_markers
+from mle_jax.run.settings import RunSettings
 
 MAX_GROWTH = 4  # --until_fits: at most this many larger slices per entry (each is a full compile)
 
@@ -130,7 +130,7 @@ def format_row(r: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mle_jax.plan_table", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mle_jax.planner.table", description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", type=Path, help="--table_out files of mle_jax.plan, rows in order")
     parser.add_argument("--doc", type=Path, help="write the table between this doc's markers (else print it)")
     parser.add_argument("--name", help="the markers' NAME (default: the first file's stem)")

@@ -12,19 +12,19 @@ from typing import Any
 
 from flax import nnx
 
-from mle_jax import sharding
-from mle_jax.checkpoint import Checkpointer
+from mle_jax.env.rollout import InstrumentFn
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.infra import sharding
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.instrument import instrument_batch
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.learner import Learner
-from mle_jax.rl.rollout import InstrumentFn
+from mle_jax.run.settings import RunSettings, SamplerSettings
 from mle_jax.sampling import vllm
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Sampler
-from mle_jax.settings import RunSettings, SamplerSettings
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.stage import untrained_policy, warm_start
 

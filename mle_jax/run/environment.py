@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mle_jax import builders
+from mle_jax.env.rollout import Environment
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
-from mle_jax.rl.rollout import Environment
+from mle_jax.run import builders
+from mle_jax.run.settings import RunSettings
 from mle_jax.sampling.protocol import Sampler
-from mle_jax.settings import RunSettings
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.tasks.task import Task
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mle_jax.executor.runtime import check_venv, venv_of
 from mle_jax.models.hf import read_config
-from mle_jax.settings import RunSettings
+from mle_jax.run.settings import RunSettings
 from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.warmstart.programs import registered_tasks
 

@@ -1,0 +1,8 @@
+"""The agent's environment: prompts -> sampler -> instrumenter -> executor -> grader -> reward, and what draws
+from it without learning (evaluation).
+
+- rollout: `Environment`, `Sample`, `PromptItem`: one sample from prompt to reward
+- task_mix: the prompt stream over a mix of tasks (scratch / improve), checkpointable
+- improve_buffer: earlier solutions with their output, for the improve prompt
+- evaluation: the paper's evaluation (scratch + improve, keep the better), mean and best of N
+"""

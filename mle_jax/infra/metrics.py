@@ -1,0 +1,93 @@
+"""A run's metrics as it trains: one JSON object per step in metrics.jsonl (appended; survives a crash and a
+resume), one line per trained sample in samples.jsonl, and TensorBoard event files in tb/."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mle_jax.infra.tensorboard_events import EventFileWriter, drop_steps_after
+
+
+class MetricsWriter:
+    """Appends step metrics to metrics.jsonl and TensorBoard. Safe to reopen after a resume."""
+
+    def __init__(self, workdir: str | Path, tensorboard: bool = True):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.path = self.workdir / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            self._tb = _summary_writer(self.workdir / "tb")
+
+    def truncate_after(self, step: int) -> None:
+        """Drops rows and TensorBoard points past `step` (a resumed run rewrites the steps after its checkpoint):
+        one point per step in every view of the run."""
+        for path in (self.path, self.workdir / "samples.jsonl"):
+            rows = [r for r in read_metrics(path) if r.get("step", -1) <= step]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            tmp.replace(path)
+        tb_dir = self.workdir / "tb"
+        if tb_dir.is_dir():
+            if self._tb is not None:  # its own file is rewritten too: closed first, a new one opened after
+                self._tb.close()
+            drop_steps_after(tb_dir, step)
+            if self._tb is not None:
+                self._tb = _summary_writer(tb_dir)
+
+    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def write_samples(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
+        """Appends one line per sample trained on at `step` to samples.jsonl."""
+        with (self.workdir / "samples.jsonl").open("a") as f:
+            for rec in records:
+                f.write(json.dumps({"step": int(step), **{k: _jsonable(v) for k, v in rec.items()}}) + "\n")
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _summary_writer(tb_dir: Path) -> EventFileWriter:
+    """A writer of a new event file. A file is named by the second it opens in: a suffix of its own keeps a second
+    writer in the same second (a resume's reopen) from truncating the first one's file."""
+    return EventFileWriter(tb_dir, suffix=f".{uuid.uuid4().hex[:8]}")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if hasattr(v, "item") and getattr(v, "shape", None) == ():
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """Rows of a metrics.jsonl; a torn last line (crash mid-write) is ignored."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
