@@ -32,7 +32,8 @@ from mle_jax.infra.optim import OptimSettings  # noqa: E402
 from mle_jax.infra.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
-from mle_jax.planner.planning import GPU_TARGETS, TPU_CHIPS, matmul_flops  # noqa: E402
+from mle_jax.planner.counting import matmul_flops  # noqa: E402
+from mle_jax.planner.targets import GPU_TARGETS, TPU_CHIPS  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402

@@ -6,8 +6,11 @@ run, as /usr/bin/time -v sees the CLI (wall time; peak RSS: the largest of its p
 grade: `python -m mle_jax.tasks grade` on the real pizza answers: the sample submission (peer), a header of 10^6
 extra fields (7.9 MB), and 7 million rows (the 64 MB cap's worth).
 --executor also runs, in the real bwrap sandbox through `python -m mle_jax.executor run`, a program that writes a
-constant submission (peer), one that writes the wide header, and one that makes 220,000 empty files and then
-writes 800 MB under --work-mb 300 (the default cap of 200,000 work-dir entries applies).
+constant submission (peer), one that writes the wide header, one that makes 220,000 empty files and then
+writes 800 MB under --work-mb 300 (the default cap of 200,000 work-dir entries applies), and the hostile programs of
+issue 34: a tree 3,000 folders deep, a detached child rewriting submission.csv after the program exits (run 10
+times: how often each grade came out), a sparse 256 MB submission.csv (what its results folder then holds on
+disk), and a child that ptrace-stops the program (under --timeout 10).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ sys.path.insert(0, str(REPO))
 
 from mle_jax.tasks.prepare import RAW_DATA_DIR, prepare  # noqa: E402
 from mle_jax.warmstart.corpus import public_dir_in_sandbox  # noqa: E402
-from tests.executor.programs import MANY_FILES_THEN_BYTES  # noqa: E402  (the test's program, at full size)
+from tests.executor.programs import (  # noqa: E402  (the tests' programs, at full size)
+    DEEP_TREE,
+    LATE_WRITER,
+    MANY_FILES_THEN_BYTES,
+    PTRACE_STOP_INIT,
+    SPARSE_SUBMISSION,
+)
 
 PIZZA = "random-acts-of-pizza"
 PEER_PROGRAM = """
@@ -67,28 +76,51 @@ def grade_cases(task, root: Path) -> dict:
     return out
 
 
+def allocated_bytes(folder: Path) -> int:
+    """What a folder holds on disk (allocated blocks, as du counts)."""
+    return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*"))
+
+
 def executor_cases(task, root: Path) -> dict:
     data = public_dir_in_sandbox(PIZZA)
     out = {}
-    for name, program, extra in (
-        ("peer: program writing a constant submission", PEER_PROGRAM.replace("/data/random-acts-of-pizza/", data), []),
-        ("program writing the wide header", WIDE_PROGRAM, []),
-        ("220,000 empty files then 800 MB, --work-mb 300", MANY_FILES_PROGRAM, ["--work-mb", "300"]),
-    ):
+    for name, program, extra, runs in (
+        ("peer: program writing a constant submission", PEER_PROGRAM.replace("/data/random-acts-of-pizza/", data), [],
+         1),
+        ("program writing the wide header", WIDE_PROGRAM, [], 1),
+        ("220,000 empty files then 800 MB, --work-mb 300", MANY_FILES_PROGRAM, ["--work-mb", "300"], 1),
+        ("a tree 3,000 folders deep", DEEP_TREE.format(depth=3000), [], 1),
+        ("a child rewriting submission.csv after the program exits, 10 runs", LATE_WRITER, [], 10),
+        ("a sparse 256 MB submission.csv", SPARSE_SUBMISSION, [], 1),
+        ("a child ptrace-stopping the program, --timeout 10", PTRACE_STOP_INIT, ["--timeout", "10"], 1),
+    ):  # fmt: skip
         code = root / "solution.py"
         code.write_text(program)
-        cmd = [sys.executable, "-m", "mle_jax.executor", "run", "--task", PIZZA, "--code", str(code), "--prepared",
-               str(task.public_dir.parent), "--backend", "bwrap", "--timeout", "300", *extra]  # fmt: skip
-        res = timed(cmd, 900)
+        grades: dict[str, int] = {}
+        for i in range(runs):
+            results = root / f"results_{len(out)}_{i}"
+            cmd = [sys.executable, "-m", "mle_jax.executor", "run", "--task", PIZZA, "--code", str(code), "--prepared",
+                   str(task.public_dir.parent), "--backend", "bwrap", "--timeout", "300", "--results", str(results),
+                   *extra]  # fmt: skip
+            res = timed(cmd, 900)  # the first run's time and memory are the case's
+            grade = res["output"]
+            key = f"{grade['status']}: {grade.get('grade_reason') or 'valid'}"
+            grades[key] = grades.get(key, 0) + 1
+            if i == 0:
+                first = res
+                first["results_bytes_on_disk"] = allocated_bytes(results)
         keep = ("status", "killed_reason", "disk_reason", "duration_s", "submission_valid", "grade_reason")
-        res["output"] = {k: res["output"].get(k) for k in keep} | {"stdout_tail": res["output"]["stdout_tail"][-200:]}
-        out[name] = res
+        output = first["output"]
+        first["output"] = {k: output.get(k) for k in keep} | {"stdout_tail": output["stdout_tail"][-200:]}
+        if runs > 1:
+            first["outcomes"] = grades
+        out[name] = first
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--executor", action="store_true", help="also the two sandboxed programs (minutes)")
+    p.add_argument("--executor", action="store_true", help="also the sandboxed programs (minutes)")
     p.add_argument("--out", default="", help="write the results as JSON here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="mle_jax_hostile_") as tmp:

@@ -5,7 +5,7 @@
 Builds the learner and the JAX sampler as the run does (random weights of the config's shape), runs one update
 on the run's largest batch, 8 x (768 prompt + 320 response, padded to 1152) tokens, and one generation of the
 batch, and reads the process's peak resident memory (VmHWM) before and after; then plans `configs/pizza.py:cpu`
-on the same CPU device (`mle_jax.planner.planning.make_plan`: the compiled PPO update at that shape and the JAX
+on the same CPU device (`mle_jax.planner.plan.make_plan`: the compiled PPO update at that shape and the JAX
 sampler's decode step). Prints both and their ratio (measured growth / planned total).
 """
 
@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs import pizza  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2ForCausalLM  # noqa: E402
-from mle_jax.planner import planning  # noqa: E402
+from mle_jax.planner.plan import make_plan  # noqa: E402
+from mle_jax.planner.programs import model_config  # noqa: E402
+from mle_jax.planner.targets import Target  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.run.builders import make_learner  # noqa: E402
 from mle_jax.run.settings import from_config  # noqa: E402
@@ -48,7 +50,7 @@ def main(argv) -> None:
     t = prompt + s.rollout.sampling.max_tokens
     t += -t % s.learner.ppo.seq_bucket  # the learner pads to its bucket; the plan plans the same shape
 
-    cfg = planning.model_config(s)
+    cfg = model_config(s)
     before = peak_rss_bytes()
     policy = Qwen2ForCausalLM(cfg, nnx.Rngs(s.seed), dtype=s.model.compute_dtype)
     learner = make_learner(s, policy)
@@ -67,8 +69,8 @@ def main(argv) -> None:
                      max_tokens=s.rollout.sampling.max_tokens, seed=0)  # fmt: skip
     grown = peak_rss_bytes() - before
     del learner, sampler, policy
-    target = planning.Target(jax.devices()[:1], "cpu", "cpu", "xla-cpu-compile", 0.0, 0.0, 0.0)
-    plan = planning.make_plan(s, target, device_memory_gib=24.0)  # after the measurement: its compile takes memory
+    target = Target(jax.devices()[:1], "cpu", "cpu", "xla-cpu-compile", 0.0, 0.0, 0.0)
+    plan = make_plan(s, target, device_memory_gib=24.0)  # after the measurement: its compile takes memory
     d = plan["per_device"]
     planned = d["total_gib"] * 1024**3
     assert (plan["config"]["batch"], plan["config"]["seq_len"]) == (b, t)

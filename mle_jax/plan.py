@@ -1,7 +1,7 @@
 """python -m mle_jax.plan --config=configs/pizza.py --devices=8 --device_memory_gib=40 [--out plan.json]
 
 Compiles the run's PPO update and the sampler's decode step for hardware that need not be here and prints
-per-device memory, FLOPs and the projected step time (`mle_jax.planner.planning` says how each number is made).
+per-device memory, FLOPs and the projected step time (`mle_jax.planner.plan` says how each number is made).
 
     --target=cpu (default)                 N fake CPU devices
     --target=a100-40|a100-80|h100-80|h200  XLA's deviceless GPU compile (`make aot-env`; run with .aot-venv/bin/python)
@@ -36,7 +36,9 @@ import ml_collections
 from absl import app, flags, logging
 
 from mle_jax.planner import table as plan_table
-from mle_jax.planner.planning import GPU_TARGETS, PlanError, format_plan, make_plan, make_target
+from mle_jax.planner.errors import PlanError
+from mle_jax.planner.plan import format_plan, make_plan
+from mle_jax.planner.targets import GPU_TARGETS, make_target
 from mle_jax.run.cli import config_flag, fail, parse_flags
 from mle_jax.run.settings import ConfigError, RunSettings, from_config
 

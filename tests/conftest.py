@@ -58,6 +58,7 @@ LONGEST_FIRST = (
     "tests/test_launch_scripts.py",
     "tests/test_e2e_tasks.py",
     "tests/test_e2e.py",
+    "tests/test_launch_hostile.py",
     "tests/models/test_smollm2.py",
     "tests/test_plan.py",
     "tests/rl/test_loop.py",

@@ -11,13 +11,14 @@ from flax import nnx
 
 from configs import pizza
 from mle_jax.env.rollout import PromptItem, Sample
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.run import environment
 from mle_jax.run.settings import from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Completion
 from mle_jax.tasks.prompts import data_mount
+from tests.rl.tiny import tiny_qwen2
 
 FAST = f"""import pandas as pd
 test = pd.read_json("{data_mount("random-acts-of-pizza")}test.json")
@@ -33,16 +34,7 @@ def parts(tmp_path_factory, raw_data_dir):
     cfg.task.raw_dir, cfg.task.data_root = str(raw_data_dir), str(tmp / "tasks")
     cfg.executor.slots = 1
     tok = train_bpe_tokenizer([FAST] * 4, 300, tmp / "tok")
-    mcfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=512,
-    )
+    mcfg = tiny_qwen2(len(tok), num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)
     return cfg, tok, mcfg, tmp
 
 

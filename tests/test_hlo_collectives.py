@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mle_jax.planner import hlo_collectives as hc
-from mle_jax.planner import planning
+from mle_jax.planner.counting import out_of_memory_figures
 
 HLO = """HloModule jit_ppo_update, is_scheduled=true
 
@@ -79,6 +79,6 @@ def test_libtpu_out_of_memory_message_becomes_figures():
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (32.14G) "
         "exceeds available HBM (30.75G).\nmore detail"
     )
-    out = planning._out_of_memory(message)
+    out = out_of_memory_figures(message)
     assert out["temporaries_gib"] == 32.14 and out["available_hbm_gib"] == 30.75
     assert out["compile_error"].startswith("RESOURCE_EXHAUSTED") and "\n" not in out["compile_error"]

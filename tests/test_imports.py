@@ -5,9 +5,14 @@ module. README.md's package map is PACKAGES rendered (a test compares them)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from mle_jax.infra.class_registry import ClassRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mle_jax"
@@ -226,6 +231,52 @@ def test_the_readme_package_map_is_the_order_the_tests_check():
     assert block == package_map(), "README.md's package map differs; the block to paste:\n" + package_map()
 
 
+def registries() -> list[tuple[str, ClassRegistry]]:
+    """(module, registry) of every ClassRegistry a `registry` module of mle_jax holds."""
+    named = [m for m in sorted(modules()) if m.rsplit(".", 1)[-1] == "registry"]
+    return [(m, v) for m in named for v in vars(importlib.import_module(m)).values() if isinstance(v, ClassRegistry)]
+
+
+def registry_problems(module: str, registry: ClassRegistry) -> list[str]:
+    """The entries of `registry` (held by `module`) that name a module outside its package and the packages below it
+    (an import the graph above cannot see: importlib makes it), or a class whose `name` is not its key."""
+    rank = {name: len(PACKAGES) - i for i, (name, _) in enumerate(PACKAGES)}
+    own = package_of(module).removeprefix("mle_jax.")
+    known = set(modules())
+    bad = []
+    for name, path in registry.paths().items():
+        target = path.partition(":")[0]
+        where = package_of(target).removeprefix("mle_jax.")
+        if target not in known or where not in rank:
+            bad.append(f"{module} {name}: {target} is not a module of a package of mle_jax")
+        elif where != own and rank[where] >= rank[own]:
+            bad.append(f"{module} {name}: {target} is in {where}, not in {own} or a package below it")
+        else:
+            try:
+                registry.resolve(name)
+            except (TypeError, AttributeError) as e:
+                bad.append(f"{module} {name}: {e}")
+    return bad
+
+
+def test_every_registry_entry_is_a_class_of_its_package_or_below_under_its_own_name():
+    found = registries()
+    assert {"mle_jax.executor.registry", "mle_jax.sampling.registry"} <= {m for m, _ in found}
+    assert [p for m, r in found for p in registry_problems(m, r)] == []
+
+
+@pytest.mark.parametrize(
+    "path, says",
+    [("mle_jax.run.builders:make_sampler", "is in run, not in executor or a package below it"),
+     ("mle_jax.executor.nowhere:Sandbox", "is not a module of a package of mle_jax"),
+     ("mle_jax.executor.docker:DockerSandbox", "its name is 'docker'"),
+     ("mle_jax.executor.bwrap:NoSuchClass", "has no attribute 'NoSuchClass'")],
+)  # fmt: skip
+def test_the_registry_check_finds_a_bad_entry(path, says):
+    [problem] = registry_problems("mle_jax.executor.registry", ClassRegistry("executor.backend", {"bwrap": path}))
+    assert says in problem, problem
+
+
 def test_imports_inside_functions_are_optional_dependencies():
     _, inner = graph()
     bad = []
@@ -265,9 +316,6 @@ def test_nothing_reads_the_team_folder_beside_the_repository():
 def test_the_command_line_entry_points_start_without_the_heavy_modules():
     """The launcher, the evaluate CLI and the planner import none of HEAVY's slow modules (nor torch) at start-up:
     the suite starts dozens of them, and each would pay ~3 s of CPU more."""
-    import subprocess
-    import sys
-
     heavy = sorted({"torch", "matplotlib", "sklearn", *HEAVY} - {"transformers"})  # PreTrainedTokenizerFast is used
     code = (
         "import sys; import mle_jax.launch, mle_jax.evaluate, mle_jax.plan; "
@@ -276,3 +324,38 @@ def test_the_command_line_entry_points_start_without_the_heavy_modules():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+# What the planner may load of the packages that run the agent: their settings, results and name registries. It
+# compiles the real update (rl.learner, rl.ppo_update) and the models, but reads a config without the RL loop, the
+# rollouts, the warm-start stage, the samplers or the sandboxes.
+PLANNER_MAY_LOAD = frozenset(
+    {
+        "mle_jax.executor",
+        "mle_jax.executor.settings",
+        "mle_jax.executor.result",
+        "mle_jax.executor.registry",
+        "mle_jax.sampling",
+        "mle_jax.sampling.protocol",
+        "mle_jax.sampling.registry",
+    }
+)
+PLANNER_MUST_NOT_LOAD = ("mle_jax.rl.loop", "mle_jax.rl.hosts", "mle_jax.env.rollout", "mle_jax.warmstart.stage")
+
+
+def planner_offenders(loaded: list[str]) -> list[str]:
+    """The modules of `loaded` that `import mle_jax.plan` must not load."""
+    runtime = ("mle_jax.executor.", "mle_jax.sampling.")
+    return sorted(
+        m for m in loaded if m in PLANNER_MUST_NOT_LOAD or (m.startswith(runtime) and m not in PLANNER_MAY_LOAD)
+    )
+
+
+def test_the_planner_loads_no_rl_loop_sampler_or_executor():
+    """`python -m mle_jax.plan` runs where there is no sandbox, sampler or run: it imports the settings of those
+    packages (their own light modules), never the machinery."""
+    code = "import sys; import mle_jax.plan; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    offenders = planner_offenders(done.stdout.split())
+    assert offenders == [], f"import mle_jax.plan loads {offenders}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mle_jax.rl.objectives import OBJECTIVES
 from mle_jax.run import preflight
 from mle_jax.run.settings import from_config
 from mle_jax.tasks.registry import get_spec
@@ -80,9 +81,13 @@ USER_ERRORS = [
         "no data for random-acts-of-pizza at /no/such/data",
     ),
     (["--config=configs/pizza.py:cpu", "--config.loop.steps=-1"], "loop.steps must be >= 0"),
+    (  # a group objective over groups of one sample: every advantage 0, nothing learnt
+        ["--config=configs/pizza.py:cpu", "--config.learner.algorithm=grpo"],
+        "learner.algorithm: grpo needs --config.sampler.group_size >= 2, e.g. --config.sampler.group_size=4",
+    ),
     (
         ["--config=configs/pizza.py:cpu", "--config.learner.algorithm=ppo2"],
-        "learner.algorithm must be one of ('ppo', 'grpo', 'dr_grpo', 'rloo'), got 'ppo2'",
+        f"learner.algorithm must be one of {tuple(OBJECTIVES)}, got 'ppo2'",  # a fifth objective: one registry line
     ),
     (
         ["--config=configs/pizza.py:cpu", "--config.ppo.behaviour_weight_cap=0.5"],

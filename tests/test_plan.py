@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from configs import pizza
-from mle_jax.planner import planning as plan
+from mle_jax.planner.errors import PlanError
+from mle_jax.planner.plan import format_plan, make_plan
+from mle_jax.planner.targets import Target, cpu_target
 from mle_jax.run.settings import from_config
 from tests.xla_flags import optimised_compile_env
 
@@ -76,9 +78,9 @@ def test_plan_reports_memory_flops_and_fit_per_device(tiny_plan):
 def test_plan_says_when_it_does_not_fit():
     """In process, on this process's one CPU device: a device too small for the learner does not fit."""
     s = from_config(pizza.get_config("cpu"))
-    p = plan.make_plan(s, plan.cpu_target(1), device_memory_gib=0.01, decode=False)
+    p = make_plan(s, cpu_target(1), device_memory_gib=0.01, decode=False)
     assert p["devices"] == 1 and p["fits"] is False and p["per_device"]["total_gib"] > 0.01
-    assert "DOES NOT FIT" in plan.format_plan(p)
+    assert "DOES NOT FIT" in format_plan(p)
 
 
 def settings_with(**overrides: object):
@@ -107,9 +109,9 @@ def settings_with(**overrides: object):
 )
 def test_bad_layouts_are_plan_errors(overrides, says):
     """Checked before any device is touched: the target's devices are only counted here."""
-    target = plan.Target([None] * 4, "cpu", "cpu", "-", 0.0, 0.0, 0.0)
-    with pytest.raises(plan.PlanError) as e:
-        plan.make_plan(settings_with(**overrides), target, device_memory_gib=1.0)
+    target = Target([None] * 4, "cpu", "cpu", "-", 0.0, 0.0, 0.0)
+    with pytest.raises(PlanError) as e:
+        make_plan(settings_with(**overrides), target, device_memory_gib=1.0)
     assert says in str(e.value) and "\n" not in str(e.value)
     assert e.value.fix == ({"ppo.micro_batch_size": 4} if "set --config" in says else {})  # what --until_fits applies
 
@@ -129,7 +131,8 @@ def test_a_critic_free_objective_plans_no_critic_and_less_memory():
     for algorithm in ("ppo", "grpo"):
         cfg = pizza.get_config("cpu")
         cfg.learner.algorithm = algorithm
-        plans[algorithm] = plan.make_plan(from_config(cfg), plan.cpu_target(1), device_memory_gib=8.0, decode=False)
+        cfg.sampler.group_size = 4  # GRPO compares within groups; both plans alike, only the objective differs
+        plans[algorithm] = make_plan(from_config(cfg), cpu_target(1), device_memory_gib=8.0, decode=False)
     ppo, grpo = plans["ppo"]["per_device"], plans["grpo"]["per_device"]
     assert plans["grpo"]["config"]["algorithm"] == "grpo" and grpo["params_gib"]["critic"] == 0.0
     assert ppo["params_gib"]["critic"] > 0 and grpo["params_gib"]["policy"] == ppo["params_gib"]["policy"]
@@ -139,4 +142,4 @@ def test_a_critic_free_objective_plans_no_critic_and_less_memory():
     assert grpo["xla"]["arguments_gib"] < ppo["xla"]["arguments_gib"]
     assert grpo["total_gib"] < ppo["total_gib"] and grpo["learner_gib"] < ppo["learner_gib"]
     assert plans["grpo"]["flops_per_step"] < 0.75 * plans["ppo"]["flops_per_step"]
-    assert "learner.algorithm grpo" in plan.format_plan(plans["grpo"])
+    assert "learner.algorithm grpo" in format_plan(plans["grpo"])

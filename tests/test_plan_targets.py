@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mle_jax.planner import planning as plan
-from mle_jax.planner.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.planner.errors import PlanError
+from mle_jax.planner.targets import GPU_TARGETS, TpuSlice, tpu_slice
 from mle_jax.reporting import plan_markdown
 from tests.xla_flags import optimised_compile_env
 
@@ -153,7 +153,7 @@ def test_a_topology_libtpu_cannot_make_fails_in_one_line(plans):
 )
 def test_slice_names(spec, topology, accelerator):
     """Cloud TPU's accelerator types count TensorCores on v4 and v5p (two per chip), chips on v5e and v6e."""
-    sl = plan.tpu_slice(spec)
+    sl = tpu_slice(spec)
     assert sl.topology == topology and sl.accelerator == accelerator
     assert sl.larger().chips == 2 * sl.chips
 
@@ -169,7 +169,7 @@ def test_slice_names(spec, topology, accelerator):
 )
 def test_unknown_slices_are_one_line_errors(spec, says):
     with pytest.raises(PlanError) as e:
-        plan.tpu_slice(spec)
+        tpu_slice(spec)
     assert says in str(e.value) and "\n" not in str(e.value)
 
 

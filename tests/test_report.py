@@ -120,3 +120,23 @@ def test_a_mix_gets_a_plot_per_metric_with_a_line_per_task(tmp_path):
     assert {"task_reward.png", "task_valid_fraction.png", "reward_components.png"} <= names
     assert "task_duration.png" not in names  # no such metric in these rows
     assert "task_reward" not in report.plot_keys([{"step": 1, "reward/mean": -1.0}])  # one task: no per-task plots
+
+
+def test_the_score_plot_draws_the_best_in_the_tasks_direction_and_a_mix_per_task(tmp_path):
+    # spooky's log loss: lower is better, so score/max is the step's worst sample and score/best its min
+    w = metrics.MetricsWriter(tmp_path, tensorboard=False)
+    for step in (1, 2):
+        w.write(step, {"reward/mean": -1.0, "score/mean": 0.9, "score/max": 1.5, "score/min": 0.5 - 0.1 * step,
+                       "score/best": 0.5 - 0.1 * step, "valid_fraction": 1.0})  # fmt: skip
+    w.close()
+    rows = metrics.read_metrics(tmp_path / "metrics.jsonl")
+    assert report.plot_keys(rows)["score"] == ("score/mean", "score/best")
+    text = report.write_report(tmp_path, {"task": "spooky-author-identification"}, None).read_text()
+    assert "| step | reward/mean | score/mean | score/best |" in text and "| 2 | -1 | 0.9 | 0.3 |" in text
+    # a mix: an AUC and a log loss never share a line; each task's mean and best get one
+    mix = [{"step": 1, "reward/mean/a-task": -1.0, "reward/mean/b-task": -2.0, "score/mean": 0.7,
+            "score/mean/a-task": 0.6, "score/best/a-task": 0.8}]  # fmt: skip
+    keys = report.plot_keys(mix)
+    assert "score" not in keys
+    assert keys["task_score_mean"] == ("score/mean/a-task", "score/mean/b-task")
+    assert keys["task_score_best"] == ("score/best/a-task", "score/best/b-task")

@@ -9,17 +9,11 @@ import shutil
 import pytest
 
 from mle_jax.reporting import provenance, results_tables
-from mle_jax.reporting.results_tables import (
-    DOCS,
-    LEGACY,
-    REGISTRY,
-    ROOT,
-    blocks,
-    differences,
-    records,
-    rewrite,
-    wall_figure,
-)
+from mle_jax.reporting.markdown import number, plus_minus, signed
+from mle_jax.reporting.results_tables.engine import DOCS, blocks, differences, rewrite
+from mle_jax.reporting.results_tables.learning import wall_figure
+from mle_jax.reporting.results_tables.registry import LEGACY, REGISTRY
+from mle_jax.reporting.results_tables.sources import ROOT, records
 
 
 def _markers() -> dict[str, set[str]]:
@@ -110,3 +104,9 @@ def test_provenance_stamps_the_command_and_the_date(tmp_path):
     provenance.append_jsonl(tmp_path / "r.jsonl", {"y": 3})
     assert [r["y"] for r in records(tmp_path / "r.jsonl", root=tmp_path)] == [2, 3]
     assert provenance.missing({"command": "", "x": 1}) == ["command", "date"]
+
+
+def test_numbers_are_written_with_a_typographic_minus_unless_told_and_no_negative_zero():
+    assert (number(-0.204), signed(0.03), signed(-0.2, 1), number(None)) == ("−0.20", "+0.03", "−0.2", "—")
+    assert number(-0.001) == "0.00" and number(-0.001, 3) == "−0.001"
+    assert plus_minus(-2.0, 0.5, minus="-") == "-2.00 ± 0.50" and plus_minus(0.5123, None, 3) == "0.512"

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 
 from configs import base, pizza
-from mle_jax.env.evaluation import EvalSettings
+from mle_jax.env.settings import EvalSettings
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.infra.optim import OptimSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.reporting.report import ReportSettings
 from mle_jax.rl.learner import LearnerSettings
-from mle_jax.rl.loop import LoopSettings
 from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.rl.settings import LoopSettings
 from mle_jax.run.settings import ConfigError, RunSettings, SamplerSettings, from_config
 from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.tasks.prompts import PromptSettings
 from mle_jax.tasks.reward import RewardSettings
-from mle_jax.warmstart.stage import WarmStartSettings
+from mle_jax.warmstart.settings import WarmStartSettings
 
 CONFIGS = sorted(
     p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
@@ -87,6 +87,17 @@ def test_group_size_reaches_the_loop_and_must_divide_the_batch():
     assert from_config(old).loop.group_size == 1
 
 
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "rloo"])
+def test_a_group_objective_needs_groups_of_two(algorithm):
+    # groups of one sample: every advantage is 0 and nothing is learnt, so the settings refuse it
+    cfg = pizza.get_config("cpu")
+    cfg.learner.algorithm = algorithm
+    with pytest.raises(ConfigError, match=rf"^learner.algorithm: {algorithm} needs --config.sampler.group_size >= 2"):
+        from_config(cfg)
+    cfg.sampler.group_size = 2
+    assert from_config(cfg).learner.algorithm == algorithm
+
+
 def _defaults(cls) -> dict:
     return {
         f.name: f.default
@@ -138,7 +149,7 @@ def test_corpus_verification_runs_at_most_one_program_per_cpu(monkeypatch):
 def test_the_learner_section_picks_the_objective_and_may_be_absent():
     cfg = pizza.get_config("cpu")
     assert from_config(cfg).learner.algorithm == "ppo" and from_config(cfg).learner.objective.critic
-    cfg.learner.algorithm = "rloo"
+    cfg.learner.algorithm, cfg.sampler.group_size = "rloo", 2
     assert not from_config(cfg).learner.objective.critic
     cfg.learner.algorithm = "a2c"
     with pytest.raises(ConfigError) as e:

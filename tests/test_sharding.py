@@ -13,7 +13,8 @@ from flax import nnx
 from jax.sharding import AbstractMesh, PartitionSpec
 
 from mle_jax.infra import sharding as shd
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from tests.rl.tiny import tiny_qwen2
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,8 +72,7 @@ def test_logical_rules_and_fit():
 
 
 def test_param_shardings_follow_logical_axes():
-    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8)  # fmt: skip
+    cfg = tiny_qwen2(vocab_size=64)
     state = nnx.state(Qwen2ForCausalLM(cfg, rngs=nnx.Rngs(0)), nnx.Param)
     mesh = shd.make_mesh(mesh_cfg(1, -1, 1))
     shardings = shd.param_shardings(state, mesh)

@@ -1,6 +1,7 @@
 """The agent's environment: prompts -> sampler -> instrumenter -> executor -> grader -> reward, and what draws
 from it without learning (evaluation).
 
+- settings: `RolloutSettings`, `EvalSettings` (light: reading a config loads no rollout)
 - rollout: `Environment`, `Sample`, `PromptItem`: one sample from prompt to reward
 - task_mix: the prompt stream over a mix of tasks (scratch / improve), checkpointable
 - improve_buffer: earlier solutions with their output, for the improve prompt

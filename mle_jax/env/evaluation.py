@@ -11,25 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import wait
-from dataclasses import dataclass
 
 import numpy as np
 from rich.progress import Progress
 
 from mle_jax.env import rollout
+from mle_jax.env.settings import EvalSettings
+from mle_jax.infra import interrupt
 from mle_jax.reporting.markdown import markdown_table
 from mle_jax.reporting.report import evaluation_medals
 from mle_jax.tasks.medals import medal, medal_summary
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """The `eval` section of the run config, with the run's seed (the prompts' and samples' RNG)."""
-
-    samples: int = 128
-    improve: bool = True
-    seed: int = 0
-
 
 # Paper Table 1: Qwen2.5-3B prompted with AIDE, and Qwen2.5-3B after RL (best of 128 samples).
 PAPER_TABLE1: dict[str, dict[str, float]] = {
@@ -53,7 +44,9 @@ def _run_all(samples: list[rollout.Sample], env: rollout.Environment, progress: 
     progress.update(job, advance=sum(s.done for s in samples))
     futures = {s.future: s for s in samples if s.future is not None}
     while futures:
-        done, _ = wait(list(futures), return_when="FIRST_COMPLETED")
+        done, _ = wait(list(futures), timeout=0.5, return_when="FIRST_COMPLETED")
+        # Ctrl-C (infra/interrupt.py): the runs in flight are cancelled when the environment closes
+        interrupt.raise_if_requested(f"stopped during the evaluation ({label}), after RL")
         for f in done:
             env.finish(futures.pop(f), f.result())
             progress.advance(job)

@@ -12,35 +12,19 @@ from typing import Any
 import numpy as np
 
 from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.env.settings import RolloutSettings
 from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import Fleet
 from mle_jax.executor.grading import grade_run
-from mle_jax.executor.result import ExecResult, Limits
+from mle_jax.executor.result import ExecResult
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
-from mle_jax.sampling.protocol import Completion, Sampler, SamplingSettings
+from mle_jax.sampling.protocol import Completion, Sampler
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.progress import new_tag, untag
-from mle_jax.tasks.prompts import PromptSettings
-from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward
+from mle_jax.tasks.reward import Reward, compute_reward
 from mle_jax.tasks.task import Task
 
 InstrumentFn = Callable[[list[str]], list[Any]]  # programs -> instrument.Instrumented, one each
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """How a sample travels through the environment: its prompt, its sampling, its run limits, its reward.
-    The RL loop and the evaluation share them."""
-
-    prompt: PromptSettings = field(default_factory=PromptSettings)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    limits: Limits = field(default_factory=Limits)
-    reward: RewardSettings = field(default_factory=RewardSettings)
-
-    @property
-    def max_sequence_tokens(self) -> int:
-        """Prompt budget + response budget: the learner batch's padded length."""
-        return self.prompt.max_prompt_tokens + self.sampling.max_tokens
 
 
 def terminal_output(result: ExecResult) -> str:

@@ -2,9 +2,10 @@
 
   python -m mle_jax.executor run --task random-acts-of-pizza --code solution.py [--backend bwrap|docker]
                                  [--timeout S] [--work-mb MB] [--work-files N] [--instrument] [--prepared DIR]
-                                 [--docker-url URL]
+                                 [--docker-url URL] [--results DIR]
       runs one program in a sandbox, grades its submission, prints JSON (status, exit_code, duration_s,
-      killed_reason, submission_valid, score, reward, stdout tail)
+      killed_reason, submission_valid, score, reward, stdout tail); a missing --code or task folder is one
+      line on stderr and exit status 2
   python -m mle_jax.executor build-image [--docker-url URL] [--tag T] [--base IMAGE] [--rebuild]
   python -m mle_jax.executor packages     what the sandbox runtime really imports
 
@@ -23,13 +24,14 @@ import os
 import sys
 from pathlib import Path
 
+from mle_jax.executor import registry
 from mle_jax.executor.grading import grade_run
 from mle_jax.executor.image import ensure_image
 from mle_jax.executor.podman import PodmanService
-from mle_jax.executor.result import Limits, Status
+from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT, sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
-from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
+from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.instrument import instrument
 from mle_jax.tasks.prepare import RAW_DATA_DIR, prepare
 from mle_jax.tasks.registry import load_task
@@ -70,8 +72,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    task = _task(args.task, args.prepared, args.raw)
-    code = Path(args.code).read_text()
+    try:
+        code = Path(args.code).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: --code {args.code}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        return 2
+    try:
+        task = _task(args.task, args.prepared, args.raw)
+    except (OSError, KeyError) as e:  # no such task, no prepared/public folder, no raw data
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return 2
     instrumented_path = None
     if args.instrument:
         inst = instrument(code, mode="ast")
@@ -79,7 +89,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if args.backend == "docker":
             settings = dataclasses.replace(settings, docker_url=stack.enter_context(docker_url(args.docker_url)))
-        result = make_sandbox(settings).run(code, task, settings.limits())
+        # without --results the run's folders are temporary: gone once it is graded
+        sandbox = make_sandbox(settings, out_root=args.results)
+        stack.callback(sandbox.close)
+        result = sandbox.run(code, task, settings.limits())
+        return _report(task, result, instrumented_path, kept=bool(args.results))
+
+
+def _report(task: Task, result: ExecResult, instrumented_path: str | None, kept: bool) -> int:
+    """Grades the run and prints the JSON report."""
     out: dict = {
         "status": str(result.status),
         "exit_code": result.exit_code,
@@ -103,7 +121,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         instrumented=instrumented_path,
         stdout_tail=result.stdout_tail[-STDOUT_TAIL_CHARS:],
         stderr_tail=result.stderr_tail[-STDOUT_TAIL_CHARS:],
-        results_dir=result.extra.get("results_dir"),
+        results_dir=result.extra.get("results_dir") if kept else None,
     )
     print(json.dumps(out, indent=2))
     return 0
@@ -136,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one program in a sandbox and grade it")
     run.add_argument("--task", required=True)
     run.add_argument("--code", required=True, help="the program (a .py file)")
-    run.add_argument("--backend", choices=BACKEND_NAMES, default="bwrap")
+    run.add_argument("--backend", choices=registry.names(), default="bwrap")
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit, seconds")
     run.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     run.add_argument("--cpus", type=int, default=Limits.cpus)
@@ -153,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--prepared", help="an MLE-bench prepared/ folder (default: prepare from --raw)")
     run.add_argument("--raw", default=str(RAW_DATA_DIR), help="raw data (folder of tasks or of this task)")
     run.add_argument("--docker-url", help="Docker API socket (default: DOCKER_HOST, else a private Podman)")
+    run.add_argument(
+        "--results", help="keep the run's stdout, stderr and submission copy here (default: removed at exit)"
+    )
     run.set_defaults(func=_cmd_run)
     img = sub.add_parser("build-image", help="build (or find cached) the docker backend's image")
     img.add_argument("--docker-url")

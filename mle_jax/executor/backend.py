@@ -28,9 +28,13 @@ WORK_MOUNT = "/workdir/{task_id}/work"
 
 
 class Sandbox(Protocol):
-    backend: str
+    name: str  # its executor.backend (executor/registry.py)
 
     def run(self, code: str, task: Task, limits: Limits) -> ExecResult: ...
+
+    def close(self) -> None:
+        """Remove the temporary roots it made for work dirs and results (idempotent; roots a caller named stay)."""
+        ...
 
 
 def work_mount(task_id: str) -> str:

@@ -8,12 +8,16 @@ One run, as root on the host (the usual case here):
     -> setpriv (a fresh unprivileged uid per run)
     -> bwrap (user/pid/ipc/uts/cgroup namespaces, empty read-only root, sandboxes/bwrap.json binds,
               public data ro, work dir rw, venv ro) -> bash (reports "started", closes our fds)
-    -> python solution.py
+    -> python solution.py, pid 1 of its pid namespace (--as-pid-1)
 
 The unprivileged uid makes host file permissions apply (no /etc/shadow even unmasked) and makes
-RLIMIT_NPROC count this run's processes only. The pid namespace ends with the program: whatever it left
-running (daemons) is killed by the kernel when bwrap's init exits; on a timeout we SIGKILL the process
-group and everything in the run's cgroup. Δt is taken from bwrap's "child-pid" status event to the exit.
+RLIMIT_NPROC count this run's processes only. The program is its pid namespace's init, so its exit is the
+namespace's end: the kernel kills whatever it left running (daemons, a child waiting to rewrite
+submission.csv once it is gone) before the exit is reported, and bwrap reports it only once every process of
+the sandbox is dead; with a bwrap init in between, children saw the program gone and wrote for a millisecond
+or more before anything killed them (graded or half-written by chance). On a timeout we SIGKILL that init and
+everything in the run's cgroup. The submission is copied out after all that. Δt is taken from the "started"
+byte to the exit.
 
 Not root: the same without cgroups, setpriv and NPROC, and with bwrap's own --unshare-net (which brings
 loopback up inside the empty netns).
@@ -33,19 +37,25 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from mle_jax.executor.backend import UidPool, data_mount_point, sandbox_env, work_mount
 from mle_jax.executor.capture import BoundedCapture, drain_in_thread
 from mle_jax.executor.cgroups import RunCgroup
 from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import REPO_ROOT, VENV_MOUNT, check_venv, venv_of
+from mle_jax.executor.settings import MAX_WORK_ENTRIES, ExecutorSettings
 from mle_jax.executor.workspace import (
     CODE_NAME,
-    MAX_WORK_ENTRIES,
     DiskWatchdog,
     create_workspace,
+    discard_work_dir,
     finish_run,
+    pid_alive,
+    remove_dead_roots,
     remove_tree,
+    run_roots,
+    submission_cap,
 )
 from mle_jax.tasks.task import Task
 
@@ -57,16 +67,7 @@ _HOST_TOOLS = {"unshare": "util-linux", "prlimit": "util-linux", "setpriv": "uti
 # traversable by the sandbox's unprivileged uid, which /tmp is.
 STAGE_ROOT = Path("/tmp/mle_jax_stage")
 CGROUP_PREFIX = "mle_jax_"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+ROOTS_PREFIX = "mle_jax_sandbox"  # the folders of work dirs and results a sandbox makes under $TMPDIR (run_roots)
 
 
 def reap_stale(stage_root: Path, cgroup_prefix: str) -> None:
@@ -74,9 +75,9 @@ def reap_stale(stage_root: Path, cgroup_prefix: str) -> None:
     if stage_root.is_dir():
         for d in stage_root.iterdir():
             owner = d.name.split("_", 1)[0]
-            if owner.isdigit() and not _pid_alive(int(owner)):
+            if owner.isdigit() and not pid_alive(int(owner)):
                 _remove_mount_points(d)
-    RunCgroup.reap_stale(cgroup_prefix, _pid_alive)
+    RunCgroup.reap_stale(cgroup_prefix, pid_alive)
 
 
 class SandboxSetupError(RuntimeError):
@@ -125,7 +126,28 @@ class BwrapSandbox:
     use_cgroups: put each run in its own memory/pids/cpu cgroup when this host allows it.
     """
 
-    backend = "bwrap"
+    name = "bwrap"  # its executor.backend (executor/registry.py)
+
+    @classmethod
+    def options(cls, settings: ExecutorSettings) -> dict[str, Any]:
+        """The constructor options the `executor` config section decides."""
+        return {
+            "python": settings.sandbox_python or None,
+            "max_work_mb": int(settings.max_work_mb),
+            "max_work_files": int(settings.max_work_files),
+        }
+
+    @classmethod
+    def preflight(cls, settings: ExecutorSettings) -> list[str]:
+        """What the backend needs that is missing, one line each: bubblewrap and the sandbox venv."""
+        problems = []
+        if shutil.which("bwrap") is None:
+            problems.append("executor.backend=bwrap but bubblewrap is not installed: apt-get install bubblewrap")
+        try:
+            check_venv(venv_of(settings.sandbox_python))
+        except FileNotFoundError as err:
+            problems.append(str(err))
+        return problems
 
     def __init__(
         self,
@@ -146,9 +168,8 @@ class BwrapSandbox:
                 _require(tool, package)
         self.venv = venv_of(python)
         check_venv(self.venv)
-        base = Path(os.environ.get("TMPDIR", "/tmp")) / f"mle_jax_sandbox_{os.getpid()}"
-        self.work_root = Path(work_root) if work_root else base / "work"
-        self.out_root = Path(out_root) if out_root else base / "results"
+        self.roots = run_roots(ROOTS_PREFIX, work_root, out_root)
+        self.work_root, self.out_root = self.roots.work, self.roots.out
         self.max_work_mb = max_work_mb
         self.max_work_files = max_work_files
         self.use_cgroups = use_cgroups and self.root
@@ -156,16 +177,17 @@ class BwrapSandbox:
         self.profile_args = profile_args(load_profile(Path(profile)))
         if self.root:
             reap_stale(STAGE_ROOT, CGROUP_PREFIX)
-            for d in base.parent.glob("mle_jax_sandbox_*"):  # default work roots of dead executors
-                owner = d.name.rsplit("_", 1)[-1]
-                if owner.isdigit() and not _pid_alive(int(owner)):
-                    try:
-                        remove_tree(d / "work")
-                        for empty in (d / "results", d):  # results stay unless nobody wrote any
-                            empty.rmdir()
-                    except OSError as e:  # best effort: another executor may be cleaning it too
-                        log.debug("leaving %s: %s", d, e)
+        remove_dead_roots(ROOTS_PREFIX)
         self.uids = UidPool()
+
+    def close(self) -> None:
+        """Remove the roots this sandbox made (runs still in flight when a fleet stopped leave their results there);
+        roots the caller named stay. Idempotent; call it when no run is in progress."""
+        if self.roots.temporary is not None:
+            try:
+                remove_tree(self.roots.temporary)
+            except OSError as e:
+                log.warning("could not remove the sandbox's temporary root: %s", e)
 
     # -- command ---------------------------------------------------------------------------------
     def rlimit_args(self, limits: Limits, cgroup_memory: bool) -> list[str]:
@@ -223,6 +245,7 @@ class BwrapSandbox:
             self.bwrap,
             "--unshare-user",
             "--unshare-pid",
+            "--as-pid-1",  # the program is the namespace's init: nothing of it outlives its exit (module docstring)
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
@@ -303,7 +326,7 @@ class BwrapSandbox:
             if stage is not None:
                 _remove_mount_points(stage)
             if not self.keep_work:
-                remove_tree(ws.work_dir)
+                discard_work_dir(ws)
             self.uids.release(uid)
 
     def _run(self, ws, task: Task, limits: Limits, uid: int, cgroup: RunCgroup | None, sources, stage):
@@ -366,7 +389,8 @@ class BwrapSandbox:
                 proc.wait(timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                kill("timeout")
+                stopped = _stopped_state(events.get("child-pid"))
+                kill(f"timeout: the program was {stopped} when its time ran out" if stopped else "timeout")
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:  # the outer bwrap did not follow its child: take it all down
@@ -399,7 +423,7 @@ class BwrapSandbox:
         }
         return finish_run(
             ws,
-            self.backend,
+            self.name,
             exit_code,
             # the reader thread notes the start byte when it is scheduled: on a loaded machine that can be after
             # a short program has already ended, so the difference can come out slightly negative
@@ -412,6 +436,7 @@ class BwrapSandbox:
             watchdog,
             limits,
             details,
+            max_submission_bytes=submission_cap(task, limits),
         )
 
 
@@ -424,6 +449,25 @@ def _remove_mount_points(stage: Path) -> None:
             pass
         except OSError as e:
             log.warning("could not remove staging dir %s: %s", d, e)
+
+
+def _stopped_state(pid: int | None) -> str:
+    """ "in tracing stop (traced by host pid N)" or "stopped" when the process is (a child of the program can
+    ptrace-stop it: it then never ends, and the timeout says why), else ""."""
+    if pid is None:
+        return ""
+    try:
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{int(pid)}/status").read_text().splitlines() if ":" in line
+        )
+    except OSError:
+        return ""
+    state, tracer = status.get("State", "").strip(), status.get("TracerPid", "0").strip()
+    if state.startswith("t"):
+        return f"in tracing stop (traced by host pid {tracer})"
+    if state.startswith("T"):
+        return f"stopped (traced by host pid {tracer})" if tracer != "0" else "stopped"
+    return ""
 
 
 def _read_started(fd: int, events: dict) -> None:

@@ -7,6 +7,12 @@ read-only at the data mount, a fresh work dir read-write as the cwd, the host's 
 /opt/sandbox-venv. Output is streamed over an attach socket into bounded buffers (the log driver is
 "none", so nothing is written to disk). Δt is the container's StartedAt -> FinishedAt.
 
+The program is the container's pid 1 (no `timeout` or init in front of it): its exit ends the pid namespace, so
+the kernel kills what it left running (a child waiting to rewrite submission.csv once it is gone) before the
+container stops, and the submission is copied out only then. With a wrapper as pid 1 such a child saw the program
+gone and wrote in the moment before the wrapper exited (3 runs in 40). A container whose executor died is
+removed past its deadline label by the next DockerSandbox on that daemon (a busy one dies of RLIMIT_CPU first).
+
 OOM: Docker reports State.OOMKilled; Podman with runc on cgroup v1 (this host) does not, so a SIGKILL we
 did not send is counted as OOM too (inside the container only the kernel's OOM killer or the program
 itself can send one).
@@ -15,25 +21,29 @@ itself can send one).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from mle_jax.executor.backend import data_mount_point, sandbox_env, work_mount
 from mle_jax.executor.capture import BoundedCapture
 from mle_jax.executor.image import ensure_image
 from mle_jax.executor.result import ExecResult, Limits, signal_exit_code
 from mle_jax.executor.runtime import VENV_MOUNT, check_venv, venv_of
+from mle_jax.executor.settings import MAX_WORK_ENTRIES, ExecutorSettings
 from mle_jax.executor.workspace import (
     CODE_NAME,
-    MAX_WORK_ENTRIES,
     DiskWatchdog,
     create_workspace,
+    discard_work_dir,
     finish_run,
+    remove_dead_roots,
     remove_tree,
+    run_roots,
+    submission_cap,
 )
 from mle_jax.tasks.task import Task
 
@@ -42,6 +52,7 @@ log = logging.getLogger(__name__)
 SANDBOX_UID = 65534
 _NPROC_ULIMIT = 8192
 LABEL = "org.mle_jax.sandbox"
+ROOTS_PREFIX = "mle_jax_docker"  # the folders of work dirs and results a sandbox makes under $TMPDIR (run_roots)
 
 
 def _import_docker():
@@ -87,7 +98,37 @@ class DockerSandbox:
     python: the host sandbox venv's interpreter to mount (default .sandbox-venv/bin/python).
     """
 
-    backend = "docker"
+    name = "docker"  # its executor.backend (executor/registry.py)
+
+    @classmethod
+    def options(cls, settings: ExecutorSettings) -> dict[str, Any]:
+        """The constructor options the `executor` config section decides."""
+        return {
+            "image": settings.image,
+            "base_url": settings.docker_url or None,  # "": DOCKER_HOST / the local Docker
+            "python": settings.sandbox_python or None,
+            "max_work_mb": int(settings.max_work_mb),
+            "max_work_files": int(settings.max_work_files),
+        }
+
+    @classmethod
+    def preflight(cls, settings: ExecutorSettings) -> list[str]:
+        """What the backend needs that is missing, one line each: the docker SDK and a daemon that answers."""
+        try:
+            import docker  # optional dependency (extra [sandbox])
+        except ImportError:
+            return ["executor.backend=docker needs the docker SDK: pip install -e '.[sandbox]'"]
+        try:
+            client = docker.DockerClient(base_url=settings.docker_url) if settings.docker_url else docker.from_env()
+            client.ping()
+        except Exception as err:  # any failure to reach the daemon is the same problem to the user
+            where = settings.docker_url or "DOCKER_HOST / the local socket"
+            return [
+                f"executor.backend=docker but no Docker daemon answers at {where} ({type(err).__name__}): start "
+                "one (`make sandbox-image` builds the image; BUILD.md shows Podman's socket), or pass "
+                "--config.executor.backend=bwrap"
+            ]
+        return []
 
     def __init__(
         self,
@@ -110,12 +151,34 @@ class DockerSandbox:
             ensure_image(self.client, image, base=base_image)
         self.venv = venv_of(python)
         check_venv(self.venv)
-        base = Path(os.environ.get("TMPDIR", "/tmp")) / f"mle_jax_docker_{os.getpid()}"
-        self.work_root = Path(work_root) if work_root else base / "work"
-        self.out_root = Path(out_root) if out_root else base / "results"
+        self._remove_expired()
+        remove_dead_roots(ROOTS_PREFIX)
+        self.roots = run_roots(ROOTS_PREFIX, work_root, out_root)
+        self.work_root, self.out_root = self.roots.work, self.roots.out
         self.max_work_mb = max_work_mb
         self.max_work_files = max_work_files
         self.keep_work = keep_work
+
+    def _remove_expired(self) -> None:
+        """Remove sandbox containers past their deadline: their executor died (a live one kills its own at the
+        timeout, a minute before the deadline)."""
+        now = time.time()
+        try:
+            for c in self.client.containers.list(all=True, filters={"label": LABEL}):
+                deadline = c.labels.get(f"{LABEL}.deadline", "")
+                if deadline.isdigit() and int(deadline) < now:
+                    c.remove(force=True)
+        except self._errors.APIError as e:  # best effort: another executor may be removing it too
+            log.debug("removing expired sandbox containers: %r", e)
+
+    def close(self) -> None:
+        """Remove the roots this sandbox made (runs still in flight when a fleet stopped leave their results there);
+        roots the caller named stay. Idempotent; call it when no run is in progress."""
+        if self.roots.temporary is not None:
+            try:
+                remove_tree(self.roots.temporary)
+            except OSError as e:
+                log.warning("could not remove the sandbox's temporary root: %s", e)
 
     def _create(self, task: Task, limits: Limits, work_dir: Path):
         from docker.types import LogConfig, Ulimit  # optional dependency
@@ -124,11 +187,9 @@ class DockerSandbox:
         cpu = int(limits.timeout_s * max(1, limits.cpus)) + 2
         fsize = limits.max_file_mb << 20
         tmp_mb = max(64, min(limits.memory_mb // 2, self.max_work_mb))
-        # `timeout` is a backstop for a container whose executor died (we kill it ourselves normally).
-        backstop = str(int(limits.timeout_s) + 30)
         return self.client.containers.create(
             self.image,
-            ["timeout", "-s", "KILL", backstop, f"{VENV_MOUNT}/bin/python", CODE_NAME],
+            [f"{VENV_MOUNT}/bin/python", CODE_NAME],  # pid 1 (module docstring)
             user=f"{SANDBOX_UID}:{SANDBOX_UID}",
             working_dir=work_mount(task.id),
             environment=sandbox_env(task.id, limits, VENV_MOUNT),
@@ -169,7 +230,7 @@ class DockerSandbox:
         container = None
         try:
             container = self._create(task, limits, ws.work_dir)
-            return self._run(container, ws, limits)
+            return self._run(container, ws, limits, submission_cap(task, limits))
         finally:
             if container is not None:
                 try:
@@ -177,9 +238,9 @@ class DockerSandbox:
                 except Exception as e:  # an API failure here must not hide the run's own error or result
                     log.warning("could not remove container %s: %r", container.id[:12], e)
             if not self.keep_work:
-                remove_tree(ws.work_dir)
+                discard_work_dir(ws)
 
-    def _run(self, container, ws, limits: Limits) -> ExecResult:
+    def _run(self, container, ws, limits: Limits, max_submission_bytes: int) -> ExecResult:
         out, err = BoundedCapture(limits.max_output_bytes), BoundedCapture(limits.max_output_bytes)
         stream = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=False)
 
@@ -237,6 +298,8 @@ class DockerSandbox:
             "container": container.id[:12],
             "wall_s": t_end - t_start,
         }
+        # the container has stopped: its init is reaped, so every process it held is dead and the submission is final
         return finish_run(
-            ws, self.backend, exit_code, duration, timed_out, oom, killed_reason, out, err, watchdog, limits, details
-        )
+            ws, self.name, exit_code, duration, timed_out, oom, killed_reason, out, err, watchdog, limits, details,
+            max_submission_bytes=max_submission_bytes,
+        )  # fmt: skip

@@ -35,6 +35,7 @@ from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.executor.workspace import remove_tree
 from mle_jax.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,21 @@ def infra_result(error: BaseException, attempts: int) -> ExecResult:
 class SlotFleet:
     """N slots (threads) taking (code, task, limits) from a bounded queue. submit() blocks when it is full."""
 
-    def __init__(self, make_slot: Callable[[int], Slot], slots: int, queue_size: int = 1024, name: str = "fleet"):
+    def __init__(
+        self,
+        make_slot: Callable[[int], Slot],
+        slots: int,
+        queue_size: int = 1024,
+        name: str = "fleet",
+        on_close: Callable[[], None] | None = None,
+    ):
+        """on_close: run once the slots have stopped (what the slots share: a sandbox and its temporary roots)."""
         if slots < 1:
             raise ValueError(f"a fleet needs at least one slot, got {slots}")
         self.n_slots = slots
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
         self._slots = [make_slot(i) for i in range(slots)]
+        self._on_close = on_close
         self._closed = False
         self._threads = [
             threading.Thread(target=self._work, args=(slot,), name=f"{name}-slot{i}", daemon=True)
@@ -151,6 +161,8 @@ class SlotFleet:
             t.join()
         for slot in self._slots:
             slot.close()
+        if self._on_close is not None:
+            self._on_close()
 
     def __enter__(self) -> SlotFleet:
         return self
@@ -183,9 +195,12 @@ def _n_slots(settings: ExecutorSettings) -> int:
 def local_fleet(
     settings: ExecutorSettings, work_root: str | Path | None = None, out_root: str | Path | None = None
 ) -> SlotFleet:
-    """`settings.slots` threads sharing one sandbox in this process (work_root, out_root: see make_sandbox)."""
+    """`settings.slots` threads sharing one sandbox in this process (work_root, out_root: see make_sandbox); the
+    sandbox's temporary roots go when the fleet closes, with the results of runs nobody consumed."""
     sandbox = make_sandbox(settings, work_root=work_root, out_root=out_root)
-    return SlotFleet(lambda i: LocalSlot(sandbox), _n_slots(settings), settings.queue_size, name="local")
+    return SlotFleet(
+        lambda i: LocalSlot(sandbox), _n_slots(settings), settings.queue_size, name="local", on_close=sandbox.close
+    )
 
 
 # -- Ray -----------------------------------------------------------------------------------------
@@ -241,8 +256,12 @@ class SandboxActorImpl:
         result = self.sandbox.run(code, task, limits)
         data = result.submission_path.read_bytes() if result.submission_path is not None else None
         if result.extra.get("results_dir"):
-            shutil.rmtree(result.extra["results_dir"], ignore_errors=True)
+            remove_tree(Path(result.extra["results_dir"]))
         return result, data
+
+    def close(self) -> None:
+        """Remove the sandbox's temporary roots on this machine (the driver's slot calls it before killing us)."""
+        self.sandbox.close()
 
 
 class RaySlot:
@@ -298,6 +317,12 @@ class RaySlot:
         self.actor = self._new_actor()
 
     def close(self) -> None:
+        # the actor's temporary roots on its machine first (best effort: the actor may be dead already)
+        try:
+            if self.ray.is_initialized():
+                self.ray.get(self.actor.close.remote(), timeout=60)
+        except Exception as e:
+            log.warning("closing executor actor %s failed: %r", self.actor, e)
         self._kill()
 
 
@@ -355,7 +380,9 @@ class RayFleet(SlotFleet):
             self._owns_ray = True
         self.ray = ray
         actor_cls = ray.remote(SandboxActorImpl)
-        out = Path(out_root) if out_root else Path(tempfile.mkdtemp(prefix="mle_jax_ray_results_"))
+        # results land here on the driver; a folder the fleet made goes when it closes
+        self._own_out = None if out_root else Path(tempfile.mkdtemp(prefix="mle_jax_ray_results_"))
+        out = Path(out_root) if out_root else self._own_out
         options = {"num_cpus": actor_cpus, "max_restarts": 0, "max_concurrency": 1, "runtime_env": {"env_vars": env}}
         actor_work = str(work_root) if work_root else None
         make_slot = lambda i: RaySlot(ray, actor_cls, settings, actor_work, out, options)
@@ -386,6 +413,9 @@ class RayFleet(SlotFleet):
             self._owns_ray = False
             if self._ray_tmp is not None:
                 shutil.rmtree(self._ray_tmp, ignore_errors=True)
+        if self._own_out is not None:
+            remove_tree(self._own_out)
+            self._own_out = None
 
 
 def make_fleet(

@@ -19,5 +19,6 @@ def grade_run(task: Task, result: ExecResult) -> GradeResult:
         why = f"exit code {result.exit_code}" if result.status is Status.ERROR else str(result.status)
         return GradeResult(False, None, f"the program did not run without error ({why}); its submission is not graded")
     if result.submission_path is None or not Path(result.submission_path).is_file():
-        return GradeResult(False, None, "no submission.csv was written")
+        # why the executor copied none out (not written, not a regular file, over the cap), when it says
+        return GradeResult(False, None, result.extra.get("submission_reason") or "no submission.csv was written")
     return grade(task, Path(result.submission_path))

@@ -8,20 +8,21 @@ fleet.submit(code, task, settings.limits())
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from mle_jax.executor import registry
 from mle_jax.executor.result import Limits
-from mle_jax.executor.workspace import MAX_WORK_ENTRIES
 
-BACKEND_NAMES = ("bwrap", "docker")
 FLEET_KINDS = ("local", "ray")
+# files, dirs and links a run's work dir may hold (an inode cap: empty files cost too); here, not in workspace.py,
+# so that reading the settings loads no executor runtime
+MAX_WORK_ENTRIES = 200_000
 
 
 @dataclass(frozen=True)
 class ExecutorSettings:
     """One field per key of the `executor` config section, with its defaults (configs/base.py says what each is)."""
 
-    backend: str = "docker"  # "bwrap" | "docker"
+    backend: str = "docker"  # a name of executor/registry.py: "bwrap" | "docker"
     fleet: str = "local"  # "local" pool | "ray"
     slots: int = 0  # 0: number of cores
     queue_size: int = 1024
@@ -40,8 +41,7 @@ class ExecutorSettings:
     ray_actor_cpus: float = 0.0  # CPUs each Ray executor actor reserves; 0: cpus
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKEND_NAMES:
-            raise ValueError(f"executor.backend={self.backend!r} is unknown: use one of {', '.join(BACKEND_NAMES)}")
+        registry.check(self.backend)  # the name only: the backend's module is loaded where it is built
         if self.fleet not in FLEET_KINDS:
             raise ValueError(f"executor.fleet={self.fleet!r} is unknown: use one of {', '.join(FLEET_KINDS)}")
         at_least = {
@@ -72,16 +72,3 @@ class ExecutorSettings:
             max_file_mb=int(self.max_file_mb),
             max_output_bytes=int(self.max_output_bytes),
         )
-
-    def sandbox_options(self) -> dict[str, Any]:
-        """Every constructor option of the backend's sandbox that these settings decide
-        (the host's work/results dirs are the caller's: see `make_sandbox`)."""
-        opts: dict[str, Any] = {
-            "python": self.sandbox_python or None,
-            "max_work_mb": int(self.max_work_mb),
-            "max_work_files": int(self.max_work_files),
-        }
-        if self.backend == "docker":
-            opts["image"] = self.image
-            opts["base_url"] = self.docker_url or None
-        return opts

@@ -23,7 +23,7 @@ from absl import app, flags
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.reporting.provenance import stamp
 
-SINGLE_TASK_RUNS = {  # task -> docs/results folder of its single-task learning run (experiments/learning.py)
+SINGLE_TASK_RUNS = {  # task -> docs/results folder of its single-task learning run (experiments/learning/)
     "random-acts-of-pizza": "learning-pizza",
     "spooky-author-identification": "learning-spooky",
 }

@@ -19,14 +19,17 @@ The learner is built from the initial model first, so its frozen reference stays
 A resume reads back every item of the step it picks: a step that does not read back whole (a truncated array
 file, a torn JSON item) is moved aside to `<directory>.unreadable/` (never deleted), with a one-line warning, and
 the resume goes on from the newest step that reads back. When none does, CheckpointError says so in one line.
-Half-written `*.orbax-checkpoint-tmp*` folders of a killed save are orbax's to delete (cleanup_tmp_directories)
-and never count as steps.
+Half-written `*.orbax-checkpoint-tmp*` folders of a killed save never count as steps; orbax deletes them
+(cleanup_tmp_directories) before the next save. A save that fails (a full disk) removes its own at once and raises
+CheckpointWriteError, naming the folder; `is_disk_full` tells a full disk from other failures.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+TMP_MARK = ".orbax-checkpoint-tmp"  # in the name of a step folder orbax has not finished writing
 _KINDS_ITEM = "_kinds"  # records which items are arrays and which are JSON, so restore needs no schema
 UNREADABLE_SUFFIX = ".unreadable"  # <directory><this>/<step>: where a step that does not read back is moved
 
@@ -43,6 +47,28 @@ log = logging.getLogger(__name__)
 
 class CheckpointError(RuntimeError):
     """No checkpoint step reads back; the message is one line and names the folder."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (orbax's error is the cause); its half-written folder has been removed."""
+
+    def __init__(self, directory: Path, error: BaseException):
+        super().__init__(f"a checkpoint could not be written to {directory}: {_first_line(error)}")
+        self.directory = directory
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """Whether `error`, or one it was raised from or during, is a full disk: an OSError ENOSPC (or EDQUOT), or
+    tensorstore's error for it, which orbax raises as a ValueError naming the OS error code."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if f"os_error_code='{errno.ENOSPC}'" in str(error) or "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
@@ -117,7 +143,10 @@ class Checkpointer:
                 kinds[name] = "arrays"
                 args[name] = ocp.args.StandardSave(value)
         args[_KINDS_ITEM] = ocp.args.JsonSave(kinds)
-        return self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
+        try:  # an asynchronous save's failure surfaces here, at the next save, or in wait()/close()
+            return self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
+        except Exception as e:
+            raise self._write_failed(e) from e
 
     def item_dir(self, step: int, item: str) -> Path:
         """The folder of one item of a step (e.g. the learner's arrays, which the vLLM sampler can load)."""
@@ -125,7 +154,18 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Block until pending asynchronous saves are committed."""
-        self._manager.wait_until_finished()
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            raise self._write_failed(e) from e
+
+    def _write_failed(self, error: Exception) -> CheckpointWriteError:
+        """Removes the half-written step folders a failed save leaves (no save is in flight once orbax has raised
+        its error: it raises when it waits for the save), so that a full disk keeps only whole steps."""
+        if jax.process_index() == 0:
+            for tmp in self.directory.glob(f"*{TMP_MARK}*"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        return CheckpointWriteError(self.directory, error)
 
     def _whole(self, step: int) -> bool:
         """A step counts only with its item index and orbax's metadata: a process killed while orbax
@@ -214,8 +254,10 @@ class Checkpointer:
         return dest
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -107,14 +107,6 @@ def _always_exits(stmt: ast.stmt) -> bool:
     return False
 
 
-def _name(func: ast.expr) -> str:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
-
-
 def _root(expr: ast.expr) -> str:
     while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
         expr = expr.func if isinstance(expr, ast.Call) else expr.value
@@ -193,7 +185,7 @@ class _Instrumenter:
 
     # ---- facts -------------------------------------------------------------------------------------
     def _is_model_ctor(self, call: ast.Call) -> bool:
-        name = _name(call.func)
+        name = pyast.call_name(call.func)
         if not name or _NOT_MODEL.search(name):
             return False
         return name in self.facts.model_classes or name in _MODEL_FUNCS or bool(_MODEL_NAME.match(name))
@@ -212,7 +204,7 @@ class _Instrumenter:
                 (f.model_vars if is_model else f.other_vars).update(targets)
         predicts = []
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call) and _name(node.func) in _PREDICT_CALLS:
+            if isinstance(node, ast.Call) and pyast.call_name(node.func) in _PREDICT_CALLS:
                 predicts.append(node)
                 if any(_TEST.search(n) for n in _names_in(node.args)):
                     f.test_predict_exists = True
@@ -239,14 +231,14 @@ class _Instrumenter:
             return False
         receiver = call.func.value
         if isinstance(receiver, ast.Call):
-            return self._is_model_ctor(receiver) or _name(receiver.func) in _FIT_CALLS
+            return self._is_model_ctor(receiver) or pyast.call_name(receiver.func) in _FIT_CALLS
         root = _root(receiver)
         if root in self.facts.model_vars:
             return True
         return root not in self.facts.other_vars and bool(_MODEL_VAR.search(root))
 
     def _metric_event(self, call: ast.Call, in_training_loop: bool) -> str | None:
-        name = _name(call.func)
+        name = pyast.call_name(call.func)
         is_metric = bool(_METRIC_NAME.search(name)) and name not in ("cross_val_predict",)
         if name == "score" and isinstance(call.func, ast.Attribute):
             is_metric = True
@@ -268,7 +260,7 @@ class _Instrumenter:
             for node in _walk_no_scopes(top):
                 if not isinstance(node, ast.Call):
                     continue
-                name = _name(node.func)
+                name = pyast.call_name(node.func)
                 root = _root(node.func.value) if isinstance(node.func, ast.Attribute) else ""
                 if name in _READ_CALLS or (name == "load" and root in _LOAD_MODULES):
                     events.add(LOADED)
@@ -324,8 +316,8 @@ class _Instrumenter:
 
     def _loop_events(self, loop: ast.stmt) -> set[str]:
         calls = [n for n in _walk_no_scopes(loop) if isinstance(n, ast.Call)]
-        training = any(_name(c.func) == "backward" for c in calls) or any(
-            _name(c.func) == "step"
+        training = any(pyast.call_name(c.func) == "backward" for c in calls) or any(
+            pyast.call_name(c.func) == "step"
             and re.search(r"optim|opt\b|opt_", _root(c.func.value) if isinstance(c.func, ast.Attribute) else "")
             for c in calls
         )
@@ -411,10 +403,10 @@ class _Instrumenter:
         def writes_submission(nodes: list[ast.AST]) -> bool:
             for top in nodes:
                 for node in _walk_no_scopes(top):
-                    if isinstance(node, ast.Call) and _name(node.func) in ("to_csv", "savetxt", "open"):
+                    if isinstance(node, ast.Call) and pyast.call_name(node.func) in ("to_csv", "savetxt", "open"):
                         args = node.args + [k.value for k in node.keywords]
                         if any("submission" in n for n in _names_in(args)) and not (
-                            _name(node.func) == "open" and _is_open_for_reading(node)
+                            pyast.call_name(node.func) == "open" and _is_open_for_reading(node)
                         ):
                             return True
             return False

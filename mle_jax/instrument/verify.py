@@ -83,21 +83,13 @@ class Verdict:
     n_inserted: int = 0  # progress prints the instrumented program has beyond the original's
 
 
-def _call_name(func: ast.expr) -> str:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
-
-
 def _harmless(expr: ast.expr) -> bool:
     for node in ast.walk(expr):
         if isinstance(node, _FORBIDDEN_NODES):
             return False
-        if isinstance(node, ast.Call) and _call_name(node.func) in _MUTATING_CALLS:
+        if isinstance(node, ast.Call) and pyast.call_name(node.func) in _MUTATING_CALLS:
             return False
-        if isinstance(node, ast.Call) and not _call_name(node.func):
+        if isinstance(node, ast.Call) and not pyast.call_name(node.func):
             return False  # calling the result of a call/subscript: cannot tell what it is
     return True
 

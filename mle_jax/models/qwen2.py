@@ -193,9 +193,7 @@ class Qwen2Config:
         return cls(**kwargs)
 
 
-# --------------------------------------------------------------------------------------------
-# Parameters
-# --------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------- Parameters
 
 
 def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], axes: tuple[str, ...], dtype) -> nnx.Param:
@@ -217,9 +215,7 @@ def _zeros(_key, shape, dtype):
     return jnp.zeros(shape, dtype)
 
 
-# --------------------------------------------------------------------------------------------
-# Pure math
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------ Pure math
 
 
 def rope_cos_sin(positions: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
@@ -251,11 +247,8 @@ def dense(x: Array, w: Array, preferred_element_type=None) -> Array:
 
 
 def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int | None = None) -> Array:
-    """Grouped-query attention.
-
-    q [B, T, Hq, Dh], k/v [B, S, Hkv, Dh], mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh].
-    Scores and softmax in float32. See `gqa_attention_heads_first` (this transposes k/v and calls it).
-    """
+    """Grouped-query attention: q [B, T, Hq, Dh], k/v [B, S, Hkv, Dh], mask [B, T, S] bool (True = may attend)
+    -> [B, T, Hq, Dh]; `gqa_attention_heads_first` with k/v transposed to its layout (scores, softmax in float32)."""
     return gqa_attention_heads_first(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), mask, causal_block)
 
 
@@ -263,8 +256,7 @@ def gqa_attention_heads_first(q: Array, kt: Array, vt: Array, mask: Array, causa
     """Grouped-query attention with k/v already laid out heads-first (the KV cache's layout).
 
     q [B, T, Hq, Dh], kt [B, Hkv, Dh, S] (keys transposed: q @ kt is a plain matmul), vt [B, Hkv, S, Dh],
-    mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh].
-    Scores and softmax in float32.
+    mask [B, T, S] bool (True = may attend) -> [B, T, Hq, Dh]. Scores and softmax in float32.
 
     The G = Hq / Hkv query heads that share a kv head are folded into the query axis, so each kv head
     is one [T*G, Dh] x [Dh, S] matmul (no repeated k/v, no transposes of the scores).
@@ -307,9 +299,7 @@ def default_positions(attention_mask: Array | None, batch: int, length: int) -> 
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
 
 
-# --------------------------------------------------------------------------------------------
-# KV cache
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------- KV cache
 
 
 @struct.dataclass
@@ -334,9 +324,7 @@ class KVCache:
         return self.valid.shape[1]
 
 
-# --------------------------------------------------------------------------------------------
-# Modules
-# --------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------------------- Modules
 
 
 class RMSNorm(nnx.Module):
@@ -395,12 +383,7 @@ class Attention(nnx.Module):
         )
 
     def __call__(
-        self,
-        x: Array,
-        positions: Array,
-        mask: Array,
-        cache_kv: tuple[Array, Array] | None,
-        index: Array | None,
+        self, x: Array, positions: Array, mask: Array, cache_kv: tuple[Array, Array] | None, index: Array | None
     ) -> tuple[Array, tuple[Array, Array] | None]:
         """x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D] (+ updated (k, v) cache)."""
         dt = self.dtype

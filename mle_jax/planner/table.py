@@ -20,8 +20,9 @@ from typing import Any
 
 import jax
 
-from mle_jax.planner import planning
-from mle_jax.planner.planning import GPU_TARGETS, PlanError, TpuSlice
+from mle_jax.planner.errors import PlanError
+from mle_jax.planner.plan import make_plan
+from mle_jax.planner.targets import GPU_TARGETS, TpuSlice, make_target, tpu_slice
 from mle_jax.reporting.plan_markdown import markdown, merge, replace_between_markers
 from mle_jax.run.settings import RunSettings
 
@@ -48,17 +49,17 @@ def plan_targets(
         applied: dict[str, Any] = {}
         s = base
         gpu, _, count = entry.partition(":")
-        sl: TpuSlice | None = None if gpu in GPU_TARGETS else planning.tpu_slice(entry)
+        sl: TpuSlice | None = None if gpu in GPU_TARGETS else tpu_slice(entry)
         for _ in range(2 * MAX_GROWTH + 2):
             name = f"{gpu}:{count}" if sl is None else sl.topology
             try:
                 if sl is None:
                     if not count.isdigit():
                         raise PlanError(f"--targets entry {entry}: a GPU entry is MODEL:COUNT, e.g. a100-40:8")
-                    target = planning.make_target(gpu, "", int(count), num_slices)
+                    target = make_target(gpu, "", int(count), num_slices)
                 else:
-                    target = planning.make_target("cpu", sl.topology, 0, num_slices)
-                plan = planning.make_plan(s, target, target.memory_gib, mfu, decode=decode, update=update)
+                    target = make_target("cpu", sl.topology, 0, num_slices)
+                plan = make_plan(s, target, target.memory_gib, mfu, decode=decode, update=update)
             except PlanError as e:
                 rows.append({"entry": entry, "target": name, "error": str(e), "overrides": dict(applied)})
                 if until_fits and e.fix and overrides and not set(e.fix.items()) <= set(applied.items()):

@@ -3,7 +3,7 @@
 Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
   tb/               TensorBoard event files (a resume drops the points past its checkpoint from them too)
-  plots/*.png       score mean/max, valid fraction, mean Δt, reward components per step
+  plots/*.png       score mean/best, valid fraction, mean Δt, reward components per step (a mix: per task too)
   report.md         the run's table: before/after RL, evaluation, throughput
 """
 
@@ -30,8 +30,9 @@ class ReportSettings:
     plots: bool = True
 
 
+# score/best is the best sample in the task's direction (rl/loop.py): score/max would be the worst log loss
 PLOTS: dict[str, tuple[str, ...]] = {
-    "score": ("score/mean", "score/max"),
+    "score": ("score/mean", "score/best"),
     "valid_fraction": ("valid_fraction", "valid_fraction/scratch", "valid_fraction/improve"),
     "duration": ("duration_s/mean",),
     "reward_components": ("reward/mean", "reward/score_part", "reward/progress_part"),
@@ -47,16 +48,20 @@ PLOTS: dict[str, tuple[str, ...]] = {
 TASK_PLOTS: dict[str, str] = {
     "task_reward": "reward/mean/",
     "task_valid_fraction": "valid_fraction/",
+    "task_score_mean": "score/mean/",
     "task_score_best": "score/best/",
     "task_duration": "duration_s/mean/",
 }
 
 
 def plot_keys(rows: list[dict]) -> dict[str, tuple[str, ...]]:
-    """PLOTS, and for a run over a mix of tasks each TASK_PLOTS entry with its tasks' metric keys."""
+    """PLOTS, and for a run over a mix of tasks each TASK_PLOTS entry with its tasks' metric keys, in place of the
+    score plot: the tasks' scores have different scales and directions, so they are never pooled into one line."""
     tasks = sorted({k.removeprefix("reward/mean/") for r in rows for k in r if k.startswith("reward/mean/")})
-    per_task = {name: tuple(prefix + t for t in tasks) for name, prefix in TASK_PLOTS.items()} if tasks else {}
-    return {**PLOTS, **per_task}
+    if not tasks:
+        return dict(PLOTS)
+    per_task = {name: tuple(prefix + t for t in tasks) for name, prefix in TASK_PLOTS.items()}
+    return {**{k: v for k, v in PLOTS.items() if k != "score"}, **per_task}
 
 
 def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
@@ -220,7 +225,7 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
             "step",
             "reward/mean",
             "score/mean",
-            "score/max",
+            "score/best",
             "valid_fraction",
             "duration_s/mean",
             "version_lag/mean",

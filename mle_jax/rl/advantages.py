@@ -2,15 +2,15 @@
 
 A group is the samples of one prompt (`sampler.group_size` of them); each sample's advantage compares its
 reward with the other members of its group, so no critic is needed. Groups are given by ids, in any order and
-with any values: the [B, B] same-group matrix below costs B² elementwise operations (B is the update batch,
-128 in the paper's config), so there is no sort and no segment bookkeeping, and it is exact in float32 (no
-matmul, which may run in TF32 on a GPU).
+with any values; their statistics are `groups`' (the [B, B] same-id mask: no sort, exact in float32).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 from jax import Array
+
+from mle_jax.rl import groups
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
@@ -30,16 +30,13 @@ def group_advantages(rewards: Array, group_ids: Array, estimator: str = "grpo", 
     g = jnp.asarray(group_ids)
     if r.ndim != 1 or g.shape != r.shape:
         raise ValueError(f"rewards and group_ids must both be [B], got {r.shape} and {g.shape}")
-    same = g[:, None] == g[None, :]  # [B, B]: row i marks the members of i's group (i included)
-    n = jnp.sum(same, axis=1).astype(jnp.float32)  # [B] size of each sample's group
-    mean = jnp.sum(jnp.where(same, r[None, :], 0.0), axis=1) / n
-    spread = jnp.max(jnp.where(same, r[None, :], -jnp.inf), axis=1) > jnp.min(
-        jnp.where(same, r[None, :], jnp.inf), axis=1
-    )
+    same = groups.same_id(g)
+    n = groups.id_count(same)  # [B] size of each sample's group
+    mean, std = groups.group_mean_std(r, same)
+    spread = groups.id_max(r, same) > groups.id_min(r, same)
     centred = r - mean
     if estimator == "grpo":
-        var = jnp.sum(jnp.where(same, jnp.square(r[None, :] - mean[:, None]), 0.0), axis=1) / jnp.maximum(n - 1, 1)
-        adv = centred / (jnp.sqrt(var) + eps)
+        adv = centred / (std + eps)
     elif estimator == "dr_grpo":
         adv = centred
     else:  # r - (sum - r) / (n - 1) = n / (n - 1) * (r - mean)

@@ -14,6 +14,9 @@ group (for the group objectives, whose advantages compare a sample with its grou
 groups only (B is a multiple of n), in the order the groups finished; a group is finished when all its members
 are, so a group with one slow member waits for it. The stale re-sampling takes back whole groups (all members
 still queued), and an executor failure of one member drops its group (a group cannot be completed without it).
+
+Ctrl-C (under `infra.interrupt.stop_on_sigint`) stops the loop between two steps, the last one checkpointed, or
+abandons a step still waiting for its runs (a resumed run samples its prompts again, as after a crash).
 """
 
 from __future__ import annotations
@@ -27,60 +30,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mle_jax.env import rollout
 from mle_jax.env.improve_buffer import ImproveBuffer
+from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
+from mle_jax.rl.settings import LoopSettings
 from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.registry import get_spec
 
-SYNC_SOURCES = ("hf", "orbax")
+POLL_S = 0.5  # a blocking wait for runs returns this often, to see a stop request (Ctrl-C)
 
 
 class ExecutorDown(RuntimeError):
     """Every recent run failed for infrastructure reasons: the executors, not the agent, are broken."""
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """The `loop` section of the run config, with the sync and checkpoint cadence and the seed."""
-
-    batch_size: int = 128  # B: samples per update
-    group_size: int = 1  # n: samples of each prompt, sampled together; an update trains on B / n whole groups
-    in_flight_multiplier: int = 2  # m: m*B samples kept in flight
-    max_version_lag: int = 0  # > 0: re-sample prompts whose programs still wait in the queue after this many versions
-    steps: int = 100
-    improve_buffer_size: int = 256
-    max_consecutive_infra_failures: int = 32  # this many executor failures in a row stop the run
-    sync_every: int = 1  # sync weights to the sampler every k learner steps
-    # "hf": export the policy as HF safetensors for the sampler; "orbax": the sampler loads the learner's own
-    # checkpoint of that step (saved at every sync; vLLM only; BUILD.md "Weight sync at 3B scale")
-    sync_source: str = "hf"
-    checkpoint_every: int = 1
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.steps < 0:
-            raise ValueError(f"loop.steps must be >= 0 (0: no RL, the warm-started policy), got {self.steps}")
-        if self.batch_size < 1 or self.in_flight_multiplier < 1:
-            raise ValueError(
-                f"loop.batch_size and loop.in_flight_multiplier must be >= 1, got {self.batch_size}, "
-                f"{self.in_flight_multiplier}"
-            )
-        if self.group_size < 1:
-            raise ValueError(f"sampler.group_size must be >= 1, got {self.group_size}")
-        if self.batch_size % self.group_size:
-            raise ValueError(
-                f"loop.batch_size B={self.batch_size} is not a multiple of sampler.group_size n={self.group_size}: "
-                f"an update trains on whole groups (pick n dividing B)"
-            )
-        if self.sync_source not in SYNC_SOURCES:
-            raise ValueError(f"sampler.sync_source must be one of {SYNC_SOURCES}, got {self.sync_source!r}")
-        if self.sync_every < 1 or self.checkpoint_every < 1 or self.max_consecutive_infra_failures < 1:
-            raise ValueError(
-                "sampler.sync_every, checkpoint.every and loop.max_consecutive_infra_failures must be >= 1"
-            )
 
 
 @dataclass
@@ -131,6 +95,8 @@ class StepStats:
 
     samples: list[rollout.Sample] = field(default_factory=list)
     tasks: tuple[str, ...] = ()  # a run over a mix of several tasks: their ids, for a row of metrics per task
+    # a run of one task: whether its score is better lower, for score/best (a mix has score/best/<task> instead)
+    lower_is_better: bool | None = None
 
     def metrics(self) -> dict[str, float]:
         rewards = np.array([s.reward.total for s in self.samples], dtype=np.float64)
@@ -150,6 +116,7 @@ class StepStats:
             "score/mean": scores.mean() if scores.size else None,
             "score/max": scores.max() if scores.size else None,
             "score/min": scores.min() if scores.size else None,
+            "score/best": best_score(scores.tolist(), self.lower_is_better),
             "duration_s/mean": durations.mean(),
             "duration_s/max": durations.max(),
             "progress_prints/mean": prints.mean(),
@@ -170,6 +137,14 @@ class StepStats:
         return {k: (None if v is None else float(v)) for k, v in m.items()}
 
 
+def best_score(scores: list[float], lower_is_better: bool | None) -> float | None:
+    """The best of the valid samples' scores in the task's direction (the max is the worst log loss); None when
+    there is none or the direction is unknown (scores of several tasks do not compare)."""
+    if not scores or lower_is_better is None:
+        return None
+    return min(scores) if lower_is_better else max(scores)
+
+
 def task_metrics(task: str, samples: list[rollout.Sample]) -> dict[str, float | None]:
     """One task's share of a batch: `<metric>/<task>` for reward/mean, reward/se, valid_fraction, score/mean,
     score/best (in the task's direction), medal_fraction (samples at bronze or above) and duration_s/mean."""
@@ -186,7 +161,7 @@ def task_metrics(task: str, samples: list[rollout.Sample]) -> dict[str, float | 
         f"reward/se/{task}": float(rewards.std(ddof=1) / np.sqrt(rewards.size)) if rewards.size > 1 else None,
         f"valid_fraction/{task}": float(np.mean([s.reward.valid for s in samples])),
         f"score/mean/{task}": float(np.mean(scores)) if scores else None,
-        f"score/best/{task}": (min if lower else max)(scores) if scores else None,
+        f"score/best/{task}": best_score(scores, lower),
         f"medal_fraction/{task}": medals["any_medal"],
         f"duration_s/mean/{task}": float(np.mean([s.duration_s for s in samples])),
     }
@@ -217,6 +192,7 @@ class AsyncRLLoop:
         self.finished: list[rollout.Sample] = []  # completion order (members of groups not yet finished too)
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
         self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
+        self.saved_step: int | None = None  # the newest step checkpointed (or resumed from)
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -262,7 +238,7 @@ class AsyncRLLoop:
         pending = [s.future for s in self.in_flight if s.future is not None]
         if not pending:
             return
-        done, _ = wait(pending, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        done, _ = wait(pending, timeout=POLL_S if block else 0, return_when=FIRST_COMPLETED)
         still, broken = [], set()
         for s in self.in_flight:
             if s.future in done:
@@ -363,6 +339,12 @@ class AsyncRLLoop:
         self._refill()
         t0 = time.monotonic()
         while len(self._finished_groups()) * n < B:
+            if interrupt.requested():  # the step is abandoned; a resumed run samples its prompts again
+                last = "none yet" if self.saved_step is None else f"step {self.saved_step}"
+                raise interrupt.Interrupted(
+                    f"stopped in RL step {self.counters.step + 1} of {self.settings.steps}, before its update "
+                    f"(last checkpoint: {last})"
+                )
             self._collect(block=True)
             self._resample_stale_queued()
             if len(self.finished) + len(self.in_flight) < B:  # re-sampled prompts or infra failures left a hole
@@ -373,7 +355,8 @@ class AsyncRLLoop:
         taken = {s.uid for s in used}
         self.finished = [s for s in self.finished if s.uid not in taken]
         self.last_used = used
-        stats = StepStats(used, tuple(self.env.tasks) if len(self.env.tasks) > 1 else ())
+        mix = len(self.env.tasks) > 1
+        stats = StepStats(used, tuple(self.env.tasks) if mix else (), None if mix else self.env.task.lower_is_better)
 
         t0 = time.monotonic()
         batch = self._batch(used)
@@ -417,6 +400,7 @@ class AsyncRLLoop:
 
     def save(self) -> None:
         self.learner.save(self.checkpointer, self.counters.step, loop=self.state_dict())
+        self.saved_step = self.counters.step
 
     def sync(self) -> None:
         """The policy to the sampler: exported as HF safetensors, or (sync_source "orbax") the checkpoint of this
@@ -434,6 +418,7 @@ class AsyncRLLoop:
         if found is None:
             return False
         self.load_state_dict(found["loop"])
+        self.saved_step = self.counters.step
         self.sync()
         self.writer.truncate_after(self.counters.step)
         return True
@@ -449,6 +434,7 @@ class AsyncRLLoop:
         ) as bar:
             job = bar.add_task("rl", total=steps, completed=self.counters.step, status="")
             while self.counters.step < steps:
+                self._stop_if_requested(steps)
                 m = self.step()
                 history.append(m)
                 bar.update(
@@ -460,6 +446,16 @@ class AsyncRLLoop:
                     ),
                 )
         return history
+
+    def _stop_if_requested(self, steps: int) -> None:
+        """Between two steps, after Ctrl-C: checkpoints the last finished step if its cadence did not, then stops."""
+        if not interrupt.requested():
+            return
+        step = self.counters.step
+        if step > 0 and self.saved_step != step:
+            self.save()
+        saved = f"checkpoint {step} saved" if step > 0 else "no checkpoint yet"
+        raise interrupt.Interrupted(f"stopped after RL step {step} of {steps} ({saved})")
 
     def close(self) -> None:
         """Cancels queued runs and waits for checkpoint writes in flight (orbax saves asynchronously)."""

@@ -152,6 +152,18 @@ def get(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
+def group_size_problem(name: str, group_size: int) -> str | None:
+    """Why the objective `name` learns nothing from groups of `group_size` samples (one line naming the flag to
+    set), or None: a group objective needs two samples of a prompt to compare, and gives a group of one advantage 0.
+    The run's settings and the learning experiment's arms both ask it."""
+    if get(name).needs_groups and group_size < 2:
+        return (
+            f"{name} needs --config.sampler.group_size >= 2, e.g. --config.sampler.group_size=4 (a group of one "
+            f"sample has advantage 0 and nothing to learn from)"
+        )
+    return None
+
+
 def has_critic(name: str) -> bool:
     """Whether the objective `name` trains a value model."""
     return get(name).critic

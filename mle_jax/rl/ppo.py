@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from mle_jax.rl import groups
+
 DURATION_MODES = ("off", "batch_mean", "clipped", "log")
 KL_ESTIMATORS = ("k1", "k3")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
@@ -45,29 +47,6 @@ def masked_whiten(x: Array, mask: Array, shift_mean: bool = True, eps: float = 1
     return out * mask
 
 
-def same_task(task_ids: Array) -> Array:
-    """[B] int task ids (any values) -> [B, B] bool: [i, j] is True where samples i and j answer the same task.
-
-    B² elementwise comparisons and no sort (as `advantages.group_advantages`): static shapes for jit whatever the
-    number of tasks, and the per-task sums below are exact float32 adds, not a matmul (TF32 on a GPU).
-    """
-    ids = jnp.asarray(task_ids)
-    if ids.ndim != 1:
-        raise ValueError(f"task_ids must be [B], got shape {ids.shape}")
-    return ids[:, None] == ids[None, :]
-
-
-def _one_task(task_ids: Array) -> Array:
-    """[] bool: every sample answers the same task (the per-task statistics are the whole batch's)."""
-    ids = jnp.asarray(task_ids)
-    return jnp.all(ids == ids[0])
-
-
-def _task_sum(x: Array, same: Array) -> Array:
-    """[B] per-sample values, [B, B] same_task -> [B]: the sum of x over each sample's task."""
-    return jnp.sum(jnp.where(same, x[None, :], 0.0), axis=1)
-
-
 def task_means(x: Array, task_ids: Array | None) -> Array:
     """[B] values, [B] task ids -> [B]: each sample's task mean of x (over the samples with its id).
 
@@ -77,9 +56,7 @@ def task_means(x: Array, task_ids: Array | None) -> Array:
     whole = jnp.broadcast_to(jnp.mean(x), x.shape)
     if task_ids is None:
         return whole
-    same = same_task(task_ids)
-    per_task = _task_sum(x, same) / jnp.sum(same, axis=1)
-    return jnp.where(_one_task(task_ids), whole, per_task)
+    return jnp.where(groups.one_id(task_ids), whole, groups.id_mean(x, groups.same_id(task_ids)))
 
 
 def task_masked_whiten(
@@ -95,15 +72,15 @@ def task_masked_whiten(
     """
     if task_ids is None:
         return masked_whiten(x, mask, shift_mean, eps)
-    same = same_task(task_ids)
-    n = _task_sum(jnp.sum(mask, axis=1), same)  # [B] masked tokens of each row's task
-    mean = _task_sum(masked_sum(x, mask, axis=1), same) / jnp.maximum(n, 1)
+    same = groups.same_id(task_ids)
+    tokens = jnp.sum(mask, axis=1)  # [B] each row's masked tokens: the task's statistics pool them
+    mean = groups.pooled_mean(masked_sum(x, mask, axis=1), tokens, same)
     centred = x - mean[:, None]
-    var = _task_sum(masked_sum(jnp.square(centred), mask, axis=1), same) / jnp.maximum(n - 1, 1)
+    var = groups.pooled_var(masked_sum(jnp.square(centred), mask, axis=1), tokens, same)
     out = centred * jax.lax.rsqrt(var + eps)[:, None]
     if not shift_mean:
         out = out + mean[:, None]
-    return jnp.where(_one_task(task_ids), masked_whiten(x, mask, shift_mean, eps), out * mask)
+    return jnp.where(groups.one_id(task_ids), masked_whiten(x, mask, shift_mean, eps), out * mask)
 
 
 def last_token_index(response_mask: Array) -> Array:
@@ -422,14 +399,11 @@ def duration_weights(
     whole = _mean_one(d, jnp.mean, cap, jnp.max(d), jnp.min(d))
     if task_ids is None:
         return whole
-    same = same_task(task_ids)
-    n = jnp.sum(same, axis=1)
-    hi = jnp.max(jnp.where(same, d[None, :], -jnp.inf), axis=1)
-    lo = jnp.min(jnp.where(same, d[None, :], jnp.inf), axis=1)
-    per_task = _mean_one(d, lambda x: _task_sum(x, same) / n, cap, hi, lo)
+    same = groups.same_id(task_ids)
+    per_task = _mean_one(d, lambda x: groups.id_mean(x, same), cap, groups.id_max(d, same), groups.id_min(d, same))
     # one task: the whole batch's program, selected whole (XLA rewrites its division by a scalar; the same
     # division by a per-sample mean rounds differently, and single-task PPO must not move)
-    return jnp.where(_one_task(task_ids), whole, per_task)
+    return jnp.where(groups.one_id(task_ids), whole, per_task)
 
 
 def _mean_one(d: Array, mean: Callable[[Array], Array], cap: float | None, hi: Array, lo: Array) -> Array:

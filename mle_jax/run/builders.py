@@ -22,8 +22,7 @@ from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.learner import Learner
 from mle_jax.run.settings import RunSettings, SamplerSettings
-from mle_jax.sampling import vllm
-from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.sampling import registry as samplers
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.stage import untrained_policy, warm_start
@@ -78,18 +77,17 @@ def load_trained_policy(
 
 
 def make_sampler(
-    s: SamplerSettings, model: Qwen2ForCausalLM, tokenizer: Any, workdir: Path, url: str | None = None
+    s: SamplerSettings,
+    model: Qwen2ForCausalLM,
+    tokenizer: Any,
+    workdir: Path,
+    url: str | None = None,
+    frozen: bool = False,
 ) -> Sampler:
-    """The policy's sampler: in process (JAX) or a vLLM server at `url` (default `s.vllm_url`)."""
-    if s.backend == "jax":
-        return JaxSampler(model, tokenizer)
-    url = s.vllm_url if url is None else url
-    if not url:
-        raise ValueError(
-            "sampler.backend='vllm' needs --config.sampler.vllm_url (and instrument.vllm_url for the "
-            "frozen instrumenter); launch/gpu_node.sh starts both servers"
-        )
-    return vllm.VLLMSampler(url, tokenizer, export_dir=workdir / "vllm_export")
+    """The sampler of `model` of the registered class `s.backend` (sampling/registry.py): in process (JAX) or a
+    vLLM server at `url` (default `s.vllm_url`). frozen: of a frozen copy of `model` (the instrumenter's)."""
+    cls = samplers.resolve(s.backend)
+    return cls.from_settings(s, model, tokenizer, workdir, url=url, frozen=frozen)
 
 
 def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenizer: Any, workdir: Path) -> InstrumentFn:
@@ -97,9 +95,8 @@ def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenize
     prints (verified, else the AST fallback); "ast" and "off" need no model."""
     frozen = None
     if s.instrument.mode == "lm":
-        # in process, the frozen copy is a clone (the policy's weights change); a vLLM server holds its own
-        model = nnx.clone(initial_policy) if s.sampler.backend == "jax" else initial_policy
-        frozen = make_sampler(s.sampler, model, tokenizer, workdir, url=s.instrument.vllm_url)
+        # frozen: the policy's weights change under it (in process it samples a clone; a vLLM server holds its own)
+        frozen = make_sampler(s.sampler, initial_policy, tokenizer, workdir, url=s.instrument.vllm_url, frozen=True)
     return partial(
         instrument_batch,
         mode=s.instrument.mode,

@@ -1,7 +1,8 @@
-"""Checks, before a run starts any work, that what its settings need exists: a workdir it can write, the model
-folder and a config.json it can read, the task's data (and, for the tiny model, its warm-start corpus), the
-sandbox runtime (bubblewrap and the sandbox venv, or a Docker daemon), the vLLM servers, and that a run resumed in a
-workdir with checkpoints trains the objective they were written by.
+"""Checks, before a run starts any work, that what its settings need exists: a workdir it can write with room for a
+checkpoint, the model folder and a config.json it can read, the task's data (and, for the tiny model, its warm-start
+corpus), the sandbox backend's and the sampler's own checks (their registered classes' `preflight`: bubblewrap and
+the sandbox venv, a Docker daemon; the vLLM servers), and that a run resumed in a workdir with checkpoints trains the
+objective they were written by.
 
 Each problem is one line saying what is missing and how to get it; `launch` prints them and exits.
 """
@@ -12,14 +13,17 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from mle_jax.executor.runtime import check_venv, venv_of
+import jax.numpy as jnp
+
+from mle_jax.executor.sandbox import sandbox_problems
+from mle_jax.infra.checkpoint import TMP_MARK
 from mle_jax.models.hf import read_config
+from mle_jax.models.qwen2 import Qwen2Config
 from mle_jax.run.settings import RunSettings
+from mle_jax.sampling import registry as samplers
 from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.warmstart.programs import registered_tasks
 
@@ -66,6 +70,67 @@ def workdir_problems(workdir: str) -> list[str]:
             f"workdir={workdir} is not writable{where}: {e.strerror or e}; pass --config.workdir=<a writable folder>"
         ]
     return []
+
+
+def size_text(n: float) -> str:
+    """Bytes for a person: "16.8 MiB", "74.2 GiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _architecture(s: RunSettings) -> Qwen2Config:
+    """The policy's shape: model.path's config.json, else the config's fresh model (an unreadable config.json is
+    `_model`'s problem; its fields restate the shape)."""
+    if s.model.path:
+        try:
+            return read_config(s.model.path)
+        except (ValueError, TypeError, OSError):
+            pass
+    return s.model.architecture()
+
+
+def checkpoint_bytes(s: RunSettings) -> int:
+    """Bytes one RL checkpoint step takes at most: the learner's params and their two Adam moments, of the policy
+    and, where learner.algorithm has one, of the critic (the policy's backbone and a value head), at the learner's
+    master dtype; plus 1 MiB for the loop state and orbax's metadata (orbax compresses: a step on disk is smaller)."""
+    arch = _architecture(s)
+    d, policy = arch.hidden_size, arch.num_parameters()
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * d
+    critic = policy - lm_head + d + 1 if s.learner.objective.critic else 0
+    itemsize = jnp.dtype(s.learner.optim.master_dtype or s.model.param_dtype).itemsize
+    return 3 * (policy + critic) * itemsize + (1 << 20)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def unfinished_saves_bytes(workdir: Path) -> int:
+    """What half-written checkpoint steps of a killed run hold under workdir/checkpoints (orbax removes them before
+    the run's first save, so their space counts as free)."""
+    tmp_dirs = (workdir / "checkpoints").glob(f"*{TMP_MARK}*")
+    return sum(f.stat().st_size for d in tmp_dirs for f in d.rglob("*") if f.is_file())
+
+
+def disk_problems(s: RunSettings) -> list[str]:
+    """The workdir's filesystem must have room for a checkpoint step (`checkpoint_bytes`), the largest thing a run
+    writes at once; keeping checkpoint.keep steps takes that many times more as the run goes on."""
+    workdir = Path(s.workdir)
+    where = _nearest_existing(workdir.absolute())
+    free = shutil.disk_usage(where).free + unfinished_saves_bytes(workdir)
+    need = checkpoint_bytes(s)
+    if free >= need:
+        return []
+    return [
+        f"workdir={s.workdir}: {size_text(free)} free on its disk ({where}) and a checkpoint of this run takes "
+        f"{size_text(need)}; make {size_text(need - free)} more room there, or pass --config.workdir=<a folder on a "
+        "larger disk>"
+    ]
 
 
 def _without_path(s: RunSettings) -> str:
@@ -116,57 +181,15 @@ def _corpus(s: RunSettings) -> list[str]:
 
 
 def _executor(s: RunSettings) -> list[str]:
-    e = s.executor
-    if e.backend == "bwrap":
-        problems = []
-        if shutil.which("bwrap") is None:
-            problems.append("executor.backend=bwrap but bubblewrap is not installed: apt-get install bubblewrap")
-        try:
-            check_venv(venv_of(e.sandbox_python))
-        except FileNotFoundError as err:
-            problems.append(str(err))
-        return problems
-    if e.backend == "docker":
-        try:
-            import docker  # optional dependency (extra [sandbox])
-        except ImportError:
-            return ["executor.backend=docker needs the docker SDK: pip install -e '.[sandbox]'"]
-        try:
-            client = docker.DockerClient(base_url=e.docker_url) if e.docker_url else docker.from_env()
-            client.ping()
-        except Exception as err:  # any failure to reach the daemon is the same problem to the user
-            where = e.docker_url or "DOCKER_HOST / the local socket"
-            return [
-                f"executor.backend=docker but no Docker daemon answers at {where} ({type(err).__name__}): start "
-                "one (`make sandbox-image` builds the image; BUILD.md shows Podman's socket), or pass "
-                "--config.executor.backend=bwrap"
-            ]
-    return []
-
-
-def _vllm(url: str, what: str) -> list[str]:
-    fix = (
-        "start one with launch/vllm_server.sh MODEL_DIR PORT (launch/gpu_node.sh starts both), "
-        "or pass --config.sampler.backend=jax"
-    )
-    if not url:
-        return [f"{what} is empty but sampler.backend=vllm: {fix}"]
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as r:
-            if r.status == 200:
-                return []
-    except (urllib.error.URLError, OSError):
-        pass
-    return [f"no vLLM server answers at {what}={url}: {fix}"]
+    """The sandbox backend's own check (its class's `preflight`: bubblewrap and the venv, a Docker daemon, ...)."""
+    return sandbox_problems(s.executor)
 
 
 def _sampler(s: RunSettings) -> list[str]:
-    if s.sampler.backend != "vllm":
-        return []
-    problems = _vllm(s.sampler.vllm_url, "sampler.vllm_url")
-    if s.instrument.mode == "lm":
-        problems += _vllm(s.instrument.vllm_url, "instrument.vllm_url")
-    return problems
+    """The sampler's own check (its class's `preflight`: vLLM's servers answer, ...), for the policy's sampler and
+    the instrumenter's when an LM instruments."""
+    instrumenter_url = s.instrument.vllm_url if s.instrument.mode == "lm" else None
+    return list(samplers.resolve(s.sampler.backend).preflight(s.sampler, instrumenter_url))
 
 
 def multi_process(env: Mapping[str, str] | None = None) -> bool:
@@ -217,7 +240,8 @@ def problems(s: RunSettings, env: Mapping[str, str] | None = None) -> list[str]:
     """Everything the settings need that is missing, one line each (empty: ready to run). env: the process
     environment (default os.environ)."""
     task = _task(s)
-    found = workdir_problems(s.workdir) + _model(s) + task + (_corpus(s) if not task else [])
+    found = workdir_problems(s.workdir)
+    found += (disk_problems(s) if not found else []) + _model(s) + task + (_corpus(s) if not task else [])
     return found + _resumed_objective(s) + _executor(s) + _sampler(s) + _hosts(s, env)
 
 

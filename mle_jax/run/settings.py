@@ -14,25 +14,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mle_jax.env.evaluation import EvalSettings
-from mle_jax.env.rollout import RolloutSettings
+from mle_jax.env.settings import EvalSettings, RolloutSettings
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.infra.optim import OptimSettings
 from mle_jax.infra.sharding import MeshSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.reporting.report import ReportSettings
+from mle_jax.rl import objectives
 from mle_jax.rl.learner import LearnerSettings
-from mle_jax.rl.loop import LoopSettings
 from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.rl.settings import LoopSettings
+from mle_jax.sampling import registry as samplers
 from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.tasks.prepare import PREPARERS, TaskSettings
 from mle_jax.tasks.prompts import PromptSettings
 from mle_jax.tasks.registry import all_specs
 from mle_jax.tasks.reward import RewardSettings
-from mle_jax.warmstart.stage import WarmStartSettings
+from mle_jax.warmstart.settings import WarmStartSettings
 
-SAMPLER_BACKENDS = ("jax", "vllm")
 KNOWN_TASKS = frozenset(t.id for t in all_specs())
 
 
@@ -44,13 +44,12 @@ class ConfigError(ValueError):
 class SamplerSettings:
     """Which sampler serves the policy (the `sampler` section less the sampling knobs)."""
 
-    backend: str = "vllm"  # "jax" (in process) or "vllm" (OpenAI server)
+    backend: str = "vllm"  # a name of sampling/registry.py: "jax" (in process) or "vllm" (OpenAI server)
     vllm_url: str = ""  # empty: launch/ starts one
     vllm_gpu_memory_utilization: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.backend not in SAMPLER_BACKENDS:
-            raise ValueError(f"sampler.backend must be one of {SAMPLER_BACKENDS}, got {self.backend!r}")
+        samplers.check(self.backend)  # the name only: the sampler's module is loaded where it is built
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ def from_config(cfg: Any) -> RunSettings:
         warmstart["verify_workers"] = min(executor.slots or cpus, cpus)
     task = _build(TaskSettings, "task", _section(cfg, "task"))
     tasks, task_weights = task_mix(cfg, task)
-    return RunSettings(
+    settings = RunSettings(
         seed=seed,
         workdir=str(cfg["workdir"]),
         resume=bool(cfg["resume"]),
@@ -253,3 +252,7 @@ def from_config(cfg: Any) -> RunSettings:
         eval=_build(EvalSettings, "eval", _section(cfg, "eval"), seed=seed),
         report=_build(ReportSettings, "report", _section(cfg, "report")),
     )
+    groupless = objectives.group_size_problem(settings.learner.algorithm, settings.loop.group_size)
+    if groupless:
+        raise ConfigError(f"learner.algorithm: {groupless}")
+    return settings

@@ -2,13 +2,15 @@
 
 Each stage leaves its result in the workdir, so a run that is killed and started again with the
 same workdir picks up where it was: the prepared task and tokenizer are reused, a finished warm
-start is not redone, RL resumes from its last checkpoint. The run config is read once, by
-`mle_jax.run.settings.from_config`; every stage gets typed settings.
+start is not redone, RL resumes from its last checkpoint. Under the launcher, Ctrl-C stops the run between
+stages, or inside the warm start and RL between their steps (mle_jax/infra/interrupt.py), on the same terms. The run
+config is read once, by `mle_jax.run.settings.from_config`; every stage gets typed settings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from flax import nnx
 from rich.console import Console
 
 from mle_jax.env.evaluation import evaluate
-from mle_jax.infra import sharding
+from mle_jax.infra import interrupt, sharding
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.models import hf
@@ -42,7 +44,7 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
     workdir = Path(s.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if config_json is not None:
-        (workdir / "config.json").write_text(config_json)
+        write_atomically(workdir / "config.json", config_json)
     multi_process = sharding.maybe_initialize_distributed()
     channel = BatchChannel(distributed_store()) if multi_process else None
     if channel is None:
@@ -59,6 +61,20 @@ def run_settings(s: RunSettings, config_json: str | None = None) -> dict:
     # left running has been joined)
     jax.distributed.shutdown()
     return summary
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Writes `text` to a temporary file beside `path`, then renames it over `path`: a full disk (or a kill) leaves
+    the old file or the new one, never an empty or truncated one (preflight and `mle_jax.evaluate` read it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _follow(s: RunSettings, channel: BatchChannel, workdir: Path) -> dict:
@@ -89,8 +105,10 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
     for t in tasks:
         console.print(f"task prepared: public={t.public_dir}")
     mix = tasks if len(tasks) > 1 else task
+    interrupt.raise_if_requested("stopped after preparing the task")
 
     model, tokenizer, ws_metrics = builders.build_policy(s, mix, packages, workdir)
+    interrupt.raise_if_requested("stopped before RL")
     summary: dict[str, Any] = {"task": task.id, "workdir": str(workdir)}
     if len(tasks) > 1:
         summary["tasks"] = ",".join(t.id for t in tasks)
@@ -100,12 +118,17 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
         writer = MetricsWriter(workdir, tensorboard=s.report.tensorboard)
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
-        if s.resume and loop.restore():
-            console.print(f"resumed from step {loop.counters.step}")
-        t_rl = time.monotonic()
-        loop.run(s.loop.steps)
-        loop.close()
+        try:  # on any way out: queued runs cancelled, checkpoint writes in flight finished
+            if s.resume and loop.restore():
+                console.print(f"resumed from step {loop.counters.step}")
+            if interrupt.watching():
+                console.print(f"RL to step {s.loop.steps}: Ctrl-C stops it cleanly, the same command resumes it")
+            t_rl = time.monotonic()
+            loop.run(s.loop.steps)
+        finally:
+            loop.close()
         rl_s = time.monotonic() - t_rl
+        interrupt.raise_if_requested(f"stopped after RL step {loop.counters.step}, before the export and evaluation")
 
         rows = read_metrics(workdir / "metrics.jsonl")
         c = loop.counters

@@ -24,6 +24,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +89,24 @@ def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) 
     )
 
 
+def server_problems(url: str, what: str) -> list[str]:
+    """[] when a vLLM server answers `GET url/health`, else one line saying how to start one (what: the config
+    field that holds url)."""
+    fix = (
+        "start one with launch/vllm_server.sh MODEL_DIR PORT (launch/gpu_node.sh starts both), "
+        "or pass --config.sampler.backend=jax"
+    )
+    if not url:
+        return [f"{what} is empty but sampler.backend=vllm: {fix}"]
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as r:
+            if r.status == 200:
+                return []
+    except (urllib.error.URLError, OSError):
+        pass
+    return [f"no vLLM server answers at {what}={url}: {fix}"]
+
+
 class VLLMSampler:
     """`Sampler` over a vLLM OpenAI server.
 
@@ -102,6 +122,46 @@ class VLLMSampler:
     thread (a request meanwhile is served by the previous weights and tagged with their version). The next
     `sync` or `wait_sync()` waits for it and raises its error, if any.
     """
+
+    name = "vllm"  # its sampler.backend (sampling/registry.py)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Any,
+        model: Any,
+        tokenizer: Any,
+        workdir: Path,
+        url: str | None = None,
+        frozen: bool = False,
+    ) -> VLLMSampler:
+        """The sampler over the server at `url` (default `settings.vllm_url`); it holds its own copy of the weights,
+        so `model` and `frozen` change nothing. Weight syncs are written under workdir/vllm_export."""
+        url = settings.vllm_url if url is None else url
+        if not url:
+            raise ValueError(
+                "sampler.backend='vllm' needs --config.sampler.vllm_url (and instrument.vllm_url for the "
+                "frozen instrumenter); launch/gpu_node.sh starts both servers"
+            )
+        return cls(url, tokenizer, export_dir=Path(workdir) / "vllm_export")
+
+    @classmethod
+    def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
+        """A vLLM server answers at sampler.vllm_url, and at instrument.vllm_url for an LM instrumenter."""
+        problems = server_problems(settings.vllm_url, "sampler.vllm_url")
+        if instrumenter_url is not None:
+            problems += server_problems(instrumenter_url, "instrument.vllm_url")
+        return problems
+
+    @classmethod
+    def memory(cls, settings: Any, samplers: int, device_memory_gib: float, decode_gib: float) -> dict[str, Any]:
+        """Its device memory: each server takes sampler.vllm_gpu_memory_utilization of the device."""
+        return {
+            "servers_per_device": samplers,
+            "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+            "gib": samplers * settings.vllm_gpu_memory_utilization * device_memory_gib,
+            "method": "vllm servers: sampler.vllm_gpu_memory_utilization x device memory, each",
+        }
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import itertools
 import random
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +35,7 @@ from rich.progress import Progress
 
 from mle_jax.env.rollout import previous_output
 from mle_jax.executor.grading import grade_run
+from mle_jax.infra import interrupt
 from mle_jax.instrument import instrument_batch, pyast
 from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.prompts import data_mount
@@ -152,13 +153,20 @@ def verify_corpus(
         if progress:
             bar = stack.enter_context(Progress(transient=True))
             bar_task = bar.add_task(f"verify {task_id} corpus", total=len(items))
-        for f in as_completed(index):
-            i = index[f]
-            results[i], reason = f.result()
-            if on_result is not None:
-                on_result(items[i], results[i], reason)
-            if bar is not None:
-                bar.advance(bar_task)
+        pending = set(index)
+        while pending:
+            if interrupt.requested():  # Ctrl-C: queued runs cancelled, running ones end (bounded by their timeout)
+                for f in pending:
+                    f.cancel()
+                raise interrupt.Interrupted("stopped while verifying the warm-start corpus (finished runs are kept)")
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for f in done:
+                i = index[f]
+                results[i], reason = f.result()
+                if on_result is not None:
+                    on_result(items[i], results[i], reason)
+                if bar is not None:
+                    bar.advance(bar_task)
     return [r for r in results if r is not None]
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,39 +32,15 @@ import optax
 from flax import nnx
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.optim import make_optimizer
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.tasks.prompts import render_prompt
+from mle_jax.warmstart.settings import SFTSettings
 
 Messages = list[dict[str, str]]
 RenderFn = Callable[[Messages, Any, int], list[int]]
-
-
-@dataclass(frozen=True)
-class SFTSettings:
-    """One supervised fine-tuning run (the warm start's `warmstart` section supplies them)."""
-
-    steps: int = 300
-    lr: float = 1e-3
-    batch_size: int = 8
-    micro_batch_size: int = 0  # rows per forward+backward, gradients summed over the batch (0: the whole batch)
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    max_response_tokens: int = 640  # longer responses are dropped, never truncated
-    max_prompt_tokens: int = 768
-    seed: int = 0
-    log_every: int = 10
-    checkpoint_every: int = 100
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"SFT needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
-        if self.micro_batch_size < 0 or (self.micro_batch_size and self.batch_size % self.micro_batch_size):
-            raise ValueError(
-                f"SFT micro_batch_size={self.micro_batch_size} must divide batch_size={self.batch_size} (0: whole)"
-            )
 
 
 def default_render(messages: Messages, tokenizer: Any, max_tokens: int) -> list[int]:
@@ -371,6 +346,10 @@ def run_sft(
                     bar.advance(bar_task)
                 if step % ckpt_every == 0 or step == last:
                     save(step)
+                elif interrupt.requested():  # Ctrl-C: keep this step, then stop below
+                    save(step)
+                if step < last:
+                    interrupt.raise_if_requested(f"stopped after warm-start SFT step {step} of {steps} (saved)")
     finally:
         if bar is not None:
             bar.stop()

@@ -227,3 +227,55 @@ for n in range(16):
             f.write(block)
     print("wrote", (n + 1) * 50, "MB", flush=True)
 """
+
+# A tree `depth` folders deep; format with depth=N. Past ~1,000 shutil.rmtree, which recurses, raised RecursionError
+# in the executor (the tests use 1,200: every folder costs on this disk); past ~2,000 its paths exceed PATH_MAX.
+DEEP_TREE = """
+import os
+for i in range({depth}):
+    os.mkdir("d")
+    os.chdir("d")
+print("made a tree {depth} folders deep", flush=True)
+"""
+
+# The main process writes a submission and exits; a detached grandchild waits for it to be gone (polling, as a
+# program would) and then rewrites submission.csv. What is graded must be what stood once every process was dead.
+LATE_WRITER = """
+import os, time
+main = os.getpid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            try:
+                os.kill(main, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.001)
+        with open("submission.csv", "w") as f:
+            f.write("request_id,requester_received_pizza\\n" + "t3_late,0.9\\n" * 20000)
+    os._exit(0)
+with open("submission.csv", "w") as f:
+    f.write("request_id,requester_received_pizza\\nt3_main,0.5\\n")
+print("main exits", flush=True)
+"""
+LATE_WRITER_MAIN_SUBMISSION = b"request_id,requester_received_pizza\nt3_main,0.5\n"
+
+# 256 MB of holes: ~8 KB of disk in the sandbox, 256 MB once copied out (needs max_file_mb >= 256)
+SPARSE_SUBMISSION = """
+with open("submission.csv", "wb") as f:
+    f.truncate(256 << 20)
+print("a sparse submission of 256 MB", flush=True)
+"""
+
+# A child ptrace-attaches the sandbox's pid 1 (the program itself) and never resumes it: it stops for good.
+PTRACE_STOP_INIT = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+if os.fork() == 0:
+    print("attach:", libc.ptrace(16, 1, None, None), ctypes.get_errno(), flush=True)  # PTRACE_ATTACH
+    time.sleep(600)
+    os._exit(0)
+time.sleep(1)
+print("main exits", flush=True)
+"""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import socket
 import subprocess
@@ -19,13 +20,15 @@ import pytest
 
 from mle_jax.executor.bwrap import CGROUP_PREFIX, STAGE_ROOT, SandboxSetupError
 from mle_jax.executor.cgroups import RunCgroup
+from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.workspace import disk_usage
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import RAW_DATA_DIR
 from tests.executor import programs
-from tests.executor.conftest import BWRAP, CLOCK, HOSTILE, NORMAL
+from tests.executor.conftest import BWRAP, CLOCK, HOSTILE, NORMAL, graded_outcomes
 
 pytestmark = pytest.mark.integration
 
@@ -242,6 +245,40 @@ def test_submission_written_elsewhere_is_not_collected(sandbox, pizza_task):
     r = sandbox.run(programs.SYMLINK_SUBMISSION, pizza_task, HOSTILE)
     assert r.status is Status.OK and r.submission_path is None
     assert "not a regular file" in r.extra["submission_reason"]
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_a_write_after_the_program_exited_is_never_graded(sandbox, pizza_task):
+    """A detached child rewrites submission.csv once the main process is gone: the program is its pid namespace's
+    init, so the child dies with it, and the copy is taken after that. It used to be graded (or half-copied) by
+    chance: 7 of 20 runs the child's file, 5 a truncated one, 8 the program's."""
+    outcomes = graded_outcomes(sandbox, pizza_task, programs.LATE_WRITER, HOSTILE, runs=10)
+    assert len(outcomes) == 1, outcomes
+    status, submission, _, _ = next(iter(outcomes))
+    assert status is Status.OK and submission == programs.LATE_WRITER_MAIN_SUBMISSION
+
+
+def test_a_sparse_submission_is_refused_before_it_is_copied(sandbox, pizza_task):
+    """256 MB of holes cost ~8 KB in the sandbox; its size is checked against the grader's cap (64 MB here) before a
+    byte is copied (it used to be copied out as a real 256 MB file, then refused by the grader)."""
+    r = sandbox.run(programs.SPARSE_SUBMISSION, pizza_task, replace(HOSTILE, max_file_mb=512))
+    assert r.status is Status.OK, (r.status, r.stderr_tail[-300:])
+    assert r.submission_path is None
+    assert r.extra["submission_reason"] == f"submission.csv is {256 << 20} bytes, over the {64 << 20} byte cap"
+    assert grade_run(pizza_task, r).reason == r.extra["submission_reason"]  # what the agent is told
+    results = Path(r.extra["results_dir"])
+    assert not (results / "submission.csv").exists() and disk_usage(results).bytes < 1 << 20
+    _normal_run_works(sandbox, pizza_task)
+
+
+def test_a_program_stopped_by_ptrace_times_out_saying_why(sandbox, pizza_task):
+    """A child stops the sandbox's pid 1 (the program) with PTRACE_ATTACH: it harms only itself, and its timeout
+    says why (it used to be a bare timeout, with the program's exit unreported behind a stopped bwrap init)."""
+    r = sandbox.run(programs.PTRACE_STOP_INIT, pizza_task, CLOCK)
+    assert r.status is Status.TIMEOUT, (r.status, r.stdout_tail)
+    assert "attach: 0 0" in r.stdout_tail and "main exits" not in r.stdout_tail
+    assert re.fullmatch(r"timeout: the program was in tracing stop \(traced by host pid \d+\) when its time ran out",
+                        r.extra["killed_reason"]), r.extra["killed_reason"]  # fmt: skip
     _normal_run_works(sandbox, pizza_task)
 
 

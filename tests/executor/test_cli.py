@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from mle_jax.executor.__main__ import main
+from mle_jax.executor.bwrap import ROOTS_PREFIX
 from mle_jax.executor.runtime import REPO_ROOT, sandbox_packages
 from tests.executor import programs
+from tests.executor.conftest import deep_tree
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +157,58 @@ def test_bad_work_cap_is_one_line(pizza_task, tmp_path):
         out.returncode == 2
         and out.stderr.strip() == "error: executor.max_work_mb=0 is too small: it must be at least 1"
     )
+
+
+def test_a_deep_tree_is_the_programs_result_and_later_runs_tidy_up(pizza_task, tmp_path, monkeypatch, capsys):
+    """A tree 1,200 folders deep crashed the CLI (RecursionError removing the work dir, the tree left behind), and
+    every later executor with the same temporary root crashed tidying it up. Now: the program's own result (-10:
+    no submission), nothing left in $TMPDIR, and a later run reaps a dead executor's roots (a deep tree, unread
+    results) and scores."""
+    code = tmp_path / "deep.py"
+    code.write_text(programs.DEEP_TREE.format(depth=1200))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "mle_jax.executor", "run", "--task", pizza_task.id, "--code", str(code),
+         "--prepared", str(pizza_task.public_dir.parent), "--timeout", "60"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout)
+    assert res["status"] == "ok" and res["reward"] == -10.0 and "made a tree 1200" in res["stdout_tail"], res
+    assert list(tmp.iterdir()) == []  # the CLI's sandbox removed its roots when it closed
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names a dead executor, which left a deep tree in its work root
+    dead_root = tmp / f"{ROOTS_PREFIX}_{gone.pid}"
+    deep_tree(dead_root / "work" / "0123456789ab", 1200)
+    (dead_root / "results" / "0123456789ab").mkdir(parents=True)  # and the results of a run in flight
+    (dead_root / "results" / "0123456789ab" / "stdout.txt").write_text("unread\n")
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    normal = tmp_path / "normal.py"
+    normal.write_text(programs.NORMAL)
+    argv = ["run", "--task", pizza_task.id, "--code", str(normal), "--prepared", str(pizza_task.public_dir.parent)]
+    assert main([*argv, "--timeout", "60"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "ok" and res["submission_valid"] is True, res
+    assert list(tmp.iterdir()) == []  # the dead executor's roots reaped, this run's removed
+
+
+def test_a_missing_code_or_task_folder_is_one_line(pizza_task, tmp_path, capsys):
+    code = tmp_path / "solution.py"
+    code.write_text("print(1)\n")
+    cases = {
+        ("--code", str(tmp_path / "absent.py"), "--prepared", str(pizza_task.public_dir.parent)): (
+            f"error: --code {tmp_path / 'absent.py'}: No such file or directory"
+        ),
+        ("--code", str(code), "--prepared", str(tmp_path / "absent")): (
+            f"error: random-acts-of-pizza: no public/ folder in {tmp_path / 'absent'}; prepare it with "
+            f"`python -m mle_jax.tasks prepare random-acts-of-pizza --raw RAW --out {tmp_path / 'absent'}`"
+        ),
+    }
+    for args, line in cases.items():
+        assert main(["run", "--task", pizza_task.id, *args]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == line + "\n" and captured.out == ""
+    assert main(["run", "--task", "no-such-task", "--code", str(code), "--prepared", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown task id 'no-such-task'; known: ") and err.count("\n") == 1

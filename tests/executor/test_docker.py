@@ -22,7 +22,7 @@ from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prompts import data_mount
 from tests.executor import programs
-from tests.executor.conftest import CLOCK, HOSTILE, NORMAL
+from tests.executor.conftest import CLOCK, HOSTILE, NORMAL, graded_outcomes
 from tests.executor.unix_proxy import UnixProxy
 
 pytestmark = pytest.mark.integration
@@ -142,6 +142,21 @@ def test_settings_reach_the_docker_sandbox(docker_url, pizza_task, tmp_path):
     r = sb.run(programs.FILL_DISK, pizza_task, HOSTILE)  # 64 files of 48 MB against a 256 MB work dir cap
     assert r.status is Status.KILLED and r.extra["killed_reason"] == "disk", (r.status, r.stderr_tail[-300:])
     assert "file 63" not in r.stdout_tail
+
+
+def test_a_write_after_the_program_exited_is_never_graded(docker_url, pizza_task):
+    """The program is the container's pid 1 (it was `timeout`'s child): a detached child that rewrites
+    submission.csv once it is gone dies with it, every time (3 runs in 40 had the child's file or a truncated one).
+    The sandbox's own roots (none named here) are gone once it closes."""
+    sb = make_sandbox(ExecutorSettings(backend="docker", docker_url=docker_url))
+    try:
+        outcomes = graded_outcomes(sb, pizza_task, programs.LATE_WRITER, HOSTILE, runs=10)
+    finally:
+        sb.close()
+    assert len(outcomes) == 1, outcomes
+    status, submission, _, _ = next(iter(outcomes))
+    assert status is Status.OK and submission == programs.LATE_WRITER_MAIN_SUBMISSION
+    assert sb.roots.temporary is not None and not sb.roots.temporary.exists()
 
 
 def _gated(gate: str) -> str:

@@ -10,6 +10,7 @@ import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -24,10 +25,12 @@ from mle_jax.executor.fleet import (
     local_fleet,
     make_fleet,
 )
+from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import ExecResult, Limits, Status
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.tasks.reward import compute_reward
 from mle_jax.tasks.task import Task
 from tests.executor import programs
 from tests.executor.conftest import BWRAP
@@ -112,6 +115,34 @@ def test_bounded_queue_blocks_then_refuses(pizza_task, tmp_path):
     finally:
         gate.set()
         fleet.close()
+
+
+def test_a_deep_tree_is_the_programs_own_result_and_the_next_program_scores(pool, pizza_task):
+    """A tree 1,200 folders deep used to crash the work dir's removal (RecursionError): the sample was retried and
+    came back INFRA, never trained on, escaping its -10. Now it is the program's own result: it exited 0 and wrote
+    no submission, so its reward is the failure's."""
+    deep = pool.submit(programs.DEEP_TREE.format(depth=1200), pizza_task, QUICK).result(timeout=120)
+    assert deep.status is Status.OK and deep.extra["attempts"] == 1, (deep.status, deep.stderr_tail[-500:])
+    assert "made a tree 1200 folders deep" in deep.stdout_tail
+    graded = grade_run(pizza_task, deep)
+    assert not graded.valid and compute_reward(graded, deep.stdout_tail, False).total == -10.0
+    normal = pool.submit(programs.NORMAL, pizza_task, QUICK).result(timeout=120)
+    scored = grade_run(pizza_task, normal)
+    assert normal.status is Status.OK and scored.valid and scored.score is not None, scored
+
+
+def test_a_closed_fleet_leaves_nothing_in_tmp(pizza_task):
+    """Without roots named by the caller, the sandbox's work dirs and results live in a folder of its own under
+    $TMPDIR, removed when the fleet closes with the results nobody consumed (every launch used to leave
+    /tmp/mle_jax_sandbox_<pid>/results/ with a folder per sample in flight)."""
+    fleet = local_fleet(replace(BWRAP, slots=1))
+    try:
+        r = fleet.submit(programs.NORMAL, pizza_task, QUICK).result(timeout=60)
+    finally:
+        fleet.close()
+    results = Path(r.extra["results_dir"])
+    assert r.status is Status.OK and results.is_relative_to(os.environ.get("TMPDIR", "/tmp"))
+    assert not results.exists() and not results.parent.parent.exists()
 
 
 def test_executor_failure_retries_once_then_is_infra(pizza_task, tmp_path):

@@ -5,18 +5,23 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from configs.base import get_config
+from mle_jax.executor import registry
 from mle_jax.executor.capture import BoundedCapture
 from mle_jax.executor.cgroups import RunCgroup
 from mle_jax.executor.result import Limits, Status, classify, signal_exit_code, signal_name
-from mle_jax.executor.sandbox import BACKENDS, make_sandbox
-from mle_jax.executor.settings import BACKEND_NAMES, ExecutorSettings
-from mle_jax.executor.workspace import DiskWatchdog, collect_submission, disk_usage
+from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.executor.workspace import DiskWatchdog, collect_submission, disk_usage, remove_tree
+from tests.executor.conftest import deep_tree
 
 
 def test_capture_keeps_head_and_tail_and_counts_everything():
@@ -94,6 +99,56 @@ def test_too_many_entries_count_as_over_the_cap(tmp_path):
     assert dog.exceeded and dog.reason == "the work dir uses more than 1 MB"
 
 
+def test_a_dir_over_its_cap_when_the_program_ends_is_over_it(tmp_path):
+    """A program can pass a cap and exit between two polls (the CLI's 2,200 files and 800 MB did in 0.45 s, and came
+    out ok): the watchdog measures once more on exit."""
+    (tmp_path / "big").write_bytes(b"x" * (2 << 20))
+    fired = threading.Event()
+    with DiskWatchdog(tmp_path, 1 << 20, fired.set, interval_s=60) as dog:
+        pass  # the program ended before the first poll
+    assert dog.exceeded and dog.reason == "the work dir uses more than 1 MB" and not fired.is_set()
+
+
+def test_a_tree_past_path_max_is_measured_and_removed():
+    """2,500 folders deep (paths of 5,000 characters, past PATH_MAX): the watchdog's walk used to stop where paths got
+    too long, missing what lay below, and rmtree raised RecursionError. On tmpfs: every folder costs on this disk."""
+    root = Path(tempfile.mkdtemp(prefix="mle_jax_deep_", dir="/dev/shm"))
+    try:
+        deep_tree(root / "t", 2500, file_bytes=1 << 20)
+        with pytest.raises(OSError, match="File name too long"):
+            os.stat(root.joinpath("t", *["d"] * 2500, "bottom.bin"))
+        used = disk_usage(root)
+        assert used.entries == 1 + 2500 + 1 and used.bytes >= 1 << 20, used
+        remove_tree(root)
+        assert not root.exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_a_comb_of_folders_too_costly_to_measure_is_over_the_cap():
+    """Folders opened relative to their parent's fd cost one path component each (a chain of any depth is as cheap as
+    its entries), but a walk holds only so many parents open: a comb 1,000 deep whose deep branch comes first is
+    opened by paths past that, and what that would cost counts as over the cap, not as a poll that never ends."""
+    root = Path(tempfile.mkdtemp(prefix="mle_jax_comb_", dir="/dev/shm"))
+    try:
+        fd = os.open(root, os.O_RDONLY)
+        for _ in range(1000):  # each level: the branch that goes on, then a leaf (scandir lists the leaf first)
+            os.mkdir("z", dir_fd=fd)
+            os.mkdir("a", dir_fd=fd)
+            below = os.open("z", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.close(fd)
+        fds = len(os.listdir("/proc/self/fd"))
+        assert disk_usage(root).too_deep and len(os.listdir("/proc/self/fd")) == fds  # no fd left open
+        fired = threading.Event()
+        with DiskWatchdog(root, 1 << 30, fired.set, interval_s=0.01) as dog:
+            assert fired.wait(10)
+        assert dog.reason == "the work dir's folders nest too deep to measure"
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
 def test_run_cgroup_limits_and_cleanup():
     g = RunCgroup.create(f"mle_jax_unit_{os.getpid()}", memory_mb=256, max_procs=16, cpus=1)
     assert g is not None, "this host allows per-run cgroups (root, cgroup v1 memory/pids writable)"
@@ -142,22 +197,22 @@ def test_settings_refuse_bad_values_in_one_line(field, value, message):
 _HOST_OPTIONS = {"work_root", "out_root", "keep_work", "use_cgroups", "bwrap", "profile", "build", "base_image"}
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
 def test_sandbox_options_cover_every_config_option_of_the_backend(backend):
-    assert tuple(BACKENDS) == BACKEND_NAMES
-    params = set(inspect.signature(BACKENDS[backend].__init__).parameters) - {"self"}
+    cls = registry.resolve(backend)
+    params = set(inspect.signature(cls.__init__).parameters) - {"self"}
     settings = ExecutorSettings(backend=backend, sandbox_python="/venv/bin/python", max_work_mb=123)
-    opts = settings.sandbox_options()
+    opts = cls.options(settings)
     assert set(opts) == params - _HOST_OPTIONS
     assert opts["python"] == "/venv/bin/python" and opts["max_work_mb"] == 123
     if backend == "docker":
-        docker = dataclasses.replace(settings, image="img:1", docker_url="unix:///x.sock").sandbox_options()
+        docker = cls.options(dataclasses.replace(settings, image="img:1", docker_url="unix:///x.sock"))
         assert docker["image"] == "img:1" and docker["base_url"] == "unix:///x.sock"
-        assert settings.sandbox_options()["base_url"] is None  # "": DOCKER_HOST / the local Docker
+        assert cls.options(settings)["base_url"] is None  # "": DOCKER_HOST / the local Docker
 
 
 def test_make_sandbox_passes_the_settings_on(tmp_path):
     sb = make_sandbox(ExecutorSettings(backend="bwrap", max_work_mb=321), work_root=tmp_path / "w")
-    assert sb.backend == "bwrap" and sb.max_work_mb == 321 and sb.work_root == tmp_path / "w"
+    assert sb.name == "bwrap" and sb.max_work_mb == 321 and sb.work_root == tmp_path / "w"
     with pytest.raises(FileNotFoundError, match="/nonexistent/venv"):
         make_sandbox(ExecutorSettings(backend="bwrap", sandbox_python="/nonexistent/venv/bin/python"))

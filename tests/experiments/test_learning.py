@@ -14,11 +14,8 @@ from absl import app
 from ml_collections import ConfigDict
 
 from configs import spooky
-from mle_jax.experiments.learning import (
-    DEFAULT_ARMS,
-    Arm,
-    arm_config,
-    arm_peak_rss,
+from mle_jax.experiments.learning.arms import DEFAULT_ARMS, Arm, arm_config, make_arms
+from mle_jax.experiments.learning.outcomes import (
     corpus_kinds,
     corpus_medians,
     eval_summary,
@@ -26,16 +23,13 @@ from mle_jax.experiments.learning import (
     kind_outcomes,
     kind_shares,
     lag_of_kinds,
-    make_arms,
-    record_wall,
     share_contrast,
-    share_warm_start,
     slow_and_better,
     stale_means,
     step_series,
-    work_left,
-    write_report,
 )
+from mle_jax.experiments.learning.report import write_report
+from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, share_warm_start, work_left
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA

@@ -12,9 +12,10 @@ from mle_jax.instrument import instrument_batch
 from mle_jax.instrument.copying import CopyState, advance, copy_decode, is_progress_print_line
 from mle_jax.instrument.fallback import ast_instrument
 from mle_jax.instrument.verify import verify
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Completion
+from tests.rl.tiny import tiny_qwen2
 from tests.tasks.chat_tokenizer import tiny_chat_tokenizer
 
 CODE = "import pandas as pd\ndf = pd.read_csv('train.csv')\nfor i in range(3):\n    x = i\ndf.to_csv('submission.csv')"
@@ -105,10 +106,7 @@ def test_copy_decoding_through_instrument_batch_recovers_from_a_divergence():
 @pytest.fixture(scope="module")
 def random_tiny():
     tok = tiny_chat_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=2048,
-    )  # fmt: skip
+    cfg = tiny_qwen2(len(tok), num_hidden_layers=2, max_position_embeddings=2048)
     return Qwen2ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok
 
 

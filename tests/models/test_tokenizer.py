@@ -11,9 +11,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 
 from mle_jax.models import hf
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.tokenizer import SPECIAL_TOKENS, load_tokenizer, stop_token_ids, train_bpe_tokenizer
 from mle_jax.warmstart.sft import train_task_tokenizer
+from tests.rl.tiny import tiny_qwen2
 
 CORPUS = [
     "import pandas as pd\nimport numpy as np\ntrain = pd.read_csv('./input/train.csv')\n",
@@ -74,18 +75,7 @@ def test_reload_beside_a_qwen2_model_config_keeps_the_tokenization(tmp_path):
     must not swap in Qwen2Tokenizer's own pre-tokenizer (it re-tokenized a cross-word task BPE)."""
     code = "import pandas as pd\nfrom sklearn import linear_model\nmodel = linear_model.LogisticRegression(C=1.0)\n"
     tok = train_task_tokenizer([code] * 20, [], 400, tmp_path / "tok", 16)
-    model = Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=400,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-        ),
-        rngs=nnx.Rngs(0),
-    )
+    model = Qwen2ForCausalLM(tiny_qwen2(vocab_size=400), rngs=nnx.Rngs(0))
     hf.save_pretrained(model, tmp_path / "policy")
     tok.save_pretrained(str(tmp_path / "policy"))
     again = load_tokenizer(tmp_path / "policy")

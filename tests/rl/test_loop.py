@@ -12,22 +12,26 @@ import pytest
 from flax import nnx
 
 from configs import base
-from mle_jax.env.rollout import Environment
+from mle_jax.env.rollout import Environment, PromptItem, Sample
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.hf import hf_host_tensors
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.loop import AsyncRLLoop, StepStats
 from mle_jax.run.builders import make_learner
 from mle_jax.run.settings import from_config
+from mle_jax.sampling.protocol import Completion
 from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
+from mle_jax.tasks.reward import Reward
+from tests.executor.programs import DEEP_TREE
 from tests.rl.scripted_sampler import ScriptedSampler
+from tests.rl.tiny import tiny_qwen2
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +55,9 @@ SLOW = _program(0.0, 0.3).replace(
 )
 FAST = _program(0.0, 0.25)
 NO_CODE = "I would train a model but I will not write any code."
+# a program that leaves a tree 1,200 folders deep in its work dir (the executor's clean-up once died of it: the sample
+# became an infrastructure failure, never trained on, and every later run with the same temporary root failed)
+DEEP = "I will make a deep folder tree.\n\n```python\n" + DEEP_TREE.format(depth=1200).strip() + "\n```"
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +67,17 @@ def pizza(tmp_path_factory, raw_data_dir):
     )
 
 
-def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, sections=None, **loop_overrides):
+def _loop(
+    tmp_path,
+    task,
+    script,
+    group_size=1,
+    slots=2,
+    work_root=None,
+    sections=None,
+    texts=(SLOW, FAST, NO_CODE),
+    **loop_overrides,
+):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
     cfg.workdir = str(tmp_path)
     cfg.loop.batch_size, cfg.loop.in_flight_multiplier, cfg.loop.max_version_lag = 2, 3, 1
@@ -75,17 +92,8 @@ def _loop(tmp_path, task, script, group_size=1, slots=2, work_root=None, section
     for section, fields in (sections or {}).items():
         for k, v in fields.items():
             cfg[section][k] = v
-    tok = train_bpe_tokenizer([SLOW, FAST, NO_CODE] * 4, 400, tmp_path / "tok")
-    mcfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=2048,
-    )
+    tok = train_bpe_tokenizer(list(texts) * 4, 400, tmp_path / "tok")
+    mcfg = tiny_qwen2(len(tok), num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048)
     policy = Qwen2ForCausalLM(mcfg, rngs=nnx.Rngs(0))
     s = from_config(cfg)
     learner = make_learner(s, policy)
@@ -273,6 +281,26 @@ def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp
     assert "@@mle" not in text  # the per-run tag of the instrumenter's prints never reaches the policy
 
 
+def test_a_deep_folder_tree_costs_its_program_the_reward_and_the_next_program_scores(tmp_path, pizza):
+    """Hostile programs round three: the deep tree is the program's own failure (a reward, trained on), never the
+    executor's; the programs after it, in the same fleet and temporary root, run and score normally."""
+    loop, sampler, fleet = _loop(tmp_path, pizza, [DEEP, FAST], texts=(FAST, NO_CODE, DEEP))
+    used = []
+    try:
+        for _ in range(2):
+            loop.step()
+            used += loop.last_used
+    finally:
+        loop.close()
+        fleet.close()
+    deep = [s for s in used if s.code is not None and "os.chdir" in s.code]
+    fast = [s for s in used if s.code is not None and "requester_received_pizza" in s.code]
+    assert deep and all(s.result is not None and not s.result.infra_failure for s in deep)
+    assert all(not s.reward.valid and s.reward.total < -9 for s in deep)
+    assert fast and all(s.reward.valid and s.reward.total == pytest.approx(0.5) for s in fast)
+    assert loop.counters.infra_failures == 0
+
+
 def test_orbax_sync_hands_the_sampler_the_committed_checkpoint_of_the_step(tmp_path, pizza):
     """sync_source "orbax": after each update the loop saves the step, waits for it to be written, and gives the
     sampler that checkpoint's learner item, whose policy (read as the vLLM worker reads it) is the trained one."""
@@ -306,7 +334,7 @@ def test_a_critic_free_objective_with_the_decoupled_loss_trains_on_the_real_loop
     """learner.algorithm=grpo with ppo.decoupled: the loop's learner has no critic, each step's metrics carry the KL
     loss and the slow/fast staleness metrics (behaviour weights included), and its checkpoints hold no critic."""
     sections = {"learner": {"algorithm": "grpo"}, "ppo": {"decoupled": True}}
-    loop, _, fleet = _loop(tmp_path, pizza, [FAST, NO_CODE] * 20, sections=sections)
+    loop, _, fleet = _loop(tmp_path, pizza, [FAST, NO_CODE] * 20, group_size=2, sections=sections)
     try:
         history = [loop.step() for _ in range(2)]
     finally:
@@ -321,3 +349,22 @@ def test_a_critic_free_objective_with_the_decoupled_loss_trains_on_the_real_loop
     assert stale <= set(m)
     with Checkpointer(tmp_path / "ckpt") as ckpt:
         assert set(ckpt.restore()["learner"]) == {"step", "policy", "policy_opt"}
+
+
+def test_a_steps_best_score_is_in_the_tasks_direction():
+    """score/best is the min of a lower-is-better task's scores (score/max is its worst sample); a mix logs each
+    task's best instead, never one pooled over tasks of different scales."""
+    ids = np.zeros(1, np.int32)
+
+    def sample(uid: int, task: str, score: float | None) -> Sample:
+        completion = Completion(ids, ids, np.zeros(1, np.float32), "", "stop", 0)
+        reward = Reward(score if score is not None else -10.0, score is not None, score, (), 0)
+        return Sample(uid, PromptItem("scratch", [0], task=task), completion, "", "x = 1", task=task, reward=reward)
+
+    spooky = [sample(i, "spooky-author-identification", s) for i, s in enumerate((0.9, 0.4, None, 1.3))]
+    m = StepStats(spooky, (), lower_is_better=True).metrics()
+    assert (m["score/best"], m["score/max"], m["score/min"]) == (0.4, 1.3, 0.4)
+    pizza = [sample(9, "random-acts-of-pizza", 0.62), sample(10, "random-acts-of-pizza", 0.55)]
+    mix = StepStats(spooky + pizza, ("spooky-author-identification", "random-acts-of-pizza")).metrics()
+    assert mix["score/best"] is None
+    assert mix["score/best/spooky-author-identification"] == 0.4 and mix["score/best/random-acts-of-pizza"] == 0.62

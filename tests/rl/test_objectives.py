@@ -19,7 +19,7 @@ from flax import nnx
 
 from configs import pizza
 from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
-from mle_jax.planner import planning
+from mle_jax.planner.programs import abstract_models
 from mle_jax.rl import objectives, ppo
 from mle_jax.rl.advantages import group_advantages
 from mle_jax.rl.batch import RolloutBatch
@@ -199,7 +199,7 @@ def test_a_fourth_objective_is_one_registry_line(monkeypatch):
     cfg.ppo.decoupled = True
     s = from_config(cfg)
     assert s.learner.algorithm == "mean_baseline" and not s.learner.objective.critic
-    assert planning.abstract_models(s, TINY)[1] is None
+    assert abstract_models(s, TINY)[1] is None
     learner = builders.make_learner(s, policy_of(0))
     assert learner.state.value is None
     before = params_digest(learner.state.policy)
@@ -235,6 +235,7 @@ def _settings(workdir: Path, **learner_and_top: object):
             cfg.resume = value
         else:
             cfg.learner[key] = value
+    cfg.sampler.group_size = 4 if objectives.get(cfg.learner.algorithm).needs_groups else 1
     return from_config(cfg)
 
 
@@ -264,7 +265,7 @@ def test_resuming_a_workdir_with_another_objective_is_one_preflight_line(ppo_wor
 def test_launch_refuses_another_objective_on_a_checkpointed_workdir_in_one_line(ppo_workdir):
     done = subprocess.run(
         [sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:cpu", f"--config.workdir={ppo_workdir}",
-         "--config.learner.algorithm=grpo"],
+         "--config.learner.algorithm=grpo", "--config.sampler.group_size=4"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout, done.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""Tiny Qwen2 policy/critic, learner configs and random rollout batches shared by the learner tests."""
+"""The tests' tiny Qwen2 config (`tiny_qwen2`), and the tiny policy/critic, learner configs and random rollout
+batches shared by the learner tests."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ TINY = Qwen2Config(
     head_dim=8,
     max_position_embeddings=128,
 )
+
+
+def tiny_qwen2(vocab_size: int, **sizes: Any) -> Qwen2Config:
+    """The tests' one tiny Qwen2: TINY with the vocabulary of the test's tokenizer, and `sizes` (Qwen2Config
+    fields) where a test needs more layers, a longer context or the head shape its numbers were taken with."""
+    return dataclasses.replace(TINY, vocab_size=vocab_size, **sizes)
 
 
 def learner_config(**ppo: Any) -> LearnerSettings:

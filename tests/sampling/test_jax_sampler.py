@@ -10,9 +10,10 @@ import torch
 from flax import nnx
 
 from mle_jax.models import hf
+from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.sampling.jax_sampler import JaxSampler, _generate, sample_token
+from mle_jax.sampling.jax_sampler import JaxSampler, _generate
 from mle_jax.sampling.protocol import Sampler
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
 

@@ -13,18 +13,15 @@ from flax import nnx
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.models import hf
 from mle_jax.models.hf import hf_host_tensors
-from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.safetensors_io import SafetensorsReader
 from mle_jax.rl.learner import Learner
 from mle_jax.sampling.vllm import VLLMSampler, weights_folder
 from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
-from tests.rl.tiny import learner_config, make_models, mesh, random_batch
+from tests.rl.tiny import learner_config, make_models, mesh, random_batch, tiny_qwen2
 
-CFG = Qwen2Config(
-    vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-    num_key_value_heads=1, head_dim=32, tie_word_embeddings=False,
-)  # fmt: skip
+CFG = tiny_qwen2(300, num_hidden_layers=2, tie_word_embeddings=False)  # 2 layers: 12 tensors each, counted below
 
 
 def read_all(folder) -> dict[str, np.ndarray]:

@@ -20,7 +20,8 @@ from mle_jax.warmstart.programs.nomad2018 import NOMAD
 from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.programs.spooky import SPOOKY
 from mle_jax.warmstart.programs.tweet import TWEET
-from mle_jax.warmstart.stage import WarmStartSettings, corpus_failure_message, verified_reasons, verify_cached
+from mle_jax.warmstart.settings import WarmStartSettings
+from mle_jax.warmstart.stage import corpus_failure_message, verified_reasons, verify_cached
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
 

@@ -18,8 +18,8 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.tasks.prompts import render_prompt
 from mle_jax.warmstart.programs import generate_corpus
 from mle_jax.warmstart.programs.pizza import PIZZA
+from mle_jax.warmstart.settings import SFTSettings
 from mle_jax.warmstart.sft import (
-    SFTSettings,
     batch_stream,
     copy_pretrain,
     make_train_step,
@@ -29,6 +29,7 @@ from mle_jax.warmstart.sft import (
     tokenize_examples,
     train_task_tokenizer,
 )
+from tests.rl.tiny import tiny_qwen2
 
 MESSAGES = [
     {"role": "system", "content": "You are given a machine learning task."},
@@ -189,10 +190,7 @@ def _iter_state(ckpt_dir, step):
 def test_copy_pretraining_teaches_a_fresh_model_to_repeat_unseen_sequences():
     """Random sequences can only be predicted by copying: the loss falls from chance (log V) to near zero, and
     the model then repeats a sequence it never saw, greedily, token for token."""
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-    )  # fmt: skip
+    config = tiny_qwen2(64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16)
     model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
     losses = copy_pretrain(model, 64, steps=300, length=16, batch_size=16, seed=0)
     assert losses[0] > 3.5 and losses[-1] < 0.1, losses
@@ -208,10 +206,7 @@ def test_copy_pretraining_teaches_a_fresh_model_to_repeat_unseen_sequences():
 def test_micro_batches_give_the_whole_batch_step():
     """Accumulating over micro-batches of 1 and 2 rows gives the whole batch's loss and update: the token mean is
     taken over the whole batch's response tokens, whatever the rows' lengths. A bad micro-batch size is refused."""
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-    )  # fmt: skip
+    config = tiny_qwen2(64, num_hidden_layers=2, max_position_embeddings=64)
     graphdef, params, rest = nnx.split(Qwen2ForCausalLM(config, rngs=nnx.Rngs(0)), nnx.Param, ...)
     rng = np.random.default_rng(0)
     loss_mask = np.ones((4, 12), np.float32)

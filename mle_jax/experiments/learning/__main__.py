@@ -1,0 +1,98 @@
+"""Does RL on the real loop make the agent better, and do the duration weights matter there?
+
+    python -m mle_jax.experiments.learning --config=configs/pizza.py:cpu --out DIR [--quick] [--config.x=y ...]
+        [--warm_start OTHER_DIR]   (start from OTHER_DIR's warm-started policy instead of making one)
+        [--algorithms=ppo,grpo --duration_weights=batch_mean,off]   (one arm per pair)
+
+The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
+instrumenter, sampler and learner, in arms with the same seed that differ only in the objective
+(`learner.algorithm`, each of --algorithms) and `ppo.duration_weights` (each of --duration_weights). An arm is
+named `{algorithm}_{weights}` (say `grpo_batch_mean`); the default, PPO with "batch_mean" (the paper's) and "off",
+keeps the two arms' names from before algorithms were arms: `duration_weighted` and `unweighted`. The group
+objectives need `--config.sampler.group_size` > 1, which then holds for every arm. The policy is evaluated
+before RL (once: every arm starts from it, with the same seeds) and after RL in each arm, on `eval_samples`
+scratch prompts with the same seeds. Written to DIR:
+
+    summary.json   the command, the date and the wall time of the processes that measured it (`record_wall`);
+                   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
+                   per-step series (reward, score, valid fraction, mean Δt, share of each solution kind),
+                   executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares, RL steps
+                   per hour, the process's peak resident memory while the arm ran, and the mean of every
+                   `stale/*` metric the learner reports; and the corpus's kinds of solution measured on this
+                   machine (Δt and score per family)
+    plots/*.png    score and reward over RL steps (the paper's Fig. 5), the share of each kind over steps
+                   (Fig. 2/8), Δt over steps
+    report.md      the figures above in a page
+
+Everything is resumable: the warm start, each arm's RL (checkpoints) and each evaluation are cached in DIR,
+so a killed experiment started again with the same command continues.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from absl import app, flags, logging
+
+from mle_jax.experiments.learning.arms import ALGORITHMS, FULL, QUICK, Scale, arm_config, make_arms
+from mle_jax.experiments.learning.report import mean_reward_text
+from mle_jax.experiments.learning.running import experiment, share_warm_start
+from mle_jax.rl.ppo import DURATION_MODES
+from mle_jax.run.cli import config_flag, parse_flags
+from mle_jax.run.settings import from_config
+
+_FLAGS: dict[str, Any] = {}  # defined when run as a program, so that importing this module defines no flags
+
+
+def _define_flags() -> dict[str, Any]:
+    return {
+        "config": config_flag(),
+        "out": flags.DEFINE_string("out", None, "output folder (resumes what is there)"),
+        "quick": flags.DEFINE_bool(
+            "quick", False, f"{QUICK.steps} steps and {QUICK.eval_samples} eval samples per arm"
+        ),
+        "steps": flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the scale's)"),
+        "eval": flags.DEFINE_integer("eval_samples", 0, "evaluation samples (0: the scale's)"),
+        "warm": flags.DEFINE_string(
+            "warm_start", "", "start from this other experiment folder's warm start (its base/)"
+        ),
+        "algorithms": flags.DEFINE_list(
+            "algorithms", ["ppo"], f"objectives (learner.algorithm), one arm each per weight mode: {ALGORITHMS}"
+        ),
+        "weights": flags.DEFINE_list(
+            "duration_weights", ["batch_mean", "off"], f"ppo.duration_weights modes, one arm each: {DURATION_MODES}"
+        ),
+    }
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    if _FLAGS["config"].value is None or not _FLAGS["out"].value:
+        raise app.UsageError("--config and --out are required")
+    scale = QUICK if _FLAGS["quick"].value else FULL
+    scale = Scale(_FLAGS["steps"].value or scale.steps, _FLAGS["eval"].value or scale.eval_samples)
+    out = Path(_FLAGS["out"].value)
+    try:
+        arms = make_arms(_FLAGS["algorithms"].value, _FLAGS["weights"].value)
+        for arm in arms:
+            from_config(arm_config(_FLAGS["config"].value, arm))
+    except ValueError as e:  # ConfigError too: one line, before any work
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if _FLAGS["warm"].value:
+        share_warm_start(Path(_FLAGS["warm"].value), out)
+    summary = experiment(_FLAGS["config"].value, out, scale, arms)
+    for name, arm in summary["arms"].items():
+        print(f"{name}: reward {mean_reward_text(arm['before'])} -> {mean_reward_text(arm['after'])}, valid "
+              f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip
+    print(f"report: {out / 'report.md'}")
+
+
+if __name__ == "__main__":
+    _FLAGS.update(_define_flags())
+    app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,217 @@
+"""What an arm's evaluations and logs say: the kinds of solution and how each fares, the corpus's kinds, the
+slower-and-better kinds and their share, per-step series, version lags, instrumenter shares, staleness."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mle_jax.env.evaluation import standard_error
+from mle_jax.infra.metrics import read_metrics
+from mle_jax.instrument import pyast
+from mle_jax.warmstart.programs import solution_kind
+
+
+def kind_shares(codes: list[str | None], task_id: str) -> dict[str, float]:
+    """Share of each solution kind (model family; "no code") among the programs."""
+    counts = Counter(solution_kind(task_id, c) for c in codes)
+    return {k: v / max(len(codes), 1) for k, v in sorted(counts.items())}
+
+
+def kind_outcomes(records: list[dict], task_id: str) -> dict[str, dict]:
+    """Per kind of solution among a policy's own samples (evaluation records): how many, the share that was
+    valid, the mean score of the valid ones, the mean reward and the mean Δt. A kind that is slower and better
+    in the corpus is protected by the duration weights only if the policy also writes it well: its expected
+    reward here is what RL sees."""
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(solution_kind(task_id, r["code"]), []).append(r)
+    out = {}
+    for kind, recs in sorted(by.items()):
+        scores = [r["score"] for r in recs if r["valid"]]
+        out[kind] = {
+            "samples": len(recs),
+            "valid_fraction": float(np.mean([bool(r["valid"]) for r in recs])),
+            "score_mean": float(np.mean(scores)) if scores else None,
+            "reward_mean": float(np.mean([r["reward"] for r in recs])),
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])),
+        }
+    return out
+
+
+def eval_summary(result: dict, task_id: str) -> dict:
+    """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
+    e = result["scratch"]
+    return {
+        "samples": e["samples"],
+        "mean_reward": e["mean_reward"],
+        "se_reward": e["se_reward"],
+        "valid_fraction": e["valid_fraction"],
+        "mean_score": e["mean"],
+        "se_score": standard_error([r["score"] for r in e["records"] if r["valid"]]),
+        "best_score": e["max"],
+        "kinds": kind_shares([r["code"] for r in e["records"]], task_id),
+        "valid_kinds": kind_shares([r["code"] for r in e["records"] if r["valid"]], task_id),
+        "kind_outcomes": kind_outcomes(e["records"], task_id),
+        # the evaluation's MLE-bench medals (absent from an evaluation made before them), and the paper's figures
+        "medals": e.get("medals"),
+        "paper": result.get("paper"),
+    }
+
+
+def _valid_records(verified_jsonl: Path) -> list[dict]:
+    return [r for r in map(json.loads, verified_jsonl.read_text().splitlines()) if r.get("valid")]
+
+
+def corpus_kinds(verified_jsonl: Path, task_id: str, grid_kind: Callable[[dict], str]) -> dict[str, dict]:
+    """Per kind of solution (`grid_kind` of a verified.jsonl record) of the verified warm-start corpus: programs,
+    mean and median Δt, and mean and median score on this machine."""
+    by: dict[str, list[dict]] = {}
+    for rec in _valid_records(verified_jsonl):
+        by.setdefault(grid_kind(rec), []).append(rec)
+    return {
+        kind: {
+            "programs": len(recs),
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])),
+            "duration_s_median": float(np.median([r["duration_s"] for r in recs])),
+            "score_mean": float(np.mean([r["score"] for r in recs])),
+            "score_median": float(np.median([r["score"] for r in recs])),
+        }
+        for kind, recs in sorted(by.items())
+    }
+
+
+def corpus_medians(verified_jsonl: Path) -> dict[str, float]:
+    """The median Δt and score of the corpus's valid programs (empty when none is valid)."""
+    recs = _valid_records(verified_jsonl)
+    if not recs:
+        return {}
+    return {
+        "duration_s": float(np.median([r["duration_s"] for r in recs])),
+        "score": float(np.median([r["score"] for r in recs])),
+    }
+
+
+def slow_and_better(corpus: dict[str, dict], medians: dict[str, float], lower_is_better: bool) -> list[str]:
+    """The corpus's kinds of solution that are slower and better: their median Δt above the corpus's median
+    program's, and their median score better (in the task's direction) than the corpus's median program's.
+    Medians, because one kind's failures (a log loss of 2 where the rest score 0.5) would move a mean past
+    most kinds. These are the kinds the duration weights exist to protect; empty when the task has none.
+
+    corpus: `corpus_kinds`' output; medians: `corpus_medians`' output."""
+    if not medians:
+        return []
+    sign = -1.0 if lower_is_better else 1.0
+    return sorted(
+        k
+        for k, v in corpus.items()
+        if v["duration_s_median"] > medians["duration_s"] and sign * (v["score_median"] - medians["score"]) > 0
+    )
+
+
+def share_contrast(kinds: list[str], arms: dict[str, dict], samples: int) -> dict[str, Any]:
+    """The share of `kinds` among each arm's evaluation samples before and after RL, each with its standard
+    error sqrt(p (1 - p) / n), and the after-RL difference between the first two arms in standard errors of
+    the difference (the paper's direction: the Δt-weighted arm, listed first, keeps more of them).
+
+    arms: summary["arms"] (each with "before"/"after" holding "kinds": {kind: share}); samples: n per evaluation.
+    Returns {"kinds", "arms": {name: {"before": [p, se], "after": [p, se]}}, "difference", "z"}."""
+    out: dict[str, Any] = {"kinds": kinds, "arms": {}}
+    for name, arm in arms.items():
+        out["arms"][name] = {}
+        for when in ("before", "after"):
+            p = float(sum(arm[when]["kinds"].get(k, 0.0) for k in kinds))
+            out["arms"][name][when] = [p, float(np.sqrt(p * (1 - p) / max(samples, 1)))]
+    names = list(arms)
+    if len(names) >= 2:
+        p1, p2 = out["arms"][names[0]]["after"][0], out["arms"][names[1]]["after"][0]
+        out["difference"] = p1 - p2
+        pooled = (p1 + p2) / 2
+        se = float(np.sqrt(2 * pooled * (1 - pooled) / max(samples, 1)))
+        out["z"] = (p1 - p2) / se if se > 0 else None
+    return out
+
+
+def step_series(arm_dir: Path, task_id: str) -> list[dict]:
+    """Per RL step of an arm: reward, score, valid fraction, mean Δt, and the share of each solution kind
+    among the B samples it trained on."""
+    codes: dict[int, list[str | None]] = {}
+    for rec in read_metrics(arm_dir / "samples.jsonl"):
+        codes.setdefault(rec["step"], []).append(rec["code"])
+    out = []
+    for row in read_metrics(arm_dir / "metrics.jsonl"):
+        out.append(
+            {
+                "step": row["step"],
+                "reward_mean": row.get("reward/mean"),
+                "score_mean": row.get("score/mean"),
+                "valid_fraction": row.get("valid_fraction"),
+                "duration_s_mean": row.get("duration_s/mean"),
+                "version_lag_mean": row.get("version_lag/mean"),
+                "duration_weight_max": row.get("learner/duration/weight_max"),
+                "kinds": kind_shares(codes.get(row["step"], []), task_id),
+            }
+        )
+    return out
+
+
+def lag_of_kinds(arm_dir: Path, task_id: str, kinds: list[str]) -> dict[str, dict]:
+    """How far behind the policy the programs of `kinds` were when the learner trained on them, against the
+    others: mean version lag (the update's policy version minus the sampling one) and mean Δt, over the arm's
+    samples.jsonl. Asynchronous RL biases the gradient toward fast programs only where slow ones return
+    later, i.e. with a larger lag; with a deep queue on few sandbox slots, completion order is mostly queue
+    order and the lags come out alike."""
+    groups: dict[str, list[dict]] = {"kinds": [], "others": []}
+    for rec in read_metrics(arm_dir / "samples.jsonl"):
+        groups["kinds" if solution_kind(task_id, rec["code"]) in kinds else "others"].append(rec)
+    return {
+        name: {
+            "samples": len(recs),
+            "version_lag_mean": float(np.mean([r["step"] - 1 - r["version"] for r in recs])) if recs else None,
+            "duration_s_mean": float(np.mean([r["duration_s"] for r in recs])) if recs else None,
+        }
+        for name, recs in groups.items()
+    }
+
+
+def instrument_shares(arm_dir: Path) -> dict[str, float | int]:
+    """Over the programs an arm trained on (samples.jsonl): how many parse, and of those the share the frozen
+    LM instrumented (its output accepted) and the share the AST fallback did. A program that does not parse
+    has no place for a print, whichever instrumenter it meets (path "unparsed"; runs before that path existed
+    logged it as "fallback", so parsing decides here)."""
+    paths = [
+        rec["instrument"]
+        for rec in read_metrics(arm_dir / "samples.jsonl")
+        if rec.get("code") and rec["instrument"] in ("lm", "fallback") and _parses(rec["code"])
+    ]
+    n = len(paths)
+    return {
+        "parsed": n,
+        "lm": round(paths.count("lm") / n, 3) if n else float("nan"),
+        "fallback": round(paths.count("fallback") / n, 3) if n else float("nan"),
+    }
+
+
+def _parses(code: str) -> bool:
+    try:
+        pyast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def stale_means(arm_dir: Path) -> dict[str, float]:
+    """The mean over an arm's steps of every staleness metric the learner reports (`stale/*`; the loop logs the
+    learner's as `learner/stale/*`), keyed without the `learner/` prefix; {} when it reports none."""
+    values: dict[str, list[float]] = {}
+    for row in read_metrics(arm_dir / "metrics.jsonl"):
+        for k, v in row.items():
+            name = k.removeprefix("learner/")
+            if name.startswith("stale/") and v is not None:
+                values.setdefault(name, []).append(float(v))
+    return {k: float(np.mean(v)) for k, v in sorted(values.items())}

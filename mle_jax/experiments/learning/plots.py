@@ -1,0 +1,79 @@
+"""The experiment's plots: score and reward over RL steps (the paper's Fig. 5), the share of each kind over
+steps (Fig. 2/8), Δt over steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+
+def _smooth(x: np.ndarray, window: int) -> np.ndarray:
+    if len(x) < window:
+        return x
+    kernel = np.ones(window) / window
+    return np.convolve(np.pad(x, (window - 1, 0), mode="edge"), kernel, mode="valid")
+
+
+def write_plots(summary: dict, out_dir: Path) -> list[Path]:
+    """score and reward per step (Fig. 5), share of each kind per step (Fig. 2/8), Δt per step."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = summary["arms"]
+    paths = []
+    fig = Figure(figsize=(11, 3.8), dpi=110)
+    axes = fig.subplots(1, 3)
+    for i, (name, arm) in enumerate(arms.items()):
+        steps = [r["step"] for r in arm["steps"]]
+        for ax, key, label in zip(
+            axes,
+            ("reward_mean", "score_mean", "valid_fraction"),
+            ("mean reward", "mean score (valid)", "valid"),
+            strict=True,
+        ):
+            ys = np.array([np.nan if r[key] is None else r[key] for r in arm["steps"]], float)
+            ax.plot(steps, ys, color=f"C{i}", alpha=0.25)
+            ax.plot(steps, _smooth(np.nan_to_num(ys, nan=np.nanmean(ys)), 5), color=f"C{i}", label=name)
+            ax.set(xlabel="RL step", title=label)
+    for ax, key in zip(axes, ("mean_reward", "mean_score", "valid_fraction"), strict=True):
+        for i, arm in enumerate(arms.values()):
+            before, after = arm["before"][key], arm["after"][key]
+            if before is not None and after is not None:
+                ax.axhline(before, color="k", ls=":", lw=1)
+                ax.axhline(after, color=f"C{i}", ls="--", lw=1)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("RL on the real loop (dotted: evaluation before RL, dashed: after RL; lines: 5-step means)")
+    fig.tight_layout()
+    paths.append(out_dir / "score_reward.png")
+    fig.savefig(paths[-1])
+
+    kinds = sorted({k for arm in arms.values() for r in arm["steps"] for k in r["kinds"]})
+    fig = Figure(figsize=(5.5 * len(arms), 3.8), dpi=110)
+    axes = np.atleast_1d(fig.subplots(1, len(arms)))
+    for ax, (name, arm) in zip(axes, arms.items(), strict=True):
+        steps = [r["step"] for r in arm["steps"]]
+        shares = np.array([[r["kinds"].get(k, 0.0) for k in kinds] for r in arm["steps"]], float)
+        if len(steps):
+            smooth = np.stack([_smooth(shares[:, j], 5) for j in range(len(kinds))], axis=1)
+            ax.stackplot(steps, smooth.T, labels=kinds, colors=colormaps["tab20"](np.arange(len(kinds)) % 20))
+        ax.set(xlabel="RL step", ylabel="share of the batch (5-step mean)", title=name, ylim=(0, 1))
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("kinds of solution the learner trained on (model families)")
+    fig.tight_layout()
+    paths.append(out_dir / "kinds.png")
+    fig.savefig(paths[-1])
+
+    fig = Figure(figsize=(6, 3.5), dpi=110)
+    ax = fig.subplots()
+    for i, (name, arm) in enumerate(arms.items()):
+        steps = [r["step"] for r in arm["steps"]]
+        dt = np.array([r["duration_s_mean"] for r in arm["steps"]], float)
+        ax.plot(steps, dt, color=f"C{i}", alpha=0.25)
+        ax.plot(steps, _smooth(dt, 5), color=f"C{i}", label=name)
+    ax.set(xlabel="RL step", ylabel="seconds", title="mean run time Δt of the trained-on programs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "duration.png")
+    fig.savefig(paths[-1])
+    return paths

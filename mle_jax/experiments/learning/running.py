@@ -1,0 +1,219 @@
+"""Running the experiment: the warm start, each arm's RL and evaluations (cached in the output folder, so a
+killed experiment resumes), the arm's peak memory, the wall-time ledger, the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from absl import app
+from flax import nnx
+
+from mle_jax.env.evaluation import evaluate
+from mle_jax.env.rollout import Environment
+from mle_jax.experiments.learning.arms import ALGORITHMS, DEFAULT_ARMS, Arm, Scale, arm_config
+from mle_jax.experiments.learning.outcomes import (
+    corpus_kinds,
+    corpus_medians,
+    eval_summary,
+    instrument_shares,
+    lag_of_kinds,
+    share_contrast,
+    slow_and_better,
+    stale_means,
+    step_series,
+)
+from mle_jax.experiments.learning.report import write_report
+from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.reporting import provenance
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.run import builders, environment
+from mle_jax.run.settings import RunSettings, from_config
+from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.warmstart.programs import full_grid, solution_kind
+
+
+def _cached(path: Path, compute: Callable[[], dict]) -> dict:
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def run_arm(s: RunSettings, arm: Arm, initial: nnx.Module, base_env: Environment, out: Path) -> dict:
+    """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. `s`: the
+    arm's settings (`arm_config`); its environment is `base_env` (the experiment's task, fleet and frozen
+    instrumenter) with the arm policy's own sampler."""
+    arm_dir = out / "arms" / arm.name
+    s = dataclasses.replace(s, workdir=str(arm_dir))
+    reset_peak_rss()
+    policy = nnx.clone(initial)
+    learner = builders.make_learner(s, policy)
+    tokenizer, task, fleet = base_env.tokenizer, base_env.task, base_env.fleet
+    sampler = builders.make_sampler(s.sampler, policy, tokenizer, arm_dir)
+    env = dataclasses.replace(base_env, settings=s.rollout, sampler=sampler)
+    writer = MetricsWriter(arm_dir, tensorboard=False)
+    loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
+    loop.restore()
+    resumed_at = loop.counters.step
+    loop.run(s.loop.steps)
+    loop.close()
+    c = loop.counters
+    evaluated_here = not (arm_dir / "after.json").is_file()
+    after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
+    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
+    stats = {
+        "algorithm": arm.algorithm,
+        "duration_weights": arm.duration_weights,
+        "rl_wall_s": round(c.wall_s, 1),  # the loop's own clock, checkpointed: kept across resumes
+        "steps_per_hour": round(c.step * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
+        # the process's, while this arm ran (its RL and evaluation; the most over the processes that ran them)
+        "peak_rss_gib": arm_peak_rss(arm_dir / "peak_rss.json", c.step > resumed_at or evaluated_here),
+        "samples_drawn": c.sampled,
+        "resampled_stale": c.resampled_stale,
+        "infra_failures": c.infra_failures,
+        "executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
+        "learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
+        "instrument_lm_share": instrument_shares(arm_dir)["lm"],  # of the programs that parse
+        "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
+        "stale": stale_means(arm_dir),
+    }
+    return {"stats": stats, "after": eval_summary(after, task.id), "steps": step_series(arm_dir, task.id)}
+
+
+def reset_peak_rss() -> None:
+    """Restarts the kernel's count of this process's peak resident memory (VmHWM), where Linux allows it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # the peak is then the process's since it started
+
+
+def peak_rss_gib() -> float | None:
+    """This process's peak resident memory (VmHWM) since it started or since `reset_peak_rss`, in GiB."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    return None if kib is None else round(kib / 2**20, 2)
+
+
+def arm_peak_rss(path: Path, worked: bool) -> float | None:
+    """The arm's peak resident memory, kept in `path` across processes: when this process ran part of the arm
+    (`worked`), the larger of its peak since `reset_peak_rss` and the recorded one; else the recorded one."""
+    recorded = json.loads(path.read_text())["peak_rss_gib"] if path.is_file() else None
+    if not worked:
+        return recorded
+    now = peak_rss_gib()
+    peak = max((x for x in (recorded, now) if x is not None), default=None)
+    path.write_text(json.dumps({"peak_rss_gib": peak}))
+    return peak
+
+
+def _scaled(s: RunSettings, workdir: Path, scale: Scale) -> RunSettings:
+    return dataclasses.replace(
+        s,
+        workdir=str(workdir),
+        loop=dataclasses.replace(s.loop, steps=scale.steps),
+        eval=dataclasses.replace(s.eval, samples=scale.eval_samples, improve=False),
+    )
+
+
+def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DEFAULT_ARMS)) -> dict:
+    """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json. A bad arm
+    (`arm_config`) or config (ConfigError) fails before any work."""
+    t_start = time.monotonic()
+    measures = work_left(out, [arm.name for arm in arms])
+    s = _scaled(from_config(cfg), out / "base", scale)
+    arm_settings = {arm.name: _scaled(from_config(arm_config(cfg, arm)), out / "base", scale) for arm in arms}
+    task, packages = environment.prepare(s)
+    initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
+    # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
+    with environment.open_environment(
+        s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
+    ) as before_env:
+        before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
+        results = {}
+        for arm in arms:
+            results[arm.name] = {"before": before, **run_arm(arm_settings[arm.name], arm, initial, before_env, out)}
+    verified = out / "base" / "warmstart" / "verified.jsonl"
+    corpus, medians = {}, {}
+    if verified.is_file():
+        medians = corpus_medians(verified)
+        # the kinds the evaluation counts (solution_kind), of each verified program's code
+        kinds = {hashlib.sha256(it.code.encode()).hexdigest(): solution_kind(task.id, it.code)
+                 for it in full_grid(task.id, packages)}  # fmt: skip
+        corpus = corpus_kinds(verified, task.id, lambda rec: kinds.get(rec["sha256"], "other"))
+    slow = slow_and_better(corpus, medians, task.lower_is_better)
+    summary = {
+        **record_wall(out, round(time.monotonic() - t_start, 1) if measures else None),
+        "task": task.id,
+        "scale": dataclasses.asdict(scale),
+        "batch_size": s.loop.batch_size,
+        "group_size": s.loop.group_size,
+        "algorithms": sorted({arm.algorithm for arm in arms}, key=ALGORITHMS.index),
+        "warmstart": ws_metrics,
+        "corpus_kinds": corpus,
+        "corpus_medians": medians,
+        "slow_and_better": share_contrast(slow, results, scale.eval_samples),
+        "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in results},
+        "arms": results,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_report(summary, out)
+    return summary
+
+
+def work_left(out: Path, arm_names: list[str]) -> bool:
+    """Whether a process started on `out` measures anything: False when the before-RL evaluation and every
+    arm's after-RL evaluation are cached (each is written after the stages before it), so that the process only
+    regenerates summary.json and the report."""
+    cached = [out / "before.json", *(out / "arms" / name / "after.json" for name in arm_names)]
+    return not all(p.is_file() for p in cached)
+
+
+def record_wall(out: Path, wall_s: float | None) -> dict[str, Any]:
+    """The summary's provenance, from the ledger out/wall.jsonl: one line per process that measured something
+    and finished (`wall_s` given; None for a process that only regenerated the summary, which adds nothing).
+
+    Returns {"command", "date": of the last measuring process, "wall_s": the sum of their wall times,
+    "processes": the ledger}. Wall times are recorded when measured and never recomputed: regenerating a
+    summary keeps them. A process killed before it finished is not in the ledger. A folder whose summary
+    predates the ledger keeps that summary's `wall_s_this_process` as it was.
+    """
+    ledger = out / "wall.jsonl"
+    if wall_s is not None:
+        provenance.append_jsonl(ledger, {"wall_s": wall_s})
+    runs = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()] if ledger.is_file() else []
+    if runs:
+        return {"command": runs[-1]["command"], "date": runs[-1]["date"],
+                "wall_s": round(sum(r["wall_s"] for r in runs), 1), "processes": runs}  # fmt: skip
+    previous = out / "summary.json"
+    if previous.is_file():
+        old = json.loads(previous.read_text())
+        return {k: old[k] for k in ("command", "date", "wall_s", "wall_s_this_process") if k in old}
+    return {}
+
+
+def share_warm_start(source: Path, out: Path) -> None:
+    """Starts `out` from the warm start of the experiment in `source` (its base/ folder, linked): the same
+    initial policy and instrumenter, none of its RL or evaluations."""
+    base = source.resolve() / "base"
+    if not (base / "warmstart" / "policy" / "DONE").is_file():
+        raise app.UsageError(f"--warm_start={source}: no finished warm start in {base} (run that experiment first)")
+    out.mkdir(parents=True, exist_ok=True)
+    link = out / "base"
+    if link.is_symlink() and link.resolve() == base:
+        return
+    if link.exists() or link.is_symlink():
+        raise app.UsageError(f"--warm_start: {link} exists already; use a new --out")
+    link.symlink_to(base)

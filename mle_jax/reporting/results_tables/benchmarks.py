@@ -1,0 +1,75 @@
+"""The benchmarks table (one row per benchmark, with the command that measured it) and the objectives' update step
+(bench/objective_step.py)."""
+
+from __future__ import annotations
+
+from mle_jax.reporting.markdown import markdown_table, number
+from mle_jax.reporting.results_tables.duration_bias import bias_record
+from mle_jax.reporting.results_tables.sources import RESULTS
+
+
+def render_benchmarks(bias: list[dict], epochs: dict, hostile: dict) -> str:
+    """The benchmarks whose figures are in docs/results, with the command that measured each."""
+    sgd = bias_record(bias, {}, 0)
+    ep = epochs["epochs"]
+    clip = " / ".join(f"{ep[k]['outside_clip']:.1%}" for k in ep)
+    valid = " / ".join(number(ep[k]["valid_fraction_after"]) for k in ep)
+    rows = [
+        [
+            "duration bias (simulated, plain SGD, 2 epochs): final P(fast) without weights / P(slow) with Δt weights",
+            f"{number(sgd['final']['off']['probs']['fast'], 3)} / "
+            f"{number(sgd['final']['batch_mean']['probs']['slow'], 3)}",
+            f"`{sgd['command']}` ([{RESULTS}/duration_bias.jsonl]({RESULTS}/duration_bias.jsonl))",
+        ],
+        [
+            f"PPO epochs over one real batch of {epochs['batch']['size']} (warm-started pizza policy): tokens outside"
+            f" the clip range after the update, {' / '.join(ep)} epochs; valid fraction of fresh samples (before:"
+            f" {number(epochs['before']['valid_fraction'])})",
+            f"{clip}; {valid}",
+            f"`{epochs.get('command', 'python -m mle_jax.experiments.ppo_epochs')}` ([{RESULTS}/ppo_epochs.json]"
+            f"({RESULTS}/ppo_epochs.json))",
+        ],
+    ]
+    grade, run = hostile["results"]["grade"], hostile["results"]["executor"]
+    wide, files = grade["header of 10^6 extra fields"], run["220,000 empty files then 800 MB, --work-mb 300"]
+    rows.append(
+        [
+            "hostile inputs beside a normal peer in the same run: a 10^6-field header (7.9 MB) through the grade CLI "
+            "(refused in one line); a program making 220,000 empty files, then writing 800 MB, under --work-mb 300",
+            f"{wide['wall_s']} s and {wide['peak_rss_mb']:.0f} MB ({wide['wall_vs_peer']}x / {wide['rss_vs_peer']}x "
+            f"the peer's); {'killed for disk' if files['output'].get('killed_reason') == 'disk' else files['output']}"
+            f" after {files['wall_s']:.0f} s",
+            f"`{hostile['command']}` ([{RESULTS}/hostile_inputs.json]({RESULTS}/hostile_inputs.json))",
+        ]
+    )
+    return markdown_table(["what", "measured", "reproduce (results file)"], rows)
+
+
+def render_hostile_inputs(hostile: dict) -> str:
+    """bench/hostile_inputs.py's executor programs, each beside the normal peer measured in the same run: its time
+    and peak memory (and their ratios to the peer's), its status and what became of its submission."""
+    rows = []
+    for name, r in hostile["results"]["executor"].items():
+        out = r["output"]
+        status = out["status"] + (f" ({out['killed_reason']})" if out.get("killed_reason") else "")
+        outcome = "; ".join(f"{n}x {o}" for o, n in r["outcomes"].items()) if "outcomes" in r else None
+        graded = outcome or ("valid" if out["submission_valid"] else out["grade_reason"])
+        rows.append([name, f"{r['wall_s']:.2f} s", f"{r['peak_rss_mb']:.0f} MB",
+                     f"{r['wall_vs_peer']}x / {r['rss_vs_peer']}x", status, graded])  # fmt: skip
+    header = ["program (bwrap, through `python -m mle_jax.executor run`)", "wall", "peak memory",
+              "time / memory vs the peer", "status", "submission"]  # fmt: skip
+    return markdown_table(header, rows) + f"\n\nFrom `{hostile['command']}` ({hostile['date'][:10]})."
+
+
+def render_objective_step(d: dict) -> str:
+    """bench/objective_step.py's file: each objective's update on one batch (its own process), against the first."""
+    peer = next(iter(d["results"]))
+    rows = []
+    for name, r in d["results"].items():
+        ratio = r["step_s"] / d["results"][peer]["step_s"]
+        rows.append([f"`{name}`", f"{r['step_s']:.2f} s", f"{d['batch'] * d['seq'] / r['step_s']:.0f}",
+                     number(r["peak_gib"], 1), f"{ratio:.2f}"])  # fmt: skip
+    header = [f"objective ({d['device']}, {d['shape']} shape with {d['layers']} layers, {d['dtype']}, "
+              f"{d['batch']} x {d['seq']} tokens, micro-batch {d['micro_batch']}, groups of {d['group']})",
+              "update step", "tokens / s", "peak device GiB", f"step time / `{peer}`'s"]  # fmt: skip
+    return markdown_table(header, rows) + f"\n\nFrom `{d['command']}` ({d['date'][:10]})."

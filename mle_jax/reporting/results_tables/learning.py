@@ -1,0 +1,242 @@
+"""The tables and figures of the learning experiment's summaries (mle_jax.experiments.learning: docs/results/RUN/
+summary.json), and of the task mix's evidence file beside them (mle_jax.experiments.mix_evidence)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
+from mle_jax.reporting.results_tables.sources import RESULTS
+
+# every learning run in docs/results: the utilisation table has a row per arm of each
+LEARNING_RUNS = ("learning-spooky", "learning-spooky-sft300", "learning-spooky-sft300-concurrent",
+                 "learning-spooky-concurrent-40", "learning-spooky-quick", "learning-pizza", "learning-pizza-quick",
+                 "learning-pizza-2026-11-23", "learning-pizza-quick-2026-11-23")  # fmt: skip
+
+ARM_LABELS = {"batch_mean": "Δt-weighted (`batch_mean`)", "off": "unweighted (`off`)"}
+
+
+def _arms(summary: dict) -> list[tuple[str, dict]]:
+    return [(ARM_LABELS[a["stats"]["duration_weights"]], a) for a in summary["arms"].values()]
+
+
+def render_spooky_learning(*summaries: dict) -> str:
+    """Before → after RL per arm (reward, valid fraction, log loss of the valid programs, best of N)."""
+    rows = []
+    for s in summaries:
+        for i, (label, a) in enumerate(_arms(s)):
+            b, f = a["before"], a["after"]
+            rows.append([
+                f"{s['warmstart']['steps']} SFT steps" if i == 0 else "", label,
+                f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
+                f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
+                f"{plus_minus(b['mean_score'], b['se_score'], 3)} → {plus_minus(f['mean_score'], f['se_score'], 3)}",
+                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}",
+            ])  # fmt: skip
+    n = summaries[0]["scale"]
+    header = ["warm start", f"arm ({n['steps']} steps × B={summaries[0]['batch_size']})",
+              "mean reward ± SE, before → after", "valid fraction, before → after",
+              "mean log loss of valid ± SE, before → after",
+              f"best of {n['eval_samples']}, before → after"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+PIZZA_RUNS = {"learning-pizza": "2026-11-24 (copy-decoding instrumenter)",
+              "learning-pizza-2026-11-23": "2026-11-23 (free-decoding instrumenter)"}  # fmt: skip
+
+
+def render_pizza_learning(*summaries: dict) -> str:
+    rows = []
+    for label, s in zip(PIZZA_RUNS.values(), summaries, strict=True):
+        for i, (arm, a) in enumerate(_arms(s)):
+            b, f = a["before"], a["after"]
+            rows.append([
+                label if i == 0 else "", arm,
+                f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
+                f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
+                f"{number(b['mean_score'], 3)} → {number(f['mean_score'], 3)}",
+                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}",
+            ])  # fmt: skip
+    n = summaries[0]["scale"]
+    header = ["run", f"arm ({n['steps']} steps × B={summaries[0]['batch_size']})",
+              "mean reward ± SE, before → after", "valid fraction, before → after",
+              "mean AUC of valid, before → after", f"best of {n['eval_samples']}, before → after"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_learning_utilisation(*summaries: dict) -> str:
+    """Executor utilisation, learner idle fraction, the LM instrumenter's share and the RL wall time per arm."""
+    rows = []
+    for path, s in zip(LEARNING_RUNS, summaries, strict=True):
+        for label, a in _arms(s):
+            st = a["stats"]
+            rows.append([f"[{path}]({RESULTS}/{path}/report.md)", label, number(st["executor_utilization"]),
+                         number(st["learner_idle_fraction"]), number(st["instrument_lm_share"], 3),
+                         minutes(st["rl_wall_s"])])  # fmt: skip
+    header = ["run", "arm", "executor utilisation", "learner idle", "LM-instrumented share of parsing programs",
+              "RL wall time"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def wall_figure(summary: dict) -> str:
+    """The learning command's wall time as recorded: `wall_s` (the ledger), or an older summary's
+    `wall_s_this_process` when that process measured the arms (not a regeneration, whose arms ran 0 s)."""
+    if "wall_s" in summary:
+        return minutes(summary["wall_s"])
+    if any(a["stats"].get("rl_wall_s_this_process") == 0.0 for a in summary["arms"].values()):
+        return "not recorded (its summary.json was regenerated)"
+    return minutes(summary["wall_s_this_process"])
+
+
+HELDOUT_RUNS = {
+    "learning-pizza-2026-11-23": "pizza 2026-11-23, free decoding",
+    "learning-pizza": "pizza 2026-11-24, copy decoding",
+    "learning-spooky": "spooky `:cpu`, copy decoding",
+    "learning-spooky-sft300": "spooky 300 SFT steps, copy decoding",
+    "learning-spooky-concurrent-40": "spooky, the fourth run's warm start, copy decoding",
+}
+
+
+def render_instrument_heldout(*summaries: dict) -> str:
+    """The frozen LM instrumenter on held-out grid programs after each warm start: accepted by verification,
+    and its prints' precision / recall against the AST instrumenter's."""
+    rows = []
+    for label, s in zip(HELDOUT_RUNS.values(), summaries, strict=True):
+        w = s["warmstart"]
+        n = w["instrument_heldout"]
+        precision, recall = w.get("instrument_heldout_print_precision"), w.get("instrument_heldout_print_recall")
+        rows.append([label, f"{round(w['instrument_heldout_accept'] * n)} of {n}", number(precision), number(recall)])
+    return markdown_table(
+        ["warm start (results file's run)", "held-out programs accepted", "print precision", "print recall"], rows
+    )
+
+
+FAMILIES = {"naive_bayes": "naive Bayes", "linear_svm": "linear SVM", "sgd": "SGD", "logreg": "logistic regression"}
+
+
+def render_spooky_corpus_kinds(summary: dict) -> str:
+    """Median Δt and log loss of each kind of the corpus, words against words + characters; the slower and
+    better kinds in bold."""
+    slow = set(summary["slow_and_better"]["kinds"])
+    rows = []
+    for fam, name in FAMILIES.items():
+        row = []
+        for rep, rep_name in (("word", "words"), ("word+char", "words + characters")):
+            k = summary["corpus_kinds"][f"{fam} {rep}"]
+            loss = number(k["score_median"], 3)
+            row += [
+                f"{name}, {rep_name}",
+                number(k["duration_s_median"], 1),
+                f"**{loss}**" if f"{fam} {rep}" in slow else loss,
+            ]
+        rows.append(row[:3] + [""] + row[3:])
+    header = ["kind", "median Δt (s)", "median log loss", "", "kind", "median Δt (s)", "median log loss"]
+    return markdown_table(header, rows)
+
+
+def corpus_median_figure(summary: dict) -> str:
+    m = summary["corpus_medians"]
+    return f"median program {number(m['duration_s'], 1)} s, log loss {number(m['score'], 3)}"
+
+
+SPOOKY_RUNS = {
+    "learning-spooky": "`:cpu` warm start, 2 slots, m = 4",
+    "learning-spooky-sft300": "2 slots, m = 4",
+    "learning-spooky-sft300-concurrent": "every program at once (16 slots, m = 2)",
+    "learning-spooky-concurrent-40": "a new warm start, every program at once",
+}
+
+
+def render_slow_and_better(*summaries: dict) -> str:
+    """The share of the slower-and-better kinds among the evaluation samples, and how late the learner saw
+    them (mean version lag of the programs it trained on, those kinds against the others)."""
+    rows = []
+    for label, s in zip(SPOOKY_RUNS.values(), summaries, strict=True):
+        c, lag = s["slow_and_better"], s["lag_of_slow_and_better"]
+        before = c["arms"]["duration_weighted"]["before"]
+        after_w, after_u = c["arms"]["duration_weighted"]["after"], c["arms"]["unweighted"]["after"]
+        lags = [f"{number(g['kinds']['version_lag_mean'], 1)} vs {number(g['others']['version_lag_mean'], 1)}"
+                for g in (lag["duration_weighted"], lag["unweighted"])]  # fmt: skip
+        rows.append([
+            f"{label}; {s['warmstart']['steps']} SFT steps, {s['scale']['steps']} RL steps",
+            plus_minus(*before), plus_minus(*after_w), plus_minus(*after_u),
+            f"{signed(c['difference'])} ({signed(c['z'], 1)})",
+            *lags,
+        ])  # fmt: skip
+    header = ["run", "before RL", "after, Δt-weighted", "after, unweighted", "difference (SE)",
+              "lag, weighted arm", "lag, unweighted arm"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_objective_arms(*summaries: dict) -> str:
+    """The learning experiment's arms named `{algorithm}_{weights}` (--algorithms x --duration_weights), one row per
+    arm: before → after RL (reward, valid fraction, score of the valid programs), its pace and memory, and the
+    staleness of what it trained on (mean over steps; slow = Δt above the batch mean)."""
+    rows = []
+    for s in summaries:
+        slow = (s.get("slow_and_better") or {}).get("arms") or {}
+        for name, a in s["arms"].items():
+            b, f, st = a["before"], a["after"], a["stats"]
+            stale = st.get("stale") or {}
+            z = (f["mean_reward"] - b["mean_reward"]) / max((b["se_reward"] ** 2 + f["se_reward"] ** 2) ** 0.5, 1e-12)
+            zs = (f["mean_score"] - b["mean_score"]) / max((b["se_score"] ** 2 + f["se_score"] ** 2) ** 0.5, 1e-12)
+            sb = slow.get(name)
+            share = f"{plus_minus(*sb['before'])} → {plus_minus(*sb['after'])}" if sb else "—"
+            lag = f"{number(stale.get('stale/version_lag_slow'))} / {number(stale.get('stale/version_lag_fast'))}"
+            clip = f"{number(stale.get('stale/clipfrac_slow'), 3)} / {number(stale.get('stale/clipfrac_fast'), 3)}"
+            rows.append([
+                f"`{name}`",
+                f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
+                signed(z, 1),
+                f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
+                f"{plus_minus(b['mean_score'], b['se_score'], 3)} → {plus_minus(f['mean_score'], f['se_score'], 3)}",
+                signed(zs, 1), share, number(st.get("steps_per_hour"), 0), number(st.get("peak_rss_gib"), 1), lag, clip,
+            ])  # fmt: skip
+    n = summaries[0]["scale"]
+    header = [f"arm ({n['steps']} steps × B={summaries[0]['batch_size']}, groups of "
+              f"{summaries[0].get('group_size', 1)})", "mean reward ± SE, before → after",
+              "change / its SE", "valid fraction, before → after", "mean score of valid ± SE, before → after",
+              "change / its SE", "slow-and-better share ± SE, before → after", "steps / hour",
+              "peak GiB", "version lag slow / fast", "clipped share slow / fast"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_mix_evidence(d: dict) -> str:
+    """mle_jax.experiments.mix_evidence's file: per task of the mix (and the held-out task), the evaluation before
+    and after RL, and beside it the same task's single-task learning run where docs/results has one."""
+
+    def best(f: dict) -> str:
+        return f"{number(f['best_score'], 3)} ({f['best_medal'] or '—'})"
+
+    def arrow(b: dict, a: dict | None, fmt: Callable[[dict], str]) -> str:
+        return f"{fmt(b)} → {fmt(a)}" if a else f"{fmt(b)} → —"
+
+    def reward(f: dict) -> str:
+        return plus_minus(f["mean_reward"], f["se_reward"])
+
+    def valid(f: dict) -> str:
+        return number(f["valid_fraction"])
+
+    def z(b: dict, a: dict | None) -> str:
+        if not a:
+            return "—"
+        se = (b["se_reward"] ** 2 + a["se_reward"] ** 2) ** 0.5
+        return signed((a["mean_reward"] - b["mean_reward"]) / max(se, 1e-12), 1)
+
+    rows = []
+    for task, t in d["tasks"].items():
+        b, a, one = t["before"], t["after"], t["single_task"]
+        single = "—" if not one else (
+            f"{one['rl_samples']} RL samples: {arrow(one['before'], one['after'], reward)}, valid "
+            f"{arrow(one['before'], one['after'], valid)}"
+        )  # fmt: skip
+        rows.append([task, str(t["rl_samples"]), str(b["samples"]), arrow(b, a, reward), z(b, a),
+                     arrow(b, a, valid), arrow(b, a, best), single])  # fmt: skip
+    h = d["held_out"]
+    hb, ha = h["before"], h["after"]
+    rows.append([f"{h['task']} (held out)", "0", str(hb["samples"]), arrow(hb, ha, reward), z(hb, ha),
+                 arrow(hb, ha, valid), arrow(hb, ha, best), "—"])  # fmt: skip
+    header = [f"task ({d['rl_steps']} RL steps × B={d['batch_size']} over the mix)", "RL samples",
+              "eval samples", "mean reward ± SE, before → after", "change / its SE", "valid fraction, before → after",
+              "best score (medal), before → after", "single-task run of the task (duration-weighted arm)"]  # fmt: skip
+    return markdown_table(header, rows)

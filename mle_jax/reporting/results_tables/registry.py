@@ -1,0 +1,106 @@
+"""Which results files each block of README.md and BUILD.md reads, and the renderer that writes it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mle_jax.reporting.results_tables.benchmarks import render_benchmarks, render_hostile_inputs, render_objective_step
+from mle_jax.reporting.results_tables.duration_bias import render_duration_bias
+from mle_jax.reporting.results_tables.learning import (
+    HELDOUT_RUNS,
+    LEARNING_RUNS,
+    PIZZA_RUNS,
+    SPOOKY_RUNS,
+    corpus_median_figure,
+    render_instrument_heldout,
+    render_learning_utilisation,
+    render_mix_evidence,
+    render_objective_arms,
+    render_pizza_learning,
+    render_slow_and_better,
+    render_spooky_corpus_kinds,
+    render_spooky_learning,
+    wall_figure,
+)
+from mle_jax.reporting.results_tables.plans import render_objective_plans, render_plans
+from mle_jax.reporting.results_tables.smollm2 import (
+    SMOL,
+    render_smollm2_instrument,
+    render_smollm2_rlstep,
+    render_smollm2_samples,
+    smollm2_resume,
+    smollm2_rlstep_walls,
+    smollm2_samplers,
+    smollm2_sft_step,
+)
+from mle_jax.reporting.results_tables.sources import RESULTS, summary_path
+from mle_jax.reporting.results_tables.tiers import render_test_tiers, test_tiers_wall
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One rendered block: the results files it reads (paths from the repository root) and its renderer."""
+
+    sources: tuple[str, ...]
+    render: Callable[..., str]  # one argument per source: a dict (JSON) or a list of dicts (JSONL)
+    inline: bool = False  # a figure inside a sentence (`figure:` markers), not a table
+
+
+OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
+
+REGISTRY: dict[str, Entry] = {
+    "spooky_learning": Entry(
+        (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
+    ),
+    "pizza_learning": Entry(tuple(summary_path(p) for p in PIZZA_RUNS), render_pizza_learning),
+    "learning_utilisation": Entry(tuple(summary_path(p) for p in LEARNING_RUNS), render_learning_utilisation),
+    "spooky_corpus_kinds": Entry((summary_path("learning-spooky-sft300"),), render_spooky_corpus_kinds),
+    "spooky_corpus_median": Entry((summary_path("learning-spooky-sft300"),), corpus_median_figure, inline=True),
+    "instrument_heldout": Entry(tuple(summary_path(p) for p in HELDOUT_RUNS), render_instrument_heldout),
+    "slow_and_better": Entry(tuple(summary_path(p) for p in SPOOKY_RUNS), render_slow_and_better),
+    "wall_pizza": Entry((summary_path("learning-pizza"),), wall_figure, inline=True),
+    "wall_pizza_quick": Entry((summary_path("learning-pizza-quick"),), wall_figure, inline=True),
+    "wall_spooky": Entry((summary_path("learning-spooky"),), wall_figure, inline=True),
+    "wall_spooky_sft300": Entry((summary_path("learning-spooky-sft300"),), wall_figure, inline=True),
+    "wall_spooky_quick": Entry((summary_path("learning-spooky-quick"),), wall_figure, inline=True),
+    "wall_spooky_40": Entry((summary_path("learning-spooky-concurrent-40"),), wall_figure, inline=True),
+    "duration_bias": Entry((f"{RESULTS}/duration_bias.jsonl",), render_duration_bias),
+    "benchmarks": Entry(
+        (f"{RESULTS}/duration_bias.jsonl", f"{RESULTS}/ppo_epochs.json", f"{RESULTS}/hostile_inputs.json"),
+        render_benchmarks,
+    ),
+    "hostile_inputs": Entry((f"{RESULTS}/hostile_inputs.json",), render_hostile_inputs),
+    "smollm2_samples": Entry((SMOL,), render_smollm2_samples),
+    "smollm2_instrument": Entry((SMOL,), render_smollm2_instrument),
+    "smollm2_rlstep": Entry((SMOL,), render_smollm2_rlstep),
+    "smollm2_rlstep_walls": Entry((SMOL,), smollm2_rlstep_walls, inline=True),
+    "smollm2_samplers": Entry((SMOL,), smollm2_samplers, inline=True),
+    "smollm2_sft_step": Entry((SMOL,), smollm2_sft_step, inline=True),
+    "smollm2_resume": Entry((SMOL,), smollm2_resume, inline=True),
+    "tpu_plans": Entry(tuple(f"{RESULTS}/tpu_plans_{g}.json" for g in ("v4", "v5e", "v6e", "v5p")), render_plans),
+    "tpu_plans_2slices": Entry((f"{RESULTS}/tpu_plans_2slices.json",), render_plans),
+    "objective_plans": Entry(OBJECTIVE_PLANS, render_objective_plans),
+    "wall_spooky_objectives_quick": Entry(
+        (summary_path("learning-spooky-objectives-quick"),), wall_figure, inline=True
+    ),
+    "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
+    "test_tiers_previous_wall": Entry((f"{RESULTS}/test_tiers-2026-11-26-1502.json",), test_tiers_wall, inline=True),
+    "objective_arms": Entry((summary_path("learning-spooky-objectives-quick"),), render_objective_arms),
+    "objective_arms_full": Entry((summary_path("learning-spooky-objectives"),), render_objective_arms),
+    "wall_spooky_objectives": Entry((summary_path("learning-spooky-objectives"),), wall_figure, inline=True),
+    "wall_spooky_objectives_quick_ws": Entry(
+        (summary_path("learning-spooky-objectives-quick-ws"),), wall_figure, inline=True
+    ),
+    "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
+    "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
+}
+
+# Results files written before their producing command recorded its command and date, which cannot be
+# derived from the file itself. Do not add to this list: stamp new files with mle_jax.reporting.provenance.
+LEGACY: dict[str, str] = {
+    summary_path(p): "learning summary written before the experiment recorded its command (see the README's commands)"
+    for p in LEARNING_RUNS
+} | {
+    SMOL: "bench/smollm2_pizza.py's lines of 2026-11-24, before the bench stamped its command and date",
+}  # fmt: skip

@@ -1,0 +1,103 @@
+"""The tables and figures of bench/smollm2_pizza.py's lines (docs/results/smollm2-pizza-bench.jsonl): SmolLM2 as
+policy, as instrumenter, its RL step and its resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mle_jax.reporting.markdown import markdown_table, number
+from mle_jax.reporting.results_tables.sources import RESULTS
+
+SMOL = f"{RESULTS}/smollm2-pizza-bench.jsonl"
+
+
+def stage(lines: list[dict], name: str, **match: Any) -> dict:
+    """The last line of bench/smollm2_pizza.py's JSONL for this stage (and these fields)."""
+    found = [r for r in lines if r["stage"] == name and all(r.get(k) == v for k, v in match.items())]
+    if not found:
+        raise KeyError(f"no smollm2 bench line for stage {name} {match}")
+    return found[-1]
+
+
+def _sft(sft: dict) -> str:
+    loss = f"{number(sft['first_loss'])} → {number(sft['final_loss'])}"
+    return f"{sft['steps']} SFT steps, loss {loss}, {sft['wall_s']:.0f} s"
+
+
+def render_smollm2_samples(lines: list[dict]) -> str:
+    """Valid programs of N pizza samples: SmolLM2 prompted, after its warm start, and the tiny model."""
+    rows = []
+    for label, name, reproduce in (
+        ("SmolLM2 prompted (the paper's setting)", "prompted", "`PYTHONPATH=. python bench/smollm2_pizza.py prompted`"),
+        ("SmolLM2 after the `:smol` warm start", "warm", "`... smollm2_pizza.py warm`"),
+        ("the tiny model (0.6 M, from scratch) after the `:cpu` warm start", "tiny", "`... smollm2_pizza.py tiny`"),
+    ):
+        r = stage(lines, name)
+        valid = round(r["valid_fraction"] * r["samples"])
+        rows.append([
+            label + (f" ({_sft(r['sft'])})" if "sft" in r else ""), f"{valid} ({r['valid_fraction']:.1%})",
+            number(r["best_score"], 3), number(r["mean_score"], 3), str(r["with_code"]), str(r["syntax_errors"]),
+            str(r["truncated"]), f"{r['sample_s']:.0f}", reproduce,
+        ])  # fmt: skip
+    n = stage(lines, "prompted")["samples"]
+    header = ["what (pizza, scratch prompt)", f"valid of {n}", "best AUC", "mean AUC of valid", "wrote a code block",
+              "do not parse", "hit the token limit", "sampling s", "reproduce"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_smollm2_instrument(lines: list[dict]) -> str:
+    """The frozen SmolLM2 as instrumenter: accepted of N corpus programs, and why the rest were rejected."""
+    rows = []
+    for label, model, decoding, reproduce in (
+        ("SmolLM2 as converted", "converted", None, "`... smollm2_pizza.py instrument --models converted`"),
+        ("SmolLM2 after the warm start (the frozen copy a `:smol` run instruments with)", "warm_started", None,
+         "`... smollm2_pizza.py instrument --models warm_started` (after `warm`)"),
+        ("SmolLM2 as converted, copy-constrained decoding", "converted", "copy",
+         "`... smollm2_pizza.py instrument --models converted --decoding copy`"),
+    ):  # fmt: skip
+        r = next(
+            x
+            for x in reversed(lines)
+            if x["stage"] == "instrument" and model in x and x[model].get("decoding") == decoding
+        )
+        m = r[model]
+        why = "; ".join(
+            f"{n}: {reason.split(' (')[0] if ')' not in reason else reason}"
+            for reason, n in sorted(m["rejections"].items(), key=lambda kv: -kv[1])
+        )
+        rows.append([label, str(m["accepted"]), why, f"{m['wall_s']:.0f} s", reproduce])
+    n = stage(lines, "instrument")["programs"]
+    header = [f"instrumenter (of {n} corpus programs)", "accepted", "rejected", "wall", "reproduce"]
+    return markdown_table(header, rows)
+
+
+def render_smollm2_rlstep(lines: list[dict]) -> str:
+    """Where the last measured `:smol` RL step's time went."""
+    step = stage(lines, "rlstep")["steps"][-1]
+    rows = [[part, f"{step[f'{key}_s']:.0f}", f"{step['shares'][key]:.0%}"]
+            for part, key in (("sampling", "sampling"), ("LM instrumentation", "instrumentation"),
+                              ("waiting for the sandboxes", "execution_wait"), ("PPO update", "update"))]  # fmt: skip
+    return markdown_table(["part of the step", "seconds", "share"], rows)
+
+
+def smollm2_rlstep_walls(lines: list[dict]) -> str:
+    walls = [f"{s['wall_s']:.0f} s" for s in stage(lines, "rlstep")["steps"]]
+    return "the first step took " + walls[0] + " (compiles included), the second " + walls[1]
+
+
+def smollm2_samplers(lines: list[dict]) -> str:
+    r = stage(lines, "samplers")
+    return (f"{r['vllm_over_jax']}× the JAX sampler's tokens per second here ({r['vllm']['tokens_per_s']:.0f} against "
+            f"{r['jax']['tokens_per_s']:.0f} for {r['samples']} pizza samples")  # fmt: skip
+
+
+def smollm2_sft_step(lines: list[dict]) -> str:
+    sft = stage(lines, "warm")["sft"]
+    return f"{sft['wall_s'] / sft['steps']:.0f} s per step"
+
+
+def smollm2_resume(lines: list[dict]) -> str:
+    r = stage(lines, "resume", batch_size=2)
+    return (f"the first run was killed after {r['killed_after_s']:.0f} s; the second said \"{r['second_run_says']}\", "
+            f"logged steps {r['steps_logged'][0]} to {r['steps_logged'][-1]} and exited {r['second_run_rc']} after "
+            f"{r['second_run_s']:.0f} s")  # fmt: skip
