@@ -93,6 +93,7 @@ REGISTRY: dict[str, Entry] = {
         (summary_path("learning-spooky-objectives-quick-ws"),), wall_figure, inline=True
     ),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
+    "objective_step_h100": Entry((f"{RESULTS}/objective_step_h100.json",), render_objective_step),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
 }
 
