@@ -359,3 +359,27 @@ def test_the_planner_loads_no_rl_loop_sampler_or_executor():
     assert done.returncode == 0, done.stderr[-2000:]
     offenders = planner_offenders(done.stdout.split())
     assert offenders == [], f"import mle_jax.plan loads {offenders}"
+
+
+def test_every_python_dash_m_command_in_the_docs_and_scripts_names_a_module_that_exists():
+    """Modules move between packages: every `python -m mle_jax...` (or `tests...`) that README.md, BUILD.md, the
+    Makefile, launch/ and .ci/ tell a person to run must name a module that is there."""
+    import importlib.util
+    import re
+
+    places = [
+        ROOT / "README.md",
+        ROOT / "BUILD.md",
+        ROOT / "Makefile",
+        *(ROOT / "launch").glob("*.sh"),
+        ROOT / ".ci/run",
+    ]
+    places += list((ROOT / "docs").glob("*.md"))
+    named = {
+        m.rstrip(".")
+        for p in places
+        for m in re.findall(r"python[\d.]* -m ((?:mle_jax|tests)[\w.]*)", p.read_text())
+        if not m.endswith("..")
+    }
+    assert "mle_jax.launch" in named and "mle_jax.reporting.results_tables" in named
+    assert [m for m in sorted(named) if importlib.util.find_spec(m) is None] == []
