@@ -94,8 +94,15 @@ def _leaves(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[Any, bo
 
 
 def _in_base_order(names: list[str], source: str) -> list[str]:
-    order = {name: i for i, name in enumerate(explanations(source))}
-    return sorted(names, key=lambda n: (order.get(n, len(order)), n))
+    """`names` in get_config's order, a section built by a function of BUILDERS (model) with its fields where
+    get_config sets it; any name base.py does not set last, by name."""
+    in_source = list(explanations(source))
+    order = [n for n in in_source if not any(p and n.startswith(p) for p in BUILDERS.values())]
+    for prefix in dict.fromkeys(p for p in BUILDERS.values() if p):
+        at = order.index(prefix[:-1]) + 1 if prefix[:-1] in order else len(order)
+        order[at:at] = [n for n in in_source if n.startswith(prefix)]
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
 
 
 def flat_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
