@@ -32,6 +32,7 @@ def test_every_field_and_section_has_its_line_with_default_and_meaning():
         ("    c.extra = ml_collections.ConfigDict()", "    c.eval = ", "extra"),  # a section
         ("    m.new_width = 8", "    m.attn_block", "model.new_width"),  # a model field, in tiny_model
     ],
+    ids=["field", "section", "model field"],
 )
 def test_a_field_added_without_a_comment_is_named_and_one_with_a_comment_is_documented(added, anchor, named):
     source = SOURCE.replace(anchor, f"{added}\n{anchor}", 1)
