@@ -109,12 +109,41 @@ USER_ERRORS = [
 ]
 
 
+INSPECT = {  # --print_config and --dry_run: what they print, and that nothing starts
+    "print_config": ["--config=configs/pizza.py:smol", "--config.loop.steps=7", "--print_config"],
+    "dry_run_paper": ["--config=configs/pizza.py", "--config.executor.docker_url=unix:///tmp/no-such-docker.sock",
+                      "--dry_run"],
+    "dry_run_cpu": ["--config=configs/pizza.py:cpu", "--dry_run"],
+    "help": ["--help"],
+}  # fmt: skip
+
+
+Launched = tuple[subprocess.CompletedProcess, Path]
+
+
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> dict[int, tuple[subprocess.CompletedProcess, Path]]:
-    """Every USER_ERRORS case launched once (one forking interpreter for all), each with a workdir of its own."""
+def launched_all(tmp_path_factory) -> tuple[dict[int, Launched], dict[str, Launched]]:
+    """Every USER_ERRORS and INSPECT case launched once (one forking interpreter for all), each with a workdir of its
+    own: (USER_ERRORS' by index, INSPECT's by name)."""
     root = tmp_path_factory.mktemp("launch")
-    cases = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
-    return {i: (done, root / str(i)) for i, done in enumerate(launch_each(cases))}
+    errors = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
+    inspect = [[*args, f"--config.workdir={root / name}"] if name != "help" else args for name, args in INSPECT.items()]
+    done = launch_each(errors + inspect)
+    return (
+        {i: (d, root / str(i)) for i, d in enumerate(done[: len(errors)])},
+        {name: (d, root / name) for name, d in zip(INSPECT, done[len(errors) :], strict=True)},
+    )
+
+
+@pytest.fixture(scope="module")
+def launched(launched_all) -> dict[int, Launched]:
+    return launched_all[0]
+
+
+@pytest.fixture(scope="module")
+def inspected(launched_all) -> dict[str, Launched]:
+    """--print_config, --dry_run and --help (INSPECT), each launched once."""
+    return launched_all[1]
 
 
 @pytest.mark.parametrize("case", range(len(USER_ERRORS)), ids=[says[:40] for _, says in USER_ERRORS])
@@ -255,23 +284,6 @@ def test_a_broken_model_config_fails_launch_in_one_line(tmp_path):
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"error: model.path={tmp_path / 'model'}: ") and "not valid JSON" in line, line
     assert not (tmp_path / "run").exists()
-
-
-INSPECT = {  # --print_config and --dry_run: what they print, and that nothing starts
-    "print_config": ["--config=configs/pizza.py:smol", "--config.loop.steps=7", "--print_config"],
-    "dry_run_paper": ["--config=configs/pizza.py", "--config.executor.docker_url=unix:///tmp/no-such-docker.sock",
-                      "--dry_run"],
-    "dry_run_cpu": ["--config=configs/pizza.py:cpu", "--dry_run"],
-    "help": ["--help"],
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def inspected(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
-    """Each INSPECT case launched once (one forking interpreter for all), with a workdir of its own."""
-    root = tmp_path_factory.mktemp("inspect")
-    cases = [[*args, f"--config.workdir={root / name}"] if name != "help" else args for name, args in INSPECT.items()]
-    return {name: (done, root / name) for name, done in zip(INSPECT, launch_each(cases), strict=True)}
 
 
 def test_print_config_prints_every_resolved_field_and_starts_nothing(inspected):
