@@ -47,9 +47,11 @@ test-unit: install
 bench: install apt sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
 
-# README.md's and BUILD.md's result tables, rewritten from docs/results (tests/test_results_tables.py checks them).
+# README.md's and BUILD.md's result tables, rewritten from docs/results (tests/test_results_tables.py checks them),
+# and docs/config.md from configs/base.py (tests/test_config_docs.py).
 tables: install
 	$(VPY) -m mle_jax.reporting.results_tables --write
+	$(VPY) -m mle_jax.run.config_docs --write
 
 lint: install
 	$(VENV)/bin/ruff check .

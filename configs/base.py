@@ -10,21 +10,23 @@ from mle_jax.tasks.paths import RAW_DATA_DIR
 def tiny_model() -> ml_collections.ConfigDict:
     """A tiny random Qwen2 that runs on 2 CPU cores (embedded run and tests)."""
     m = ml_collections.ConfigDict()
-    m.path = ""  # no checkpoint: build from the fields below with a BPE tokenizer trained on the task
-    m.vocab_size = 4096
-    m.hidden_size = 128
-    m.intermediate_size = 384
-    m.num_hidden_layers = 2
-    m.num_attention_heads = 4
-    m.num_key_value_heads = 2
-    m.head_dim = 32
-    m.max_position_embeddings = 4096
-    m.rope_theta = 1_000_000.0
-    m.rms_norm_eps = 1e-6
-    m.tie_word_embeddings = True
-    m.dtype = "float32"
-    m.param_dtype = "float32"
-    m.remat = False
+    # a local HF model folder (config.json, safetensors, tokenizer) the policy starts from; empty: a model of the
+    # fields below with random weights and a BPE tokenizer trained on the task
+    m.path = ""
+    m.vocab_size = 4096  # tokens in the vocabulary (rows of the embedding)
+    m.hidden_size = 128  # width of the residual stream
+    m.intermediate_size = 384  # width of each layer's SwiGLU MLP
+    m.num_hidden_layers = 2  # transformer layers
+    m.num_attention_heads = 4  # query heads per layer
+    m.num_key_value_heads = 2  # key/value heads per layer (grouped-query attention)
+    m.head_dim = 32  # width of one attention head
+    m.max_position_embeddings = 4096  # longest sequence (prompt + response) the model is built for
+    m.rope_theta = 1_000_000.0  # base of the rotary position embedding's frequencies
+    m.rms_norm_eps = 1e-6  # epsilon of the RMSNorm layers
+    m.tie_word_embeddings = True  # the output head is the input embedding matrix
+    m.dtype = "float32"  # dtype of the activations (the compute)
+    m.param_dtype = "float32"  # dtype of the weights (the learner's copies: optim.master_dtype)
+    m.remat = False  # recompute each layer's activations in the backward pass instead of keeping them (memory)
     m.scan_layers = False  # one lax.scan over the stacked layers in training (compiles once per model, not per layer)
     m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
     return m
@@ -33,7 +35,7 @@ def tiny_model() -> ml_collections.ConfigDict:
 def qwen25_3b_model() -> ml_collections.ConfigDict:
     """Qwen2.5-3B-Instruct; weights come from `path` (a local HF folder)."""
     m = tiny_model()
-    m.path = ""
+    m.path = ""  # its weights' folder, given with --config.model.path=<folder>
     m.vocab_size = 151936
     m.hidden_size = 2048
     m.intermediate_size = 11008
@@ -77,14 +79,14 @@ def smollm2_model() -> ml_collections.ConfigDict:
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.seed = 0
-    c.workdir = "runs/default"
+    c.seed = 0  # seeds the initial weights, the sampling, the mini-batch shuffles, the warm start, the evaluation
+    c.workdir = "runs/default"  # where the run writes its checkpoints, metrics, samples and report.md
     c.resume = True  # continue from the last checkpoint in workdir when there is one
 
-    c.model = qwen25_3b_model()
+    c.model = qwen25_3b_model()  # the policy; the critic and the frozen reference start from it (Qwen2.5-3B-Instruct)
 
-    c.task = ml_collections.ConfigDict()
-    c.task.id = ""
+    c.task = ml_collections.ConfigDict()  # the task: an MLE-bench competition and its data
+    c.task.id = ""  # the MLE-bench competition id (configs/<task>.py sets it)
     c.task.prepared_dir = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
     c.task.raw_dir = str(RAW_DATA_DIR)  # raw Kaggle files shipped in data/raw/, one folder per task id
     c.task.data_root = "data/tasks"  # where preparers write <id>/prepared/
@@ -94,78 +96,80 @@ def get_config() -> ml_collections.ConfigDict:
     c.task_weights = ()  # one weight per task of `tasks`; empty: equal weights
     c.task_timeouts_s = ()  # one run timeout (s) per task of `tasks`; empty: executor.timeout_s for every task
 
-    c.prompt = ml_collections.ConfigDict()
-    c.prompt.max_prompt_tokens = 1024
+    c.prompt = ml_collections.ConfigDict()  # the paper's prompts (mle_jax/tasks/prompts.py)
+    c.prompt.max_prompt_tokens = 1024  # longest prompt in tokens: its data snippet and output tail shrink to fit
     c.prompt.improve_fraction = 0.5  # share of prompts that ask to improve an earlier solution
-    c.prompt.snippet_chars = 1200
-    c.prompt.output_tail_chars = 1500
+    c.prompt.snippet_chars = 1200  # characters of each of the task's data files shown in the prompt
+    c.prompt.output_tail_chars = 1500  # characters of the end of an earlier run's output an improve prompt shows
 
-    c.sampler = ml_collections.ConfigDict()
-    c.sampler.backend = "vllm"  # "jax" (in process) or "vllm" (OpenAI server)
-    c.sampler.temperature = 0.7
-    c.sampler.top_p = 1.0
-    c.sampler.top_k = -1
-    c.sampler.max_tokens = 1024
+    c.sampler = ml_collections.ConfigDict()  # how the policy's responses are sampled
+    c.sampler.backend = "vllm"  # the policy's sampler: "jax" (in process) or "vllm" (an OpenAI server)
+    c.sampler.temperature = 0.7  # sampling temperature; the learner's logprobs are of logits / temperature too
+    c.sampler.top_p = 1.0  # nucleus sampling: the smallest set of tokens with this much probability (1.0: off)
+    c.sampler.top_k = -1  # only the k most likely tokens (-1: off)
+    c.sampler.max_tokens = 1024  # most tokens of one response
     # n: each prompt sampled n times in one request, a group (for grpo / dr_grpo / rloo); an update trains on whole
     # groups only, so loop.batch_size must be a multiple of n (not in the paper: 1, one sample per prompt)
     c.sampler.group_size = 1
-    c.sampler.vllm_url = ""  # empty: launch/ starts one
-    c.sampler.vllm_gpu_memory_utilization = 0.2
+    c.sampler.vllm_url = ""  # the policy's vLLM server (launch/gpu_node.sh starts one and passes its URL)
+    c.sampler.vllm_gpu_memory_utilization = 0.2  # share of the GPU's memory each vLLM server that launch/ starts takes
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
     # how: "hf" exports HF safetensors (the learner waits for the copy to host; BUILD.md measures both at 3B);
     # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv)
     c.sampler.sync_source = "hf"
 
-    c.instrument = ml_collections.ConfigDict()
+    c.instrument = ml_collections.ConfigDict()  # the instrumenter: progress prints put into each program (§3.2, C.3)
     c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
-    c.instrument.max_tokens = 1536
-    c.instrument.max_prompt_tokens = 4096
-    c.instrument.temperature = 0.0
+    c.instrument.max_tokens = 1536  # most tokens of an instrumented program
+    c.instrument.max_prompt_tokens = 4096  # longest instrumentation prompt in tokens
+    c.instrument.temperature = 0.0  # the instrumenter's sampling temperature (0: greedy)
     c.instrument.vllm_url = ""  # vLLM server with the frozen initial weights (never synced)
     # "free": the model writes the instrumented program (the paper's); "copy": the program's lines are copied
     # from the source and the model writes only the lines it inserts (mle_jax/instrument/copying.py)
     c.instrument.decoding = "free"
     c.instrument.copy_window = 48  # decoding "copy": most tokens per call
 
-    c.executor = ml_collections.ConfigDict()
-    c.executor.backend = "docker"  # "bwrap" | "docker"
-    c.executor.fleet = "local"  # "local" pool | "ray"
-    c.executor.slots = 0  # 0: number of cores
-    c.executor.queue_size = 1024
-    c.executor.ray_address = ""
-    c.executor.image = "mle-jax-sandbox:latest"
+    c.executor = ml_collections.ConfigDict()  # the sandboxes that run the agent's programs, and their limits
+    c.executor.backend = "docker"  # the sandbox: "bwrap" (bubblewrap) | "docker" (a Docker or Podman daemon)
+    c.executor.fleet = "local"  # where the sandboxes run: "local" (a pool here) | "ray" (a Ray cluster)
+    c.executor.slots = 0  # programs run at once (0: one per core of this machine)
+    c.executor.queue_size = 1024  # most runs waiting for a slot
+    c.executor.ray_address = ""  # fleet "ray": the cluster to join; empty: a private local Ray cluster
+    c.executor.image = "mle-jax-sandbox:latest"  # docker backend: the sandbox image (`make sandbox-image` builds it)
     c.executor.sandbox_python = ""  # bwrap: interpreter of the sandbox venv; empty: .sandbox-venv/bin/python
-    c.executor.timeout_s = 3600.0
-    c.executor.memory_mb = 16384
-    c.executor.cpus = 4
-    c.executor.max_procs = 512
-    c.executor.max_file_mb = 2048
-    c.executor.max_output_bytes = 65536
+    c.executor.timeout_s = 3600.0  # a program's wall-clock limit (s): it is killed then, and fails
+    c.executor.memory_mb = 16384  # memory limit of one run (MiB)
+    c.executor.cpus = 4  # CPUs of one run
+    c.executor.max_procs = 512  # most processes and threads of one run
+    c.executor.max_file_mb = 2048  # largest file a run may write (MiB)
+    c.executor.max_output_bytes = 65536  # stdout and stderr kept of one run (its head and tail; the middle elided)
     c.executor.max_work_mb = 8192  # cap on a run's work dir (disk), on top of max_file_mb per file
     c.executor.max_work_files = 200_000  # cap on the files and folders of a run's work dir (inodes)
     c.executor.docker_url = ""  # docker backend: the Docker API socket; empty: DOCKER_HOST / local Docker
     c.executor.ray_actor_cpus = 0.0  # CPUs each Ray executor actor reserves; 0: executor.cpus
 
-    c.reward = ml_collections.ConfigDict()
-    c.reward.failure = -10.0
-    c.reward.per_print = 0.1
+    c.reward = ml_collections.ConfigDict()  # a program's reward (mle_jax/tasks/reward.py)
+    c.reward.failure = -10.0  # a program that does not write a valid submission
+    c.reward.per_print = 0.1  # partial credit per distinct progress print the failed program reached
     # not in the paper: valid signed scores below this are squashed into (valid_floor - 1, valid_floor), so a
     # valid but terrible submission (log loss 12) never earns less than a crash (mle_jax/tasks/reward.py)
     c.reward.valid_floor = -8.0
 
-    c.ppo = ml_collections.ConfigDict()
-    c.ppo.gamma = 1.0
-    c.ppo.lam = 1.0
-    c.ppo.clip_ratio = 0.2
-    c.ppo.dual_clip = 0.0  # 0: off; else e.g. 3.0
-    c.ppo.value_clip = 0.5
-    c.ppo.entropy_coef = 0.001
-    c.ppo.kl_coef = 0.001
-    c.ppo.kl_estimator = "k1"  # "k1" | "k3"
-    c.ppo.whiten_advantages = True
-    c.ppo.loss_agg = "token-mean"  # "token-mean" | "seq-mean-token-mean"
-    c.ppo.duration_weights = "batch_mean"  # "off" | "batch_mean" (paper) | "clipped" | "log"
-    c.ppo.duration_max_weight = 10.0  # for "clipped"
+    c.ppo = ml_collections.ConfigDict()  # the update (mle_jax/rl/ppo.py), for every learner.algorithm
+    c.ppo.gamma = 1.0  # discount of the returns
+    c.ppo.lam = 1.0  # GAE's λ
+    c.ppo.clip_ratio = 0.2  # ε: the ratio π / π_old is clipped to [1 - ε, 1 + ε]
+    c.ppo.dual_clip = 0.0  # dual-clip PPO: the loss of a token with A < 0 capped at -A·c (0: off; else e.g. 3.0)
+    c.ppo.value_clip = 0.5  # the critic's new values are clipped to within this of the old ones
+    c.ppo.entropy_coef = 0.001  # weight of the entropy bonus in the policy's loss
+    c.ppo.kl_coef = 0.001  # weight of the KL to the frozen reference (in the reward for ppo, a loss term otherwise)
+    c.ppo.kl_estimator = "k1"  # the per-token KL estimate: "k1" (the log ratio) | "k3" (non-negative, unbiased)
+    c.ppo.whiten_advantages = True  # advantages normalised to mean 0 and std 1 over the batch
+    c.ppo.loss_agg = "token-mean"  # the loss over tokens: "token-mean" (all of the batch's) | "seq-mean-token-mean"
+    # each sample's loss times its run time Δt over the batch's mean, undoing the async loop's bias towards fast
+    # programs (§3.1): "off" | "batch_mean" (paper) | "clipped" (capped at duration_max_weight) | "log" (of 1 + Δt)
+    c.ppo.duration_weights = "batch_mean"
+    c.ppo.duration_max_weight = 10.0  # duration_weights "clipped": the largest weight
     # Δt floor for duration weights: a response with no code never runs (Δt = 0) and would get weight 0,
     # so the policy would never be pushed away from it. One second ~ a sandbox start plus an import.
     c.ppo.min_duration_s = 1.0
@@ -174,8 +178,8 @@ def get_config() -> ml_collections.ConfigDict:
     # tokens once they leave [0.8, 1.2] but not the others', and the policy walks away from the behaviour
     # policy that sampled the batch (measured in README.md: "PPO epochs").
     c.ppo.epochs = 1
-    c.ppo.mini_batch_size = 128
-    c.ppo.micro_batch_size = 8
+    c.ppo.mini_batch_size = 128  # samples per optimizer step (B / mini_batch_size steps per epoch)
+    c.ppo.micro_batch_size = 8  # samples per forward+backward; gradients accumulated over the mini-batch
     c.ppo.shuffle = True  # reshuffle the batch into mini-batches every epoch
     c.ppo.seq_bucket = 128  # pad T up to a multiple of this so the update compiles once per bucket (0: off)
     # logprobs and entropy over this many positions at a time: the [micro, T, V] logits (10 GB in fp32 for the
@@ -184,78 +188,78 @@ def get_config() -> ml_collections.ConfigDict:
     # AReaL's decoupled loss (valid for every learner.algorithm): the clip around the proximal policy (the params at
     # the start of the update, one more forward pass), each token's loss times min(π_prox / π_behaviour, cap)
     c.ppo.decoupled = False
-    c.ppo.behaviour_weight_cap = 5.0
+    c.ppo.behaviour_weight_cap = 5.0  # decoupled: the cap on π_prox / π_behaviour
 
-    c.learner = ml_collections.ConfigDict()
+    c.learner = ml_collections.ConfigDict()  # what the learner trains
     # the objective (mle_jax/rl/objectives.py): "ppo" (the paper's: critic, GAE, KL in the reward) | "grpo" |
     # "dr_grpo" | "rloo" (critic-free: group-relative advantages, the KL to the reference as a loss term)
     c.learner.algorithm = "ppo"
 
-    c.optim = ml_collections.ConfigDict()
-    c.optim.actor_lr = 1e-5
-    c.optim.critic_lr = 1e-5
-    c.optim.weight_decay = 0.0
-    c.optim.grad_clip = 1.0
-    c.optim.warmup_steps = 0
-    c.optim.adam_eps = 1e-8
+    c.optim = ml_collections.ConfigDict()  # the learner's optimizer: global-norm clipping, then AdamW
+    c.optim.actor_lr = 1e-5  # the policy's learning rate (constant after the warm-up)
+    c.optim.critic_lr = 1e-5  # the critic's learning rate (objectives with a critic: ppo)
+    c.optim.weight_decay = 0.0  # AdamW's decoupled weight decay
+    c.optim.grad_clip = 1.0  # gradients are clipped to this global norm
+    c.optim.warmup_steps = 0  # optimizer steps of linear learning-rate warm-up from 0
+    c.optim.adam_eps = 1e-8  # Adam's ε
     c.optim.master_dtype = "float32"  # learner-side params and Adam moments ("" = the model's param dtype)
 
-    c.mesh = ml_collections.ConfigDict()
-    c.mesh.data = 1
-    c.mesh.fsdp = -1  # -1: all remaining devices
-    c.mesh.tensor = 1
+    c.mesh = ml_collections.ConfigDict()  # the device mesh the learner shards over (mle_jax/infra/sharding.py)
+    c.mesh.data = 1  # data-parallel replicas: the batch split over them, the weights copied
+    c.mesh.fsdp = -1  # fully sharded data parallel: weights and batch split over this many (-1: all remaining)
+    c.mesh.tensor = 1  # tensor parallel: heads, MLP and vocabulary split over this many devices
     c.mesh.dcn_data = 1  # TPU slices the data axis spans over the data-centre network (data = dcn_data x data)
-    c.mesh.reference_on_host = False
+    c.mesh.reference_on_host = False  # the frozen reference in pinned host memory (saves device memory)
 
-    c.loop = ml_collections.ConfigDict()
+    c.loop = ml_collections.ConfigDict()  # the asynchronous RL loop (mle_jax/rl/loop.py)
     c.loop.batch_size = 128  # B: samples per update
     c.loop.in_flight_multiplier = 2  # m: m*B samples kept in flight
     # Off: nothing is dropped for being slow (the bias duration weights undo); > 0 re-samples only prompts whose
     # programs still wait in the executor queue after this many versions (rl/loop.py)
     c.loop.max_version_lag = 0
-    c.loop.steps = 100
-    c.loop.improve_buffer_size = 256
+    c.loop.steps = 100  # RL steps (updates) to run; a resumed run counts its finished ones
+    c.loop.improve_buffer_size = 256  # most recent programs that ran kept for improve prompts (§3.3)
     c.loop.max_consecutive_infra_failures = 32  # this many executor failures in a row stop the run
 
-    c.checkpoint = ml_collections.ConfigDict()
-    c.checkpoint.every = 1
-    c.checkpoint.keep = 3
+    c.checkpoint = ml_collections.ConfigDict()  # the learner's orbax checkpoints, in <workdir>/checkpoints
+    c.checkpoint.every = 1  # a checkpoint every k RL steps
+    c.checkpoint.keep = 3  # the newest k checkpoint steps are kept
 
     c.warmstart = ml_collections.ConfigDict()  # SFT on a verified program corpus (mle_jax/warmstart)
-    c.warmstart.enabled = False
+    c.warmstart.enabled = False  # run the warm start before RL
     c.warmstart.corpus_size = 256  # distinct programs from the task grid, each verified in the sandbox
-    c.warmstart.steps = 300
-    c.warmstart.lr = 1e-3
-    c.warmstart.batch_size = 8
+    c.warmstart.steps = 300  # SFT steps
+    c.warmstart.lr = 1e-3  # SFT's peak learning rate (warm-up, then cosine decay)
+    c.warmstart.batch_size = 8  # examples per SFT step
     c.warmstart.micro_batch_size = 0  # rows per forward+backward, gradients accumulated over the batch; 0: all
-    c.warmstart.warmup_steps = 20
-    c.warmstart.weight_decay = 0.0
-    c.warmstart.grad_clip = 1.0
+    c.warmstart.warmup_steps = 20  # SFT steps of linear learning-rate warm-up
+    c.warmstart.weight_decay = 0.0  # SFT's AdamW weight decay
+    c.warmstart.grad_clip = 1.0  # SFT's gradients are clipped to this global norm
     c.warmstart.max_response_tokens = 1024  # longer corpus responses are dropped, never truncated
-    c.warmstart.log_every = 10
-    c.warmstart.checkpoint_every = 100
-    c.warmstart.verify_timeout_s = 120.0  # per corpus program
-    c.warmstart.verify_workers = 0  # 0: executor.slots, at most one per CPU of this machine
+    c.warmstart.log_every = 10  # the SFT loss is logged every k steps
+    c.warmstart.checkpoint_every = 100  # SFT checkpoint every k steps (a killed warm start resumes from it)
+    c.warmstart.verify_timeout_s = 120.0  # a corpus program's time limit when it is verified (s)
+    c.warmstart.verify_workers = 0  # corpus programs verified at once; 0: executor.slots, at most one per CPU here
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
     # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
     c.warmstart.improve_fraction = 0.5
     # SFT examples on the instrumentation prompt (C.3) so the frozen warm-started model can instrument (0: none;
-    # a pretrained instruct model can already), and held-out programs it instruments after SFT (a metric)
+    # a pretrained instruct model can already)
     c.warmstart.instrument_examples = 0
     c.warmstart.instrument_redrawn = 0  # more, about those programs with hyperparameter values redrawn at random
-    c.warmstart.instrument_eval = 32
+    c.warmstart.instrument_eval = 32  # held-out programs the warm-started model instruments after SFT (a metric)
     # steps repeating random token sequences before the SFT of a model from scratch, so it can copy (a tiny model
     # that never learned to copy writes back the grid's typical program when asked to instrument one); 0: none
     c.warmstart.copy_steps = 0
-    c.warmstart.copy_length = 96
+    c.warmstart.copy_length = 96  # tokens of each random sequence of copy_steps
 
-    c.eval = ml_collections.ConfigDict()
-    c.eval.samples = 128
-    c.eval.improve = True
+    c.eval = ml_collections.ConfigDict()  # the evaluation after RL (mle_jax/env/evaluation.py; the paper's best of 128)
+    c.eval.samples = 128  # samples from the scratch prompt (0: no evaluation)
+    c.eval.improve = True  # and one improvement of each
 
-    c.report = ml_collections.ConfigDict()
-    c.report.tensorboard = True
-    c.report.plots = True
+    c.report = ml_collections.ConfigDict()  # what the run writes for people, in its workdir
+    c.report.tensorboard = True  # TensorBoard event files in <workdir>/tb
+    c.report.plots = True  # PNG plots in <workdir>/plots, linked from report.md
     return c
 
 

@@ -1,15 +1,22 @@
-"""python -m mle_jax.evaluate --workdir W [--samples N]: evaluates a finished run's latest policy as the paper
-does (mle_jax/env/evaluation.py) and prints our numbers beside the paper's Table 1."""
+"""python -m mle_jax.evaluate --workdir W [--samples N] [--task ID]: evaluates a finished run's latest policy as the
+paper does (mle_jax/env/evaluation.py) and prints our numbers beside the paper's Table 1.
+
+The evaluation goes to a new file, W/evaluation-<UTC date and time>.json (the run's own evaluation.json is kept), and
+W/report.md is rewritten with it; one line says so. With --task it goes to W/evaluation-<ID>.json and report.md,
+which is about the run's tasks, is left as it was.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from absl import app, flags
 
 from mle_jax.env.evaluation import evaluate, format_table
+from mle_jax.reporting import report
 from mle_jax.run import builders, environment
 from mle_jax.run.settings import from_config
 
@@ -48,9 +55,27 @@ def main(argv: list[str]) -> None:
     env_tasks = tasks if len(tasks) > 1 else tasks[0]
     with environment.open_environment(s, env_tasks, packages, model, tokenizer, workdir, initial=initial) as env:
         result = evaluate(s.eval, env)
-    name = f"evaluation-{_TASK.value}.json" if _TASK.value else "evaluation.json"
-    (workdir / name).write_text(json.dumps(result, indent=2))
+    path = workdir / f"evaluation-{_TASK.value}.json" if _TASK.value else dated_path(workdir, datetime.now(UTC))
+    path.write_text(json.dumps(result, indent=2))
     print(format_table(result))
+    if _TASK.value:
+        print(f"wrote {path}; report.md (about the run's tasks) is left as it was")
+        return
+    summary_file = workdir / report.RUN_SUMMARY
+    # a workdir from before run_summary.json: the report's Run table has only the task
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {"task": tasks[0].id}
+    report_path = report.write_report(workdir, summary, result, plots=s.report.plots, evaluation_file=path.name)
+    print(f"wrote {path} (the run's own evaluation.json is kept) and rewrote {report_path} with it")
+
+
+def dated_path(workdir: Path, now: datetime) -> Path:
+    """workdir/evaluation-<UTC date and time>.json, a name no file there has yet."""
+    stem = f"evaluation-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    path, n = workdir / f"{stem}.json", 1
+    while path.exists():
+        n += 1
+        path = workdir / f"{stem}-{n}.json"
+    return path
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""python -m mle_jax.launch --config=configs/pizza.py:cpu [--config.a.b=v ...]
+"""python -m mle_jax.launch --config=configs/pizza.py:cpu [--config.a.b=v ...] [--print_config | --dry_run]
+
+--print_config prints every field of the config as it resolves (the :cpu/:smol presets and the overrides applied)
+and exits. --dry_run checks what the run needs and prints what it would start, one line per part (model and its size,
+learner, sampler, sandbox backend, fleet, tasks, batch, checkpoint size, devices), then exits: 0 when nothing is
+missing, 2 with one `error:` line per missing piece. Neither starts anything or writes to the workdir.
 
 A mistake in the command (an unknown config arg or field, a bad value) or something the run needs that is
 missing (a model folder, a Docker daemon, a vLLM server, the task's data, room on the disk for a checkpoint) ends in
@@ -17,16 +22,27 @@ import shutil
 import sys
 from pathlib import Path
 
+import jax
 from absl import app, flags, logging
 
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import CheckpointError, CheckpointWriteError, is_disk_full
-from mle_jax.run import preflight
+from mle_jax.run import dry_run, preflight
 from mle_jax.run.cli import config_flag, fail, parse_flags
+from mle_jax.run.config_docs import flat_config
 from mle_jax.run.settings import ConfigError, RunSettings, from_config
 from mle_jax.run.stages import run_settings
 
 CONFIG = config_flag()
+flags.declare_key_flag("config")  # defined in run/cli.py: listed by --help as this module's own
+PRINT_CONFIG = flags.DEFINE_boolean(
+    "print_config", False, "print every field of the resolved config (presets and overrides applied) and exit"
+)
+DRY_RUN = flags.DEFINE_boolean(
+    "dry_run",
+    False,
+    "check what the run needs and print what it would start, one line each, then exit (2 if something is missing)",
+)
 RESUME = "run the same command to resume from its last checkpoint"
 FIRST_CTRL_C = "Ctrl-C: stopping at the next safe point (the finished step is saved); Ctrl-C again stops at once"
 SECOND_CTRL_C = f"interrupted: stopped at once, the step in progress is lost; {RESUME}"
@@ -82,6 +98,17 @@ def _drop_closed_loop_callbacks(unraisable: sys.UnraisableHookArgs, default=sys.
     default(unraisable)
 
 
+def _dry_run(settings: RunSettings) -> int:
+    """Prints what the run would start and what it lacks; the exit status: 0 ready, 2 something missing."""
+    devices = [d.platform for d in jax.devices()]  # only here: a real run joins its other processes first
+    print("\n".join(dry_run.plan_lines(settings, devices)))
+    missing = dry_run.problems(settings, devices)
+    for line in missing:
+        print(f"error: {line}", file=sys.stderr)
+    print("dry run: nothing started" + (f"; {len(missing)} missing, as above" if missing else "; ready to run"))
+    return 2 if missing else 0
+
+
 def main(argv: list[str]) -> None:
     del argv
     if not flags.FLAGS["verbosity"].present:  # orbax logs every checkpoint step at INFO; keep the progress bar readable
@@ -92,8 +119,14 @@ def main(argv: list[str]) -> None:
     cfg = CONFIG.value
     if cfg is None:
         fail("--config is required, e.g. --config=configs/pizza.py:cpu")
+    if PRINT_CONFIG.value:
+        for name, value in flat_config(cfg).items():
+            print(f"{name} = {value!r}")
+        return
     try:
         settings = from_config(cfg)
+        if DRY_RUN.value:
+            sys.exit(_dry_run(settings))
         preflight.check(settings)
     except (ConfigError, preflight.PreflightError) as e:
         fail(str(e).replace("\n", "\nerror: "))

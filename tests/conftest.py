@@ -91,6 +91,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return LONGEST_FIRST.index(module_of(item)) if module_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within each module, and of the other modules, is kept
+    for item in items:  # a test of no other tier is a unit test: `pytest -m unit` runs that tier alone
+        if tier_of(item.keywords) == "unit":
+            item.add_marker(pytest.mark.unit)
 
 
 def tier_of(keywords) -> str:

@@ -88,7 +88,12 @@ def test_two_rl_steps_end_to_end(finished_run):
     assert ev["paper_medals"] == {"qwen2.5-3b": "none", "qwen2.5-3b-rl": "above_median"}
     assert sum(ev["scratch"]["medals"]["shares"].values()) == pytest.approx(1.0)
     report = (workdir / "report.md").read_text()
+    assert report.startswith(
+        "# Run report: random-acts-of-pizza\n\n- **Task**: random-acts-of-pizza (higher is better)"
+    )
+    assert "- **Reward** (mean ± SE of the RL samples, step 1 → step 2): " in report
     assert "## Evaluation" in report and "valid_fraction/first_step" in report
+    assert json.loads((workdir / "run_summary.json").read_text())["rl/steps"] == 2  # for mle_jax.evaluate's report
     assert "| random-acts-of-pizza | scratch |" in report and "after RL 0.663 (above_median)" in report
     assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
     assert list((workdir / "tb").iterdir())
@@ -139,13 +144,21 @@ def evaluate_cli(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
 
 
 def test_evaluate_cli_reloads_the_trained_policy(finished_run):
-    """`python -m mle_jax.evaluate` rebuilds the policy from the run's checkpoints and tokenizer."""
+    """`python -m mle_jax.evaluate` rebuilds the policy from the run's checkpoints and tokenizer, writes a new dated
+    evaluation file beside the run's own evaluation.json and rewrites report.md with it, saying so in one line."""
     workdir, _ = finished_run
     done = evaluate_cli(workdir, "--samples=3")  # not the run's 2: the file is the CLI's
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| scratch | 3 |" in done.stdout and "after RL 0.663" in done.stdout
-    ev = json.loads((workdir / "evaluation.json").read_text())
+    [dated] = workdir.glob("evaluation-2*.json")  # evaluation-<UTC date and time>.json
+    ev = json.loads(dated.read_text())
     assert ev["scratch"]["samples"] == 3 and ev["improved"]["samples"] == 3 and ev["task"] == "random-acts-of-pizza"
+    assert json.loads((workdir / "evaluation.json").read_text())["scratch"]["samples"] == 2  # the run's own, kept
+    said = f"wrote {dated} (the run's own evaluation.json is kept) and rewrote {workdir / 'report.md'} with it"
+    assert done.stdout.strip().splitlines()[-1] == said
+    report = (workdir / "report.md").read_text()
+    assert f"- **Evaluation** ({dated.name}): best of 3 scratch samples" in report and f"From {dated.name}." in report
+    assert "| rl/steps |" in report  # the run's own figures, from run_summary.json
 
 
 def test_evaluate_cli_evaluates_a_held_out_task(finished_run):

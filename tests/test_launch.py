@@ -12,10 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jax
 import pytest
 
 from mle_jax.rl.objectives import OBJECTIVES
-from mle_jax.run import preflight
+from mle_jax.run import config_docs, preflight
 from mle_jax.run.settings import from_config
 from mle_jax.tasks.registry import get_spec
 
@@ -108,12 +109,41 @@ USER_ERRORS = [
 ]
 
 
+INSPECT = {  # --print_config and --dry_run: what they print, and that nothing starts
+    "print_config": ["--config=configs/pizza.py:smol", "--config.loop.steps=7", "--print_config"],
+    "dry_run_paper": ["--config=configs/pizza.py", "--config.executor.docker_url=unix:///tmp/no-such-docker.sock",
+                      "--dry_run"],
+    "dry_run_cpu": ["--config=configs/pizza.py:cpu", "--dry_run"],
+    "help": ["--help"],
+}  # fmt: skip
+
+
+Launched = tuple[subprocess.CompletedProcess, Path]
+
+
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> dict[int, tuple[subprocess.CompletedProcess, Path]]:
-    """Every USER_ERRORS case launched once (one forking interpreter for all), each with a workdir of its own."""
+def launched_all(tmp_path_factory) -> tuple[dict[int, Launched], dict[str, Launched]]:
+    """Every USER_ERRORS and INSPECT case launched once (one forking interpreter for all), each with a workdir of its
+    own: (USER_ERRORS' by index, INSPECT's by name)."""
     root = tmp_path_factory.mktemp("launch")
-    cases = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
-    return {i: (done, root / str(i)) for i, done in enumerate(launch_each(cases))}
+    errors = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
+    inspect = [[*args, f"--config.workdir={root / name}"] if name != "help" else args for name, args in INSPECT.items()]
+    done = launch_each(errors + inspect)
+    return (
+        {i: (d, root / str(i)) for i, d in enumerate(done[: len(errors)])},
+        {name: (d, root / name) for name, d in zip(INSPECT, done[len(errors) :], strict=True)},
+    )
+
+
+@pytest.fixture(scope="module")
+def launched(launched_all) -> dict[int, Launched]:
+    return launched_all[0]
+
+
+@pytest.fixture(scope="module")
+def inspected(launched_all) -> dict[str, Launched]:
+    """--print_config, --dry_run and --help (INSPECT), each launched once."""
+    return launched_all[1]
 
 
 @pytest.mark.parametrize("case", range(len(USER_ERRORS)), ids=[says[:40] for _, says in USER_ERRORS])
@@ -254,3 +284,48 @@ def test_a_broken_model_config_fails_launch_in_one_line(tmp_path):
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"error: model.path={tmp_path / 'model'}: ") and "not valid JSON" in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_print_config_prints_every_resolved_field_and_starts_nothing(inspected):
+    done, workdir = inspected["print_config"]
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr[-2000:]
+    printed = dict(line.split(" = ", 1) for line in done.stdout.strip().splitlines())
+    cfg = importlib.import_module("configs.pizza").get_config("smol")
+    assert list(printed) == list(config_docs.flat_config(cfg))  # every field, in configs/base.py's order
+    assert printed["loop.steps"] == "7"  # the override
+    assert printed["model.path"] == "'checkpoints/smollm2-135m-instruct'" and printed["sampler.backend"] == "'jax'"
+    assert printed["workdir"] == repr(str(workdir)) and not workdir.exists()
+
+
+def test_dry_run_of_the_paper_config_here_names_each_missing_piece_in_one_line(inspected):
+    done, workdir = inspected["dry_run_paper"]
+    assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+    out = done.stdout.splitlines()
+    for part in ("model", "learner", "sampler", "instrumenter", "sandbox backend", "fleet", "tasks", "batch",
+                 "warm start", "checkpoint", "evaluation", "devices"):  # fmt: skip
+        assert sum(line.startswith(f"{part}: ") for line in out) == 1, (part, out)
+    assert "model: qwen2, 36 layers of hidden 2048, ~3,085.9 M parameters" in done.stdout
+    assert "checkpoint: 69.0 GiB a step" in done.stdout and "batch: B=128 samples an update" in done.stdout
+    errors = done.stderr.strip().splitlines()
+    assert all(line.startswith("error: ") for line in errors), errors
+    for missing in ("model.path is empty", "no Docker daemon answers", "sampler.vllm_url is empty",
+                    "instrument.vllm_url is empty"):  # fmt: skip
+        assert sum(missing in line for line in errors) == 1, (missing, errors)
+    only_cpu = all(d.platform == "cpu" for d in jax.devices())
+    assert any(line.startswith("error: no accelerator: JAX finds only CPU") for line in errors) == only_cpu
+    assert not workdir.exists()
+
+
+def test_dry_run_of_the_cpu_config_is_ready_and_runs_no_step(inspected):
+    done, workdir = inspected["dry_run_cpu"]
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr[-2000:]
+    assert "sandbox backend: bwrap" in done.stdout and "sampler: jax in process" in done.stdout
+    assert "checkpoint: 16.0 MiB a step" in done.stdout and "warm start: 64 verified programs" in done.stdout
+    assert done.stdout.strip().endswith("dry run: nothing started; ready to run")
+    assert not workdir.exists()
+
+
+def test_help_lists_the_launchers_flags(inspected):
+    done, _ = inspected["help"]
+    text = done.stdout + done.stderr
+    assert all(f"--{flag}" in text or f"--[no]{flag}" in text for flag in ("config", "print_config", "dry_run")), text

@@ -140,3 +140,61 @@ def test_the_score_plot_draws_the_best_in_the_tasks_direction_and_a_mix_per_task
     assert "score" not in keys
     assert keys["task_score_mean"] == ("score/mean/a-task", "score/mean/b-task")
     assert keys["task_score_best"] == ("score/best/a-task", "score/best/b-task")
+
+
+def _hand_made_run(workdir, task_of, rewards, scores):
+    """metrics.jsonl and samples.jsonl of a 2-step run as the loop writes them: step -> per-sample values."""
+    w = metrics.MetricsWriter(workdir, tensorboard=False)
+    for step in (1, 2):
+        valid = [s is not None for s in scores[step]]
+        w.write(step, {"reward/mean": sum(rewards[step]) / len(valid), "valid_fraction": sum(valid) / len(valid),
+                       "score/mean": 0.6})  # fmt: skip
+        w.write_samples(step, [{"task": task_of(i), "reward": r, "valid": s is not None, "score": s, "duration_s": 1.0}
+                               for i, (r, s) in enumerate(zip(rewards[step], scores[step], strict=True))])  # fmt: skip
+    w.close()
+
+
+def test_report_opens_with_a_summary_a_person_reads(tmp_path):
+    """Task, steps, wall time, reward first -> last step with its SE, valid fraction, best score (the task's
+    direction) with its medal, the evaluation's medal line and the plots, before the tables."""
+    spooky = "spooky-author-identification"  # log loss: lower is better, so the best is the smallest score
+    _hand_made_run(tmp_path, lambda i: spooky, {1: [-10.0, -10.0, -1.0, -3.0], 2: [-0.5, -0.7, -10.0, -0.6]},
+                   {1: [None, None, 1.0, 3.0], 2: [0.5, 0.7, None, 0.6]})  # fmt: skip
+    shares = {"gold": 0.0, "silver": 0.0, "bronze": 0.0, "above_median": 0.5, "none": 0.5, "invalid": 0.0}
+    evaluation = {"task": spooky, "paper": {"qwen2.5-3b": 0.596, "qwen2.5-3b-rl": 0.404},
+                  "scratch": {"samples": 2, "valid_fraction": 1.0, "mean": 0.45, "max": 0.41, "mean_reward": -0.45,
+                              "medals": {"best": "above_median", "shares": shares, "any_medal": 0.0}}}  # fmt: skip
+    summary = {"task": spooky, "rl/steps": 2, "rl/samples": 8, "rl/wall_s": 90.0, "wall_s": 600.0}
+    text = report.write_report(tmp_path, summary, evaluation).read_text()
+    head = text.split("\n## ")[0]
+    assert head.startswith(f"# Run report: {spooky}\n\n- **Task**: {spooky} (lower is better)\n")
+    assert "- **Steps**: 2 RL steps (8 samples) in 1.5 min; the whole run 10.0 min" in head
+    # step 1: mean -6.0, sd 4.69 over 4 -> SE 2.35; step 2: mean -2.95, SE 2.35
+    assert "- **Reward** (mean ± SE of the RL samples, step 1 → step 2): −6.00 ± 2.35 → −2.95 ± 2.35 (4 → 4" in head
+    assert "- **Valid fraction** (step 1 → step 2): 0.50 → 0.75" in head
+    # the best log loss is the smallest, 0.5 (not 3.0), and earns nothing: spooky's median is 0.419
+    assert "- **Best score during RL**: 0.500 (none), with its MLE-bench medal" in head
+    assert ("- **Evaluation** (evaluation.json): best of 2 scratch samples 0.410 (above_median), 0% of them with a "
+            "medal; the paper after RL (best of 128) 0.404 (above_median)") in head  # fmt: skip
+    assert "- **Plots**: [score](plots/score.png)" in head
+    # then the tables, the evaluation's "best" in the task's direction
+    assert text.index("## Run") < text.index("## Evaluation") < text.index("## Per step") < text.index("## Plots")
+    assert (
+        "|  | samples | valid fraction | mean score | best |\n|---|---|---|---|---|\n| scratch | 2 | 1 | 0.45 | 0.41 |"
+        in text
+    )
+    assert "max score" not in text and "| wall_s | 600 |" in text
+
+
+def test_the_report_of_a_mix_names_every_task_and_each_ones_best(tmp_path):
+    pizza, spooky = "random-acts-of-pizza", "spooky-author-identification"
+    _hand_made_run(tmp_path, lambda i: (pizza, spooky)[i % 2], {1: [-10.0, -1.0], 2: [0.6, -0.4]},
+                   {1: [None, 1.0], 2: [0.66, 0.4]})  # fmt: skip
+    summary = {"task": pizza, "tasks": f"{pizza},{spooky}", "rl/steps": 2}
+    text = report.write_report(tmp_path, summary, None, plots=False).read_text()
+    assert text.startswith(f"# Run report: {pizza}, {spooky}\n\n- **Tasks**: {pizza} (higher is better), {spooky} "
+                           "(lower is better)")  # fmt: skip
+    assert f"- **Best score during RL** ({pizza}): 0.660 (" in text
+    assert f"- **Best score during RL** ({spooky}): 0.400 (" in text
+    assert "- **Evaluation**: none" in text
+    assert not (tmp_path / "plots").exists()  # report.plots = false: none drawn

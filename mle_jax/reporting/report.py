@@ -4,7 +4,9 @@ Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
   tb/               TensorBoard event files (a resume drops the points past its checkpoint from them too)
   plots/*.png       score mean/best, valid fraction, mean Δt, reward components per step (a mix: per task too)
-  report.md         the run's table: before/after RL, evaluation, throughput
+  run_summary.json  the run's figures (report.md's "Run" table), kept for `mle_jax.evaluate`'s report
+  report.md         a summary to read first (reporting/report_summary.py), then the run's tables: the run's
+                    figures, the evaluation, per task, per step, the plots
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ import numpy as np
 
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.reporting.markdown import markdown_table
+from mle_jax.reporting.report_summary import run_tasks, summary_lines
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
+
+RUN_SUMMARY = "run_summary.json"
+
+
+def jsonable(value: Any) -> Any:
+    """A summary value JSON cannot write as it is (a NumPy scalar) as a plain number, or else as text."""
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 @dataclass(frozen=True)
@@ -139,9 +149,10 @@ def evaluation_medals(evaluation: Mapping[str, Any]) -> str:
 
 
 def evaluation_table(evaluation: Mapping[str, Any]) -> str:
-    """The evaluation's samples, valid fraction, mean and max score per kind of sample (and per task of a mix)."""
+    """The evaluation's samples, valid fraction, mean and best score (in the task's direction) per kind of sample
+    (and per task of a mix)."""
     per_task = dict(evaluation.get("tasks") or {})
-    header = ["", "samples", "valid fraction", "mean score", "max score"]
+    header = ["", "samples", "valid fraction", "mean score", "best"]
     if not per_task:
         return markdown_table(
             header,
@@ -203,20 +214,30 @@ def task_table(samples: Sequence[Mapping[str, Any]], evaluation: Mapping[str, An
     return markdown_table(TASK_HEADER, rows)
 
 
-def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> Path:
-    """report.md: a run summary table, the evaluation beside the paper, and the plots."""
+def write_report(
+    workdir: str | Path,
+    summary: Mapping[str, Any],
+    evaluation: Mapping[str, Any] | None,
+    plots: bool = True,
+    evaluation_file: str = "evaluation.json",
+) -> Path:
+    """report.md: a summary to read first, the run's figures, the evaluation beside the paper, per task, per step and
+    the plots (`plots`: written to workdir/plots; else the ones already there are linked). `evaluation_file`: the
+    file in workdir the evaluation was written to."""
     workdir = Path(workdir)
     rows = read_metrics(workdir / "metrics.jsonl")
-    plots = write_plots(rows, workdir / "plots")
-    parts = [f"# Run report: {summary.get('task', '?')}", ""]
+    samples = read_metrics(workdir / "samples.jsonl")
+    pngs = write_plots(rows, workdir / "plots") if plots else sorted((workdir / "plots").glob("*.png"))
+    parts = [f"# Run report: {', '.join(run_tasks(summary, evaluation, samples)) or '?'}", ""]
+    parts += [*summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file), "", "## Run", ""]
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
     if evaluation:
-        parts += ["", "## Evaluation", ""]
+        parts += ["", "## Evaluation", "", f"From {evaluation_file}.", ""]
         parts.append(evaluation_table(evaluation))
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
         if medals:
             parts += ["", medals]
-    per_task = task_table(read_metrics(workdir / "samples.jsonl"), evaluation)
+    per_task = task_table(samples, evaluation)
     if per_task:
         parts += ["", "## Per task", "", per_task]
     if rows:
@@ -232,8 +253,8 @@ def write_report(workdir: str | Path, summary: Mapping[str, Any], evaluation: Ma
             "instrument/lm_fraction",
         ]
         parts.append(markdown_table(keys, [[r.get(k) for k in keys] for r in rows]))
-    if plots:
-        parts += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    if pngs:
+        parts += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in pngs]
     path = workdir / "report.md"
     path.write_text("\n".join(parts) + "\n")
     return path

@@ -34,7 +34,7 @@ class PreflightError(RuntimeError):
 
 def _model(s: RunSettings) -> list[str]:
     if not s.model.path:
-        return []
+        return _random_weights(s)
     path = Path(s.model.path)
     if not (path / "config.json").is_file():
         return [
@@ -81,7 +81,7 @@ def size_text(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _architecture(s: RunSettings) -> Qwen2Config:
+def architecture(s: RunSettings) -> Qwen2Config:
     """The policy's shape: model.path's config.json, else the config's fresh model (an unreadable config.json is
     `_model`'s problem; its fields restate the shape)."""
     if s.model.path:
@@ -96,7 +96,7 @@ def checkpoint_bytes(s: RunSettings) -> int:
     """Bytes one RL checkpoint step takes at most: the learner's params and their two Adam moments, of the policy
     and, where learner.algorithm has one, of the critic (the policy's backbone and a value head), at the learner's
     master dtype; plus 1 MiB for the loop state and orbax's metadata (orbax compresses: a step on disk is smaller)."""
-    arch = _architecture(s)
+    arch = architecture(s)
     d, policy = arch.hidden_size, arch.num_parameters()
     lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * d
     critic = policy - lm_head + d + 1 if s.learner.objective.critic else 0
@@ -133,11 +133,35 @@ def disk_problems(s: RunSettings) -> list[str]:
     ]
 
 
+TINY_PARAMETERS = 50e6  # a model without model.path below this size learns from a warm start here (the :cpu model)
+
+
+def model_shape(s: RunSettings) -> str:
+    """The config's model for a person: "36 layers of hidden 2048, ~3,085.9 M parameters"."""
+    arch = architecture(s)
+    return (
+        f"{arch.num_hidden_layers} layers of hidden {arch.hidden_size}, ~{arch.num_parameters() / 1e6:,.1f} M "
+        "parameters"
+    )
+
+
+def _random_weights(s: RunSettings) -> list[str]:
+    """No model.path for a model larger than the tiny one: random weights of a pretrained model's shape, which
+    cannot write programs (the paper's config needs its Qwen2.5-3B-Instruct folder)."""
+    if s.model.architecture().num_parameters() < TINY_PARAMETERS:
+        return []
+    return [
+        f"model.path is empty: this config's model ({model_shape(s)}) would start from random weights, which "
+        "cannot write programs: pass --config.model.path=<a local HF folder, e.g. Qwen2.5-3B-Instruct> "
+        "(launch/gpu_node.sh passes its MODEL), or use the :cpu config (configs/<task>.py:cpu) for the tiny model"
+    ]
+
+
 def _without_path(s: RunSettings) -> str:
     """What leaving model.path out means for this config: the model of its shape with random weights."""
     m, params = s.model, s.model.architecture().num_parameters()
     shape = f"{m.num_hidden_layers} layers of hidden {m.hidden_size}, ~{params / 1e6:,.1f} M parameters"
-    if params < 50e6:
+    if params < TINY_PARAMETERS:
         return f"drop --config.model.path for this config's tiny random model ({shape})"
     return (
         f"use the :cpu config (configs/<task>.py:cpu) for the tiny model: without model.path this config builds "

@@ -163,7 +163,9 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
             evaluation = evaluate(s.eval, env)
             (workdir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     summary["wall_s"] = round(time.monotonic() - t_run, 1)
-    path = report.write_report(workdir, summary, evaluation)
+    # kept for `mle_jax.evaluate`, which rewrites report.md with a later evaluation
+    write_atomically(workdir / report.RUN_SUMMARY, json.dumps(summary, indent=2, default=report.jsonable))
+    path = report.write_report(workdir, summary, evaluation, plots=s.report.plots)
     console.print(f"report: {path}")
     if channel is not None:
         channel.finish()

@@ -134,6 +134,50 @@ def render_spooky_corpus_kinds(summary: dict) -> str:
     return markdown_table(header, rows)
 
 
+def reward_change_figure(summary: dict) -> str:
+    """Each arm's mean reward after RL less before, and the before-RL mean they share: "+0.69 (Δt-weighted) and
+    +1.34 (unweighted) from its before-RL mean of −3.96 ± 1.35"."""
+    changes = [f"{signed(a['after']['mean_reward'] - a['before']['mean_reward'])} ({label.split(' (')[0]})"
+               for label, a in _arms(summary)]  # fmt: skip
+    before = next(iter(summary["arms"].values()))["before"]
+    mean = plus_minus(before["mean_reward"], before["se_reward"])
+    return f"{' and '.join(changes)} from its before-RL mean of {mean}"
+
+
+CLASSIFIERS = {"linear_svm": "linear SVM", "naive_bayes": "naive Bayes", "sgd": "SGD", "logreg": "logistic regression"}
+
+
+def slow_kinds_figure(summary: dict) -> str:
+    """What the warm-started policy wrote of the corpus's slower and better kinds (word + character features)
+    against the same classifiers on words alone, before RL: how many were valid, and their mean rewards."""
+    kinds = summary["slow_and_better"]["kinds"]
+    outcomes = next(iter(summary["arms"].values()))["before"]["kind_outcomes"]
+    slow = [outcomes[k] for k in kinds]
+    word = [outcomes[k.replace("word+char", "word")] for k in kinds]
+    valid = ", ".join(
+        f"{round(o['valid_fraction'] * o['samples'])} of {o['samples']} ({CLASSIFIERS[k.split()[0]]})"
+        for k, o in zip(kinds, slow, strict=True)
+    )
+    shares = sorted(o["valid_fraction"] for o in word)
+    rewards = [number(o["reward_mean"]) for o in slow]
+    word_rewards = sorted((o["reward_mean"] for o in word), reverse=True)
+    return (
+        f"valid {valid}, against {shares[0]:.0%} to {shares[-1]:.0%} for the word-only kinds, so their mean reward was "
+        f"{', '.join(rewards[:-1])} and {rewards[-1]} against {number(word_rewards[0])} to {number(word_rewards[-1])}"
+    )
+
+
+def best_before_rl_figure(summary: dict) -> str:
+    """The warm-started policy's best score before RL (the arms share it), and the mean score of the verified corpus
+    it was fine-tuned on."""
+    before = next(iter(summary["arms"].values()))["before"]
+    n = summary["scale"]["eval_samples"]
+    return (
+        f"the warm-started policy's best of {n} before RL was already {number(before['best_score'], 3)}, and the "
+        f"grid's verified programs score {number(summary['warmstart']['corpus_score_mean'], 3)} on average"
+    )
+
+
 def corpus_median_figure(summary: dict) -> str:
     m = summary["corpus_medians"]
     return f"median program {number(m['duration_s'], 1)} s, log loss {number(m['score'], 3)}"

@@ -12,6 +12,7 @@ from mle_jax.reporting.results_tables.learning import (
     LEARNING_RUNS,
     PIZZA_RUNS,
     SPOOKY_RUNS,
+    best_before_rl_figure,
     corpus_median_figure,
     render_instrument_heldout,
     render_learning_utilisation,
@@ -21,6 +22,8 @@ from mle_jax.reporting.results_tables.learning import (
     render_slow_and_better,
     render_spooky_corpus_kinds,
     render_spooky_learning,
+    reward_change_figure,
+    slow_kinds_figure,
     wall_figure,
 )
 from mle_jax.reporting.results_tables.plans import render_objective_plans, render_plans
@@ -65,6 +68,11 @@ REGISTRY: dict[str, Entry] = {
     "wall_spooky_sft300": Entry((summary_path("learning-spooky-sft300"),), wall_figure, inline=True),
     "wall_spooky_quick": Entry((summary_path("learning-spooky-quick"),), wall_figure, inline=True),
     "wall_spooky_40": Entry((summary_path("learning-spooky-concurrent-40"),), wall_figure, inline=True),
+    "pizza_quick_earlier_change": Entry(
+        (summary_path("learning-pizza-quick-2026-11-23"),), reward_change_figure, inline=True
+    ),
+    "pizza_best_before_rl": Entry((summary_path("learning-pizza"),), best_before_rl_figure, inline=True),
+    "spooky_slow_kinds": Entry((summary_path("learning-spooky"),), slow_kinds_figure, inline=True),
     "duration_bias": Entry((f"{RESULTS}/duration_bias.jsonl",), render_duration_bias),
     "benchmarks": Entry(
         (f"{RESULTS}/duration_bias.jsonl", f"{RESULTS}/ppo_epochs.json", f"{RESULTS}/hostile_inputs.json"),
