@@ -53,7 +53,6 @@ from mle_jax.executor.workspace import (
     finish_run,
     pid_alive,
     remove_dead_roots,
-    remove_tree,
     run_roots,
     submission_cap,
 )
@@ -183,11 +182,7 @@ class BwrapSandbox:
     def close(self) -> None:
         """Remove the roots this sandbox made (runs still in flight when a fleet stopped leave their results there);
         roots the caller named stay. Idempotent; call it when no run is in progress."""
-        if self.roots.temporary is not None:
-            try:
-                remove_tree(self.roots.temporary)
-            except OSError as e:
-                log.warning("could not remove the sandbox's temporary root: %s", e)
+        self.roots.remove_temporary()
 
     # -- command ---------------------------------------------------------------------------------
     def rlimit_args(self, limits: Limits, cgroup_memory: bool) -> list[str]:

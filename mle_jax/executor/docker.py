@@ -41,7 +41,6 @@ from mle_jax.executor.workspace import (
     discard_work_dir,
     finish_run,
     remove_dead_roots,
-    remove_tree,
     run_roots,
     submission_cap,
 )
@@ -174,11 +173,7 @@ class DockerSandbox:
     def close(self) -> None:
         """Remove the roots this sandbox made (runs still in flight when a fleet stopped leave their results there);
         roots the caller named stay. Idempotent; call it when no run is in progress."""
-        if self.roots.temporary is not None:
-            try:
-                remove_tree(self.roots.temporary)
-            except OSError as e:
-                log.warning("could not remove the sandbox's temporary root: %s", e)
+        self.roots.remove_temporary()
 
     def _create(self, task: Task, limits: Limits, work_dir: Path):
         from docker.types import LogConfig, Ulimit  # optional dependency

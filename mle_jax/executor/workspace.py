@@ -46,6 +46,15 @@ class RunRoots:
     out: Path
     temporary: Path | None
 
+    def remove_temporary(self) -> None:
+        """Remove the folder made for the unnamed roots (runs still in flight when a fleet stopped leave their
+        results there); named roots stay. Idempotent; call it when no run is in progress."""
+        if self.temporary is not None:
+            try:
+                remove_tree(self.temporary)
+            except OSError as e:
+                log.warning("could not remove the sandbox's temporary root: %s", e)
+
 
 def run_roots(prefix: str, work_root: str | Path | None, out_root: str | Path | None) -> RunRoots:
     """The named roots, the others in a folder of this sandbox alone under $TMPDIR: <prefix>_<pid>_<token> (the pid
