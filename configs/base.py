@@ -119,7 +119,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampler.sync_source = "hf"
 
     c.instrument = ml_collections.ConfigDict()  # the instrumenter: progress prints put into each program (§3.2, C.3)
-    c.instrument.mode = "lm"  # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off"
+    # "lm" (frozen initial model, verified, fallback on reject) | "ast" | "off": no instrumentation (the paper's
+    # Fig. 9 ablation): no print is inserted, and the agent's own progress prints are stripped as in every mode, so
+    # no partial credit is ever earned (an invalid program gets reward.failure)
+    c.instrument.mode = "lm"
     c.instrument.max_tokens = 1536  # most tokens of an instrumented program
     c.instrument.max_prompt_tokens = 4096  # longest instrumentation prompt in tokens
     c.instrument.temperature = 0.0  # the instrumenter's sampling temperature (0: greedy)

@@ -39,6 +39,7 @@ from mle_jax.rl.learner import Learner
 from mle_jax.rl.settings import LoopSettings
 from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.registry import get_spec
+from mle_jax.tasks.reward import task_scores
 
 POLL_S = 0.5  # a blocking wait for runs returns this often, to see a stop request (Ctrl-C)
 
@@ -97,6 +98,13 @@ class StepStats:
     tasks: tuple[str, ...] = ()  # a run over a mix of several tasks: their ids, for a row of metrics per task
     # a run of one task: whether its score is better lower, for score/best (a mix has score/best/<task> instead)
     lower_is_better: bool | None = None
+    failure: float = -10.0  # reward.failure: an invalid solution's task score (the paper's -10)
+
+    def _task_scores(self) -> np.ndarray:
+        """[B] the paper's task score of each sample (`task_scores`), in its own task's direction."""
+        lower = [get_spec(s.task).lower_is_better if self.tasks else bool(self.lower_is_better) for s in self.samples]
+        valid = [s.reward.valid for s in self.samples]
+        return task_scores(valid, [s.reward.score for s in self.samples], np.array(lower, bool), self.failure)
 
     def metrics(self) -> dict[str, float]:
         rewards = np.array([s.reward.total for s in self.samples], dtype=np.float64)
@@ -117,6 +125,8 @@ class StepStats:
             "score/max": scores.max() if scores.size else None,
             "score/min": scores.min() if scores.size else None,
             "score/best": best_score(scores.tolist(), self.lower_is_better),
+            # the paper's Fig. 9 number: -10 for an invalid solution, else the signed score; no partial credit
+            "task_score/mean": self._task_scores().mean(),
             "duration_s/mean": durations.mean(),
             "duration_s/max": durations.max(),
             "progress_prints/mean": prints.mean(),
@@ -133,7 +143,7 @@ class StepStats:
             m[f"valid_fraction/{kind}"] = np.mean(of_kind) if of_kind else None
         if self.tasks:  # a mix of tasks: a row per task (none of its samples in this batch: None)
             for task in self.tasks:
-                m.update(task_metrics(task, [s for s in self.samples if s.task == task]))
+                m.update(task_metrics(task, [s for s in self.samples if s.task == task], self.failure))
         return {k: (None if v is None else float(v)) for k, v in m.items()}
 
 
@@ -145,11 +155,12 @@ def best_score(scores: list[float], lower_is_better: bool | None) -> float | Non
     return min(scores) if lower_is_better else max(scores)
 
 
-def task_metrics(task: str, samples: list[rollout.Sample]) -> dict[str, float | None]:
+def task_metrics(task: str, samples: list[rollout.Sample], failure: float = -10.0) -> dict[str, float | None]:
     """One task's share of a batch: `<metric>/<task>` for reward/mean, reward/se, valid_fraction, score/mean,
-    score/best (in the task's direction), medal_fraction (samples at bronze or above) and duration_s/mean."""
+    score/best (in the task's direction), task_score/mean (`task_scores`: `failure` for an invalid solution),
+    medal_fraction (samples at bronze or above) and duration_s/mean."""
     if not samples:
-        keys = ("samples", "reward/mean", "reward/se", "valid_fraction", "score/mean", "score/best")
+        keys = ("samples", "reward/mean", "reward/se", "valid_fraction", "score/mean", "score/best", "task_score/mean")
         return {f"{k}/{task}": None for k in (*keys, "medal_fraction", "duration_s/mean")}
     rewards = np.array([s.reward.total for s in samples], dtype=np.float64)
     scores = [float(s.reward.score) for s in samples if s.reward.valid]
@@ -162,6 +173,9 @@ def task_metrics(task: str, samples: list[rollout.Sample]) -> dict[str, float | 
         f"valid_fraction/{task}": float(np.mean([s.reward.valid for s in samples])),
         f"score/mean/{task}": float(np.mean(scores)) if scores else None,
         f"score/best/{task}": best_score(scores, lower),
+        f"task_score/mean/{task}": float(
+            task_scores([s.reward.valid for s in samples], [s.reward.score for s in samples], lower, failure).mean()
+        ),
         f"medal_fraction/{task}": medals["any_medal"],
         f"duration_s/mean/{task}": float(np.mean([s.duration_s for s in samples])),
     }
@@ -356,7 +370,12 @@ class AsyncRLLoop:
         self.finished = [s for s in self.finished if s.uid not in taken]
         self.last_used = used
         mix = len(self.env.tasks) > 1
-        stats = StepStats(used, tuple(self.env.tasks) if mix else (), None if mix else self.env.task.lower_is_better)
+        stats = StepStats(
+            used,
+            tuple(self.env.tasks) if mix else (),
+            None if mix else self.env.task.lower_is_better,
+            self.env.settings.reward.failure,
+        )
 
         t0 = time.monotonic()
         batch = self._batch(used)

@@ -169,6 +169,11 @@ class JaxSampler:
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
 
+    def reseed(self, seed: int) -> None:
+        """Restarts the stream of sampling keys at `seed` (a fresh sampler's stream starts at 0): runs that differ
+        only in their seed then draw different samples from the same policy."""
+        self._key = jax.random.key(seed)
+
     def sync(self, params: Any, version: int) -> None:
         """Takes new weights: an nnx.State of the policy (all of it or its Params) or the module itself."""
         if isinstance(params, nnx.Module):

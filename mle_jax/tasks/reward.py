@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.progress import PROGRESS_PRINTS, count_progress, count_tagged_progress
 
@@ -72,3 +74,19 @@ def compute_reward(
         total = floored(-score if lower_is_better else score, settings.valid_floor)
         return Reward(total, True, score, prints, len(prints))
     return Reward(settings.failure + settings.per_print * len(prints), False, None, prints, len(prints))
+
+
+def task_scores(
+    valid: np.ndarray, scores: np.ndarray, lower_is_better: np.ndarray | bool, failure: float = -10.0
+) -> np.ndarray:
+    """The task score the paper plots (Fig. 9, 10) and tabulates (Table 4), per sample: `failure` (-10) for an
+    invalid solution, else the grader's score in the task's direction (negated when lower is better, as the
+    reward signs it, but never floored). The instrumentation's partial credit is left out: it is in the reward,
+    not in this number.
+
+    valid: [B] bool; scores: [B] float, the grader's raw-sign score (any value, None or nan, where invalid);
+    lower_is_better: [B] bool (a mix of tasks) or one bool. Returns [B] float64."""
+    ok = np.asarray(valid, dtype=bool)
+    raw = np.asarray(scores, dtype=np.float64)  # None -> nan
+    signed = np.where(np.asarray(lower_is_better, dtype=bool), -raw, raw)
+    return np.where(ok, signed, float(failure))

@@ -9,13 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from absl import app
 from ml_collections import ConfigDict
 
 from configs import spooky
-from mle_jax.experiments.learning.arms import DEFAULT_ARMS, Arm, arm_config, make_arms
+from mle_jax.experiments.learning.arms import DEFAULT_ARMS, Arm, arm_config, make_arms, parse_arm, select_arms
 from mle_jax.experiments.learning.outcomes import (
+    arm_contrasts,
+    arm_task_scores,
     corpus_kinds,
     corpus_medians,
     eval_summary,
@@ -28,9 +31,15 @@ from mle_jax.experiments.learning.outcomes import (
     stale_means,
     step_series,
 )
-from mle_jax.experiments.learning.report import write_report
+from mle_jax.experiments.learning.plots import task_score_plot
+from mle_jax.experiments.learning.report import ablation_lines, ablation_table, write_report
 from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, share_warm_start, work_left
 from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.reporting.results_tables.ablations import (
+    never_valid_figure,
+    render_ablation_contrasts,
+    render_ablation_table,
+)
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
 
@@ -214,6 +223,9 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
                           "max": 0.7, "records": records}}  # fmt: skip
     e = eval_summary(result, TASK)
     assert e["se_score"] == pytest.approx(0.1) and e["kinds"] == {"logreg": 2 / 3, "no code": 1 / 3}
+    assert e["task_score_mean"] == pytest.approx((0.5 + 0.7 - 10.0) / 3)  # the invalid sample: -10, no credit
+    assert e["task_score_se"] == pytest.approx(float(np.std([0.5, 0.7, -10.0], ddof=1) / np.sqrt(3)))
+    assert eval_summary(result, "spooky-author-identification")["task_score_mean"] == pytest.approx(-11.2 / 3)
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
 
 
@@ -343,3 +355,112 @@ def test_an_arms_peak_memory_is_this_processes_and_kept_across_processes(tmp_pat
     assert peak is not None and peak > 0.01 and json.loads(path.read_text()) == {"peak_rss_gib": peak}
     path.write_text(json.dumps({"peak_rss_gib": 1000.0}))  # an earlier process of the same arm held more
     assert arm_peak_rss(path, worked=True) == 1000.0 and arm_peak_rss(path, worked=False) == 1000.0
+
+
+def test_arm_specs_set_any_field_and_bad_ones_fail_in_one_line():
+    cfg = spooky.get_config("cpu")
+    paper, off = parse_arm("paper:"), parse_arm("no_instrumentation:instrument.mode=off")
+    assert paper == Arm("paper") and off.overrides == (("instrument.mode", "off"),)
+    c = arm_config(cfg, parse_arm("x:prompt.improve_fraction=0, ppo.kl_coef=1e-2,ppo.whiten_advantages=False"))
+    assert (c.prompt.improve_fraction, c.ppo.kl_coef, c.ppo.whiten_advantages) == (0.0, 0.01, False)
+    assert arm_config(cfg, off).instrument.mode == "off" and cfg.instrument.mode == "lm"  # a copy
+    assert arm_config(cfg, paper).to_dict() == cfg.to_dict()
+    assert [a.name for a in select_arms(["paper:", "b:ppo.kl_coef=0"], ["ppo"], ["off"], shorthand=False)] == [
+        "paper", "b"
+    ]  # fmt: skip
+    assert [a.name for a in select_arms(["b:"], ["ppo"], ["off"], shorthand=True)] == ["unweighted", "b"]
+    assert [a.name for a in select_arms([], ["ppo"], ["off"], shorthand=False)] == ["unweighted"]
+    for specs, says in [
+        (["paper"], "--arm=paper: expected NAME:FIELD=VALUE[,FIELD=VALUE...]"),
+        (["a.b:"], "--arm=a.b:: the arm's name must be letters, digits, _ or -"),
+        (["x:instrument.mode"], "--arm=x:instrument.mode: 'instrument.mode' is not FIELD=VALUE"),
+        (["x:ppo.kl_coef=0,ppo.kl_coef=1"], "--arm=x:ppo.kl_coef=0,ppo.kl_coef=1: ppo.kl_coef is set twice"),
+        (["a:", "a:ppo.kl_coef=0"], "two arms are named 'a'"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            select_arms(specs, ["ppo"], ["off"], shorthand=False)
+        assert str(e.value).startswith(says) and "\n" not in str(e.value), str(e.value)
+    for override, says in [
+        ("instrument.mdoe=off", "arm x: instrument.mdoe is no config field (did you mean instrument.mode?)"),
+        ("ppo=1", "arm x: ppo is no config field"),
+        ("model.path=checkpoints/other", "arm x: model.path would change the warm start every arm shares"),
+        ("task.id=leaf-classification", "arm x: task.id would change the warm start"),
+        ("tasks=leaf-classification", "arm x: tasks would change the warm start"),
+        ("warmstart.steps=10", "arm x: warmstart.steps would change the warm start"),
+        ("seed=3", "arm x: seed is the experiment's"),
+        ("eval.samples=4", "arm x: eval.samples is the evaluation every arm shares"),
+        ("executor.slots=1", "arm x: executor.slots is the executor fleet every arm shares"),
+        ("loop.steps=9", "arm x: loop.steps is the experiment's scale"),
+        ("ppo.epochs=1.5", "arm x: ppo.epochs=1.5: invalid literal for int()"),
+        ("ppo.whiten_advantages=maybe", "arm x: ppo.whiten_advantages=maybe: expected true or false"),
+        ("learner.algorithm=grpo", "arm x: grpo needs --config.sampler.group_size >= 2"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            arm_config(cfg, parse_arm(f"x:{override}"))
+        assert str(e.value).startswith(says) and "\n" not in str(e.value), str(e.value)
+
+
+def test_an_arm_that_changes_the_warm_start_fails_the_command_in_one_line_before_any_work(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mle_jax.experiments.learning", "--config=configs/pizza.py:cpu",
+         f"--out={tmp_path / 'out'}", "--arm=paper:", "--arm=other:model.path=checkpoints/smollm2-135m-instruct"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: arm other: model.path would change the warm start every arm shares (model, tokenizer, task); an arm "
+        "cannot set it"
+    ), done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def _repeat(final: float, se: float | None, curve: list[float | None], valid: float = 0.5) -> dict:
+    steps = [{"step": i + 1, "task_score_mean": y, "valid_fraction": valid} for i, y in enumerate(curve)]
+    return {"after": {"task_score_mean": final, "task_score_se": se}, "steps": steps}
+
+
+def test_task_scores_across_seeds_and_the_contrasts_with_the_first_arm():
+    paper = arm_task_scores([_repeat(0.6, 0.03, [-5.0, -1.0]), _repeat(0.5, 0.04, [-3.0, 0.0])])
+    assert paper["final"]["mean"] == pytest.approx(0.55) and paper["final"]["se"] == pytest.approx(0.05)
+    assert paper["final"]["se_within"] == pytest.approx(0.025)  # sqrt(0.03² + 0.04²) / 2
+    assert paper["curve"]["values"] == [-3.0, -1.5] and paper["never_valid"] == 0 and paper["runs"] == 2
+    off = arm_task_scores([_repeat(-10.0, 0.0, [-10.0, -10.0], valid=0.0), _repeat(0.3, 0.05, [-8.0, -6.0])])
+    assert off["never_valid"] == 1 and off["final"]["mean"] == pytest.approx(-4.85)
+    one = arm_task_scores([_repeat(0.5, None, [None, None])])
+    assert one["final"]["se"] is None and one["final"]["se_within"] is None and one["curve"] is None
+    c = arm_contrasts({"paper": {"task_score": paper}, "off": {"task_score": off}, "one": {"task_score": one}})
+    final = c["off"]["final"]
+    assert c["off"]["reference"] == "paper" and final["difference"] == pytest.approx(5.4)
+    assert final["se_diff"] == pytest.approx(np.hypot(0.05, 5.15)) and final["beyond_2se"] is False  # 2 seeds apart
+    assert final["z_se_within"] == pytest.approx(5.4 / np.hypot(0.025, 0.025))
+    assert c["off"]["curve"]["difference"] == pytest.approx(-2.25 + 8.5) and c["one"]["curve"] is None
+    assert c["one"]["final"]["beyond_2se"] is None  # one seed: no SE across seeds, no verdict
+
+
+def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
+    def arm(mode, improve, repeats):
+        first = repeats[0]
+        stats = {"instrument_mode": mode, "improve_fraction": improve, "seed": 0}
+        return {**first, "stats": stats, "repeats": repeats, "task_score": arm_task_scores(repeats)}
+
+    arms = {
+        "paper": arm("lm", 0.5, [_repeat(0.6, 0.03, [-5.0, -1.0]), _repeat(0.5, 0.04, [-3.0, 0.0])]),
+        "no_instrumentation": arm("off", 0.5, [_repeat(-10.0, 0.0, [-10.0, -10.0], 0.0), _repeat(0.3, 0.05, [-8.0])]),
+    }
+    summary = {"task": TASK, "seeds": 2, "arms": arms, "contrasts": arm_contrasts(arms)}
+    table = ablation_table(summary)
+    assert "| paper | lm | 0.5 | 2 | 0.550 ± 0.050 | 0.550 ± 0.025 | 0.600, 0.500 | -2.250 ± 0.750 | 0 of 2 |" in table
+    assert "| no_instrumentation | off | 0.5 | 2 | -4.850 ± 5.150 |" in table and "| 1 of 2 |" in table
+    text = "\n".join(ablation_lines(summary))
+    assert "- paper minus no_instrumentation: final task score +5.400 (+1.0 SE across seeds" in text
+    assert "within 2 SE" in text
+    path = task_score_plot({"pizza": summary, "spooky": summary}, tmp_path / "task_score.png")
+    assert path.stat().st_size > 1000
+    # the README's blocks (results_tables/ablations.py) from the same summary
+    for a in arms.values():
+        a["before"] = {"task_score_mean": -4.0, "task_score_se": 1.5}
+    readme = render_ablation_table(summary)
+    assert f"| {TASK} | −4.000 ± 1.500 | 0.550 ± 0.050 (within 0.025) | −4.850 ± 5.150 (within 0.025) |" in readme
+    assert readme.endswith("| 0 of 2 | 1 of 2 |")
+    contrasts = render_ablation_contrasts(summary)
+    assert f"| {TASK} | `paper` − `no_instrumentation` | +5.400 | +1.0 / +152.7 | within 2 SE | +6.75 |" in contrasts
+    assert never_valid_figure(summary, summary) == "`paper` 0 of 4, `no_instrumentation` 2 of 4"

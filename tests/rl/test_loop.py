@@ -364,7 +364,10 @@ def test_a_steps_best_score_is_in_the_tasks_direction():
     spooky = [sample(i, "spooky-author-identification", s) for i, s in enumerate((0.9, 0.4, None, 1.3))]
     m = StepStats(spooky, (), lower_is_better=True).metrics()
     assert (m["score/best"], m["score/max"], m["score/min"]) == (0.4, 1.3, 0.4)
+    assert m["task_score/mean"] == pytest.approx((-0.9 - 0.4 - 10.0 - 1.3) / 4)  # log loss negated, invalid -10
     pizza = [sample(9, "random-acts-of-pizza", 0.62), sample(10, "random-acts-of-pizza", 0.55)]
     mix = StepStats(spooky + pizza, ("spooky-author-identification", "random-acts-of-pizza")).metrics()
     assert mix["score/best"] is None
+    assert mix["task_score/mean/random-acts-of-pizza"] == pytest.approx((0.62 + 0.55) / 2)  # AUC: not negated
+    assert mix["task_score/mean"] == pytest.approx((-0.9 - 0.4 - 10.0 - 1.3 + 0.62 + 0.55) / 6)
     assert mix["score/best/spooky-author-identification"] == 0.4 and mix["score/best/random-acts-of-pizza"] == 0.62

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mle_jax.tasks.graders import GradeResult
 from mle_jax.tasks.progress import PROGRESS_PRINTS
-from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward
+from mle_jax.tasks.reward import Reward, RewardSettings, compute_reward, task_scores
 
 INVALID = GradeResult(False, None, "submission has 3 rows, expected 1162")
 
@@ -72,3 +73,21 @@ def test_a_valid_but_terrible_score_still_beats_any_invalid_submission():
 def test_a_floor_below_the_partial_credit_is_refused():
     with pytest.raises(ValueError, match="valid_floor"):
         RewardSettings(valid_floor=-9.0)
+
+
+def test_task_score_is_minus_ten_or_the_signed_score_without_partial_credit():
+    """Fig. 9's number from hand-made rewards: an invalid program with every progress print (reward -9.3) still
+    scores -10; a valid log loss is negated (as the reward signs it) but not floored as the reward is."""
+    prints = "\n".join(PROGRESS_PRINTS)
+    rewards = [
+        compute_reward(INVALID, prints, lower_is_better=True),  # partial credit: reward -9.3
+        compute_reward(GradeResult(True, 0.45, ""), prints, lower_is_better=True),  # reward -0.45
+        compute_reward(GradeResult(True, 12.0, ""), "", lower_is_better=True),  # reward floored to about -8.9
+        compute_reward(None, "", lower_is_better=True),
+    ]
+    valid, scores = [r.valid for r in rewards], [r.score for r in rewards]
+    assert rewards[0].total == pytest.approx(-9.3) and rewards[2].total > -9.0
+    assert task_scores(valid, scores, True).tolist() == [-10.0, -0.45, -12.0, -10.0]
+    # a mix: each sample in its own task's direction; the failure value is the reward's
+    out = task_scores(np.array([True, True, False]), np.array([0.62, 0.45, np.nan]), np.array([False, True, False]), -5)
+    assert out.shape == (3,) and out.tolist() == [0.62, -0.45, -5.0]

@@ -3,25 +3,35 @@
     python -m mle_jax.experiments.learning --config=configs/pizza.py:cpu --out DIR [--quick] [--config.x=y ...]
         [--warm_start OTHER_DIR]   (start from OTHER_DIR's warm-started policy instead of making one)
         [--algorithms=ppo,grpo --duration_weights=batch_mean,off]   (one arm per pair)
+        [--arm=NAME:FIELD=VALUE[,FIELD=VALUE...] ...]   (an arm per --arm: config overrides; NAME: for none)
+        [--seeds N]   (every arm N times, seeds cfg.seed + 0..N-1, from the same warm start)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
-instrumenter, sampler and learner, in arms with the same seed that differ only in the objective
-(`learner.algorithm`, each of --algorithms) and `ppo.duration_weights` (each of --duration_weights). An arm is
-named `{algorithm}_{weights}` (say `grpo_batch_mean`); the default, PPO with "batch_mean" (the paper's) and "off",
-keeps the two arms' names from before algorithms were arms: `duration_weighted` and `unweighted`. The group
-objectives need `--config.sampler.group_size` > 1, which then holds for every arm. The policy is evaluated
-before RL (once: every arm starts from it, with the same seeds) and after RL in each arm, on `eval_samples`
-scratch prompts with the same seeds. Written to DIR:
+instrumenter, sampler and learner, in arms with the same seed that differ only in their config overrides.
+`--arm=NAME:FIELD=VALUE,...` names one (the paper's other ablations: `--arm=paper:
+--arm=no_instrumentation:instrument.mode=off --arm=scratch_only:prompt.improve_fraction=0`); an override of an
+unknown field, or of one every arm must share (the warm start's model, tokenizer and task, the seed, the
+evaluation, the executor fleet: arms.REFUSED), fails the command in one line before any work. The shorthand
+--algorithms x --duration_weights makes one arm per objective (`learner.algorithm`) and weight mode
+(`ppo.duration_weights`), named `{algorithm}_{weights}` (say `grpo_batch_mean`); without --arm its default,
+PPO with "batch_mean" (the paper's) and "off", keeps the two arms' names from before algorithms were arms:
+`duration_weighted` and `unweighted`. The group objectives need `--config.sampler.group_size` > 1, which then
+holds for every arm. With --seeds N every arm runs N times (seed cfg.seed + r in repeat r: its sampling, prompt
+stream, critic and updates), all from the one warm start. The policy is evaluated before RL (once: every arm
+starts from it, with the same seeds) and after RL in each arm and repeat, on `eval_samples` scratch prompts
+with the same seeds. Written to DIR:
 
     summary.json   the command, the date and the wall time of the processes that measured it (`record_wall`);
-                   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, kinds), the
-                   per-step series (reward, score, valid fraction, mean Δt, share of each solution kind),
+                   per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, the paper's task
+                   score ± SE, kinds), the per-step series (reward, score, task score, valid fraction, mean Δt,
+                   share of each solution kind), each repeat's (`repeats`), the task scores across repeats
+                   (`task_score`: final and curve, mean ± SE across seeds and within; runs never valid),
                    executor utilisation, learner idle fraction, the instrumenter's LM / fallback shares, RL steps
                    per hour, the process's peak resident memory while the arm ran, and the mean of every
                    `stale/*` metric the learner reports; and the corpus's kinds of solution measured on this
-                   machine (Δt and score per family)
+                   machine (Δt and score per family); `contrasts`: each arm against the first, in SEs
     plots/*.png    score and reward over RL steps (the paper's Fig. 5), the share of each kind over steps
-                   (Fig. 2/8), Δt over steps
+                   (Fig. 2/8), Δt over steps, the task score over steps per arm and repeat (Fig. 9)
     report.md      the figures above in a page
 
 Everything is resumable: the warm start, each arm's RL (checkpoints) and each evaluation are cached in DIR,
@@ -36,7 +46,7 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from mle_jax.experiments.learning.arms import ALGORITHMS, FULL, QUICK, Scale, arm_config, make_arms
+from mle_jax.experiments.learning.arms import ALGORITHMS, FULL, QUICK, Scale, arm_config, select_arms
 from mle_jax.experiments.learning.report import mean_reward_text
 from mle_jax.experiments.learning.running import experiment, share_warm_start
 from mle_jax.rl.ppo import DURATION_MODES
@@ -64,6 +74,10 @@ def _define_flags() -> dict[str, Any]:
         "weights": flags.DEFINE_list(
             "duration_weights", ["batch_mean", "off"], f"ppo.duration_weights modes, one arm each: {DURATION_MODES}"
         ),
+        "arm": flags.DEFINE_multi_string(
+            "arm", [], "an arm: NAME:FIELD=VALUE[,FIELD=VALUE...] (config overrides; NAME: for none), repeatable"
+        ),
+        "seeds": flags.DEFINE_integer("seeds", 1, "repeats of every arm, seeds cfg.seed + 0..N-1"),
     }
 
 
@@ -78,7 +92,10 @@ def main(argv: list[str]) -> None:
     scale = Scale(_FLAGS["steps"].value or scale.steps, _FLAGS["eval"].value or scale.eval_samples)
     out = Path(_FLAGS["out"].value)
     try:
-        arms = make_arms(_FLAGS["algorithms"].value, _FLAGS["weights"].value)
+        if _FLAGS["seeds"].value < 1:
+            raise ValueError(f"--seeds must be >= 1, got {_FLAGS['seeds'].value}")
+        shorthand = _FLAGS["algorithms"].present or _FLAGS["weights"].present
+        arms = select_arms(_FLAGS["arm"].value, _FLAGS["algorithms"].value, _FLAGS["weights"].value, shorthand)
         for arm in arms:
             from_config(arm_config(_FLAGS["config"].value, arm))
     except ValueError as e:  # ConfigError too: one line, before any work
@@ -86,10 +103,12 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)
-    summary = experiment(_FLAGS["config"].value, out, scale, arms)
+    summary = experiment(_FLAGS["config"].value, out, scale, arms, _FLAGS["seeds"].value)
     for name, arm in summary["arms"].items():
+        final = arm["task_score"]["final"]
         print(f"{name}: reward {mean_reward_text(arm['before'])} -> {mean_reward_text(arm['after'])}, valid "
-              f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}")  # fmt: skip
+              f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}, task score "
+              f"{final['mean']:.3f} ± {final['se'] or 0:.3f} across {arm['task_score']['runs']} seeds")  # fmt: skip
     print(f"report: {out / 'report.md'}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,8 @@ import numpy as np
 from mle_jax.env.evaluation import standard_error
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.instrument import pyast
+from mle_jax.tasks.registry import get_spec
+from mle_jax.tasks.reward import task_scores
 from mle_jax.warmstart.programs import solution_kind
 
 
@@ -44,10 +46,16 @@ def kind_outcomes(records: list[dict], task_id: str) -> dict[str, dict]:
     return out
 
 
-def eval_summary(result: dict, task_id: str) -> dict:
-    """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, kinds."""
+def eval_summary(result: dict, task_id: str, failure: float = -10.0) -> dict:
+    """What the experiment reports of an evaluation: mean reward ± SE, valid fraction, score, the paper's task
+    score ± SE (`task_scores`: `failure` for an invalid sample, no partial credit), kinds."""
     e = result["scratch"]
+    records = e["records"]
+    ts = task_scores([bool(r["valid"]) for r in records], [r["score"] for r in records],
+                     get_spec(task_id).lower_is_better, failure)  # fmt: skip
     return {
+        "task_score_mean": float(ts.mean()) if ts.size else None,
+        "task_score_se": standard_error(ts),
         "samples": e["samples"],
         "mean_reward": e["mean_reward"],
         "se_reward": e["se_reward"],
@@ -138,8 +146,8 @@ def share_contrast(kinds: list[str], arms: dict[str, dict], samples: int) -> dic
 
 
 def step_series(arm_dir: Path, task_id: str) -> list[dict]:
-    """Per RL step of an arm: reward, score, valid fraction, mean Δt, and the share of each solution kind
-    among the B samples it trained on."""
+    """Per RL step of an arm: reward, score, the paper's task score, valid fraction, share of improve prompts,
+    mean Δt, and the share of each solution kind among the B samples it trained on."""
     codes: dict[int, list[str | None]] = {}
     for rec in read_metrics(arm_dir / "samples.jsonl"):
         codes.setdefault(rec["step"], []).append(rec["code"])
@@ -150,6 +158,8 @@ def step_series(arm_dir: Path, task_id: str) -> list[dict]:
                 "step": row["step"],
                 "reward_mean": row.get("reward/mean"),
                 "score_mean": row.get("score/mean"),
+                "task_score_mean": row.get("task_score/mean"),  # absent from runs logged before the metric
+                "improve_fraction": row.get("improve_fraction"),
                 "valid_fraction": row.get("valid_fraction"),
                 "duration_s_mean": row.get("duration_s/mean"),
                 "version_lag_mean": row.get("version_lag/mean"),
@@ -215,3 +225,62 @@ def stale_means(arm_dir: Path) -> dict[str, float]:
             if name.startswith("stale/") and v is not None:
                 values.setdefault(name, []).append(float(v))
     return {k: float(np.mean(v)) for k, v in sorted(values.items())}
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """The mean of per-seed values and its standard error across seeds (None for one seed).
+
+    values: [N], one per seed. Returns {"values", "mean", "se"}."""
+    x = [float(v) for v in values]
+    return {"values": x, "mean": float(np.mean(x)) if x else None, "se": standard_error(x)}
+
+
+def arm_task_scores(repeats: Sequence[dict]) -> dict[str, Any]:
+    """An arm's task scores over its N repeats (each `run_arm`'s result: "after" from `eval_summary`, "steps"
+    from `step_series`).
+
+    final: the after-RL evaluation's task score, per seed, with the mean across seeds and its SE across seeds,
+    and `se_within`, the SE of that mean from the evaluations' own sampling (sqrt(sum of each seed's SE²) / N).
+    curve: per seed, the mean over RL steps of the trained-on batches' task score (the area under Fig. 9's
+    curve, per step), with its mean and SE across seeds. never_valid: how many of the N runs trained on no valid
+    program in any step (the paper's sparse-reward failure)."""
+    final = spread([r["after"]["task_score_mean"] for r in repeats])
+    ses = [r["after"].get("task_score_se") for r in repeats]
+    final["se_within"] = float(np.sqrt(sum(s**2 for s in ses)) / len(ses)) if ses and None not in ses else None
+    curves = [[s["task_score_mean"] for s in r["steps"] if s.get("task_score_mean") is not None] for r in repeats]
+    curve = spread([np.mean(c) for c in curves]) if all(curves) else None
+    never = sum(1 for r in repeats if not any((s.get("valid_fraction") or 0) > 0 for s in r["steps"]))
+    return {"runs": len(repeats), "final": final, "curve": curve, "never_valid": never}
+
+
+def _difference(a: dict | None, b: dict | None, se_keys: Sequence[str]) -> dict[str, Any] | None:
+    if a is None or b is None or a["mean"] is None or b["mean"] is None:
+        return None
+    diff = a["mean"] - b["mean"]
+    out: dict[str, Any] = {"difference": diff}
+    for key in se_keys:
+        se = None if a.get(key) is None or b.get(key) is None else float(np.hypot(a[key], b[key]))
+        out[f"{key}_diff"] = se
+        out[f"z_{key}"] = diff / se if se else None
+    ses = [out[f"{k}_diff"] for k in se_keys]
+    # beyond 2 SE under every SE we have (the larger one decides); None when one is missing
+    out["beyond_2se"] = None if None in ses else bool(abs(diff) > 2 * max(ses))
+    return out
+
+
+def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
+    """Each arm after the first against the first (the reference, e.g. the paper's setup): the difference of
+    the final task score (reference minus arm) in SEs across seeds and within (the evaluations' sampling), and
+    of the curve's mean (across seeds). beyond_2se: |difference| > 2 SE of the difference under each SE.
+
+    arms: summary["arms"], each with "task_score" from `arm_task_scores`."""
+    names = list(arms)
+    out = {}
+    for name in names[1:]:
+        ref, other = arms[names[0]]["task_score"], arms[name]["task_score"]
+        out[name] = {
+            "reference": names[0],
+            "final": _difference(ref["final"], other["final"], ("se", "se_within")),
+            "curve": _difference(ref["curve"], other["curve"], ("se",)),
+        }
+    return out

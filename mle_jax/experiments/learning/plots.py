@@ -76,4 +76,31 @@ def write_plots(summary: dict, out_dir: Path) -> list[Path]:
     fig.tight_layout()
     paths.append(out_dir / "duration.png")
     fig.savefig(paths[-1])
+    if any(r.get("task_score_mean") is not None for arm in arms.values() for r in arm["steps"]):
+        paths.append(task_score_plot({summary.get("task", ""): summary}, out_dir / "task_score.png"))
     return paths
+
+
+def task_score_plot(summaries: dict[str, dict], path: Path) -> Path:
+    """The paper's Fig. 9: the mean task score of the trained-on batches (-10 for an invalid solution, the signed
+    score otherwise, no partial credit) over RL steps, one panel per summary (task), per arm the mean over its
+    repeats (thin lines: each repeat). summaries: {panel title: summary.json}."""
+    fig = Figure(figsize=(5.2 * len(summaries), 3.8), dpi=110)
+    axes = np.atleast_1d(fig.subplots(1, len(summaries)))
+    for ax, (title, summary) in zip(axes, summaries.items(), strict=True):
+        for i, (name, arm) in enumerate(summary["arms"].items()):
+            curves = []
+            for rep in arm.get("repeats") or [arm]:
+                ys = {r["step"]: r.get("task_score_mean") for r in rep["steps"]}
+                steps = sorted(k for k, v in ys.items() if v is not None)
+                ax.plot(steps, [ys[k] for k in steps], color=f"C{i}", alpha=0.3, lw=1)
+                curves.append({k: ys[k] for k in steps})
+            common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+            mean = [float(np.mean([c[k] for c in curves])) for k in common]
+            ax.plot(common, mean, color=f"C{i}", lw=2, marker="o", ms=3, label=f"{name} ({len(curves)} seeds)")
+        ax.set(xlabel="RL step", ylabel="mean task score (invalid: -10)", title=title)
+        ax.legend(fontsize=8)
+    fig.suptitle("Task score during RL (thin: each seed; thick: their mean)")
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

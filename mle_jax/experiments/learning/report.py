@@ -31,6 +31,62 @@ def medal_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _pm(x: float | None, se: float | None, digits: int = 3) -> str:
+    return "—" if x is None else plus_minus(x, se, digits, minus="-")
+
+
+def ablation_table(summary: dict) -> str:
+    """The final evaluation per arm in the form of the paper's Table 4: the task score (-10 for an invalid sample,
+    the signed score otherwise) after RL, mean ± SE across seeds and within (the evaluations' sampling), with
+    what the arm trains on (instrumentation, share of improve prompts) and its runs that never trained on a valid
+    program."""
+    rows = []
+    for name, arm in summary["arms"].items():
+        ts, st = arm["task_score"], arm["stats"]
+        final = ts["final"]
+        rows.append([
+            name, st.get("instrument_mode"), st.get("improve_fraction"), ts["runs"],
+            _pm(final["mean"], final["se"]), _pm(final["mean"], final.get("se_within")),
+            ", ".join(f"{v:.3f}" for v in final["values"]),
+            _pm(ts["curve"]["mean"], ts["curve"]["se"]) if ts["curve"] else "—",
+            f"{ts['never_valid']} of {ts['runs']}",
+        ])  # fmt: skip
+    header = ["arm", "instrumentation", "improve share in RL", "seeds", "final task score ± SE across seeds",
+              "± SE within", "per seed", "mean over RL steps ± SE", "runs never valid in RL"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def contrast_text(name: str, c: dict) -> str:
+    """One line: the reference arm minus `name` in the final task score and over RL steps, in SEs, and whether
+    each shows beyond 2 SE."""
+
+    def part(label: str, d: dict | None) -> str:
+        if d is None:
+            return f"{label}: not measured"
+        zs = [f"{d[k]:+.1f} SE {what}" for k, what in (("z_se", "across seeds"), ("z_se_within", "within"))
+              if d.get(k) is not None]  # fmt: skip
+        verdict = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE (one seed)"}[d["beyond_2se"]]
+        return f"{label} {d['difference']:+.3f} ({', '.join(zs) or 'no SE'}): {verdict}"
+
+    return f"{c['reference']} minus {name}: " + "; ".join(
+        (part("final task score", c["final"]), part("mean over RL steps", c["curve"]))
+    )
+
+
+def ablation_lines(summary: dict) -> list[str]:
+    """The report's Table-4 table and each arm's contrast with the first (absent from summaries before them)."""
+    arms = summary["arms"]
+    if not arms or "task_score" not in next(iter(arms.values())):
+        return []
+    lines = ["", f"Task score (the paper's Fig. 9 / Table 4 number) over {summary.get('seeds', 1)} seed(s):", ""]
+    lines.append(ablation_table(summary))
+    contrasts = summary.get("contrasts") or {}
+    if contrasts:
+        lines.append("")
+        lines += [f"- {contrast_text(name, c)}" for name, c in contrasts.items()]
+    return lines
+
+
 def write_report(summary: dict, out: Path) -> Path:
     """out/report.md (and its plots, out/plots/) from the experiment's summary; returns the report's path."""
     plots = write_plots(summary, out / "plots")
@@ -50,6 +106,7 @@ def write_report(summary: dict, out: Path) -> Path:
     header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
     lines += ["", markdown_table(header, rows)]
     lines += medal_lines(summary)
+    lines += ablation_lines(summary)
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
     header = ["kind"] + [f"{name} {w}" for name in arms for w in ("before", "after")]

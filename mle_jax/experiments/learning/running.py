@@ -15,9 +15,11 @@ from absl import app
 from flax import nnx
 
 from mle_jax.env.evaluation import evaluate
-from mle_jax.env.rollout import Environment
+from mle_jax.env.rollout import Environment, InstrumentFn
 from mle_jax.experiments.learning.arms import ALGORITHMS, DEFAULT_ARMS, Arm, Scale, arm_config
 from mle_jax.experiments.learning.outcomes import (
+    arm_contrasts,
+    arm_task_scores,
     corpus_kinds,
     corpus_medians,
     eval_summary,
@@ -48,18 +50,38 @@ def _cached(path: Path, compute: Callable[[], dict]) -> dict:
     return result
 
 
-def run_arm(s: RunSettings, arm: Arm, initial: nnx.Module, base_env: Environment, out: Path) -> dict:
+def run_dir(out: Path, arm: str, repeat: int) -> Path:
+    """Where one repeat of an arm runs: out/arms/ARM for the first (as before repeats existed), ARM.seedR after."""
+    return out / "arms" / (arm if repeat == 0 else f"{arm}.seed{repeat}")
+
+
+def run_arm(
+    s: RunSettings,
+    arm: Arm,
+    initial: nnx.Module,
+    base_env: Environment,
+    arm_dir: Path,
+    instrument_fn: InstrumentFn | None = None,
+) -> dict:
     """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. `s`: the
-    arm's settings (`arm_config`); its environment is `base_env` (the experiment's task, fleet and frozen
-    instrumenter) with the arm policy's own sampler."""
-    arm_dir = out / "arms" / arm.name
+    arm's settings (`arm_config`, its repeat's seed); its environment is `base_env` (the experiment's task and
+    fleet) with the arm's rollout settings, seed, its policy's own sampler and `instrument_fn` (default the
+    experiment's frozen instrumenter). The evaluation after RL is every arm's: `base_env`'s, a fresh sampler."""
     s = dataclasses.replace(s, workdir=str(arm_dir))
     reset_peak_rss()
     policy = nnx.clone(initial)
     learner = builders.make_learner(s, policy)
     tokenizer, task, fleet = base_env.tokenizer, base_env.task, base_env.fleet
     sampler = builders.make_sampler(s.sampler, policy, tokenizer, arm_dir)
-    env = dataclasses.replace(base_env, settings=s.rollout, sampler=sampler)
+    if isinstance(sampler, JaxSampler):
+        sampler.reseed(s.seed)  # repeats differ in their samples, not only in their prompts and updates
+    env = dataclasses.replace(
+        base_env,
+        settings=s.rollout,
+        sampler=sampler,
+        seed=s.seed,
+        instrument_fn=instrument_fn or base_env.instrument_fn,
+    )
     writer = MetricsWriter(arm_dir, tensorboard=False)
     loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
     loop.restore()
@@ -68,11 +90,14 @@ def run_arm(s: RunSettings, arm: Arm, initial: nnx.Module, base_env: Environment
     loop.close()
     c = loop.counters
     evaluated_here = not (arm_dir / "after.json").is_file()
-    after_env = dataclasses.replace(env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # eval seeds: fresh
+    after_env = dataclasses.replace(base_env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # seeds: fresh
     after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
     stats = {
-        "algorithm": arm.algorithm,
-        "duration_weights": arm.duration_weights,
+        "algorithm": s.learner.algorithm,
+        "duration_weights": s.learner.ppo.duration_weights,
+        "instrument_mode": s.instrument.mode,
+        "improve_fraction": s.rollout.prompt.improve_fraction,
+        "seed": s.seed,
         "rl_wall_s": round(c.wall_s, 1),  # the loop's own clock, checkpointed: kept across resumes
         "steps_per_hour": round(c.step * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
         # the process's, while this arm ran (its RL and evaluation; the most over the processes that ran them)
@@ -86,7 +111,8 @@ def run_arm(s: RunSettings, arm: Arm, initial: nnx.Module, base_env: Environment
         "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
         "stale": stale_means(arm_dir),
     }
-    return {"stats": stats, "after": eval_summary(after, task.id), "steps": step_series(arm_dir, task.id)}
+    summary = eval_summary(after, task.id, s.rollout.reward.failure)
+    return {"stats": stats, "after": summary, "steps": step_series(arm_dir, task.id)}
 
 
 def reset_peak_rss() -> None:
@@ -128,13 +154,24 @@ def _scaled(s: RunSettings, workdir: Path, scale: Scale) -> RunSettings:
     )
 
 
-def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DEFAULT_ARMS)) -> dict:
-    """Runs (or resumes) the whole experiment; returns the summary it writes to out/summary.json. A bad arm
-    (`arm_config`) or config (ConfigError) fails before any work."""
+def repeat_settings(cfg: Any, arm: Arm, repeat: int, base: RunSettings, scale: Scale) -> RunSettings:
+    """An arm's settings in one repeat: its config (`arm_config`) with the seed cfg.seed + repeat, at `scale`, and
+    the experiment's evaluation (`base`'s: the same prompts and sampling seeds for every arm and repeat)."""
+    c = arm_config(cfg, arm)
+    c.seed = int(cfg.seed) + repeat
+    return dataclasses.replace(_scaled(from_config(c), Path(base.workdir), scale), eval=base.eval)
+
+
+def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DEFAULT_ARMS), seeds: int = 1) -> dict:
+    """Runs (or resumes) the whole experiment, `seeds` repeats of every arm; returns the summary it writes to
+    out/summary.json. A bad arm (`arm_config`) or config (ConfigError) fails before any work."""
     t_start = time.monotonic()
-    measures = work_left(out, [arm.name for arm in arms])
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    runs = {arm.name: [run_dir(out, arm.name, r) for r in range(seeds)] for arm in arms}
+    measures = work_left(out, [d.name for dirs in runs.values() for d in dirs])
     s = _scaled(from_config(cfg), out / "base", scale)
-    arm_settings = {arm.name: _scaled(from_config(arm_config(cfg, arm)), out / "base", scale) for arm in arms}
+    arm_settings = {arm.name: [repeat_settings(cfg, arm, r, s, scale) for r in range(seeds)] for arm in arms}
     task, packages = environment.prepare(s)
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
     # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
@@ -144,7 +181,15 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
         before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
         results = {}
         for arm in arms:
-            results[arm.name] = {"before": before, **run_arm(arm_settings[arm.name], arm, initial, before_env, out)}
+            repeats = []
+            for rs, arm_dir in zip(arm_settings[arm.name], runs[arm.name], strict=True):
+                # an arm that instruments otherwise (say mode "off") gets its own instrumenter; the rest share one
+                own = rs.instrument != s.instrument
+                fn = builders.make_instrumenter(rs, initial, tokenizer, arm_dir) if own else None
+                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn))
+            results[arm.name] = {"before": before, **repeats[0], "overrides": dict(arm.overrides)}
+            results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
+            results[arm.name]["task_score"] = arm_task_scores(repeats)
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus, medians = {}, {}
     if verified.is_file():
@@ -158,6 +203,7 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
         **record_wall(out, round(time.monotonic() - t_start, 1) if measures else None),
         "task": task.id,
         "scale": dataclasses.asdict(scale),
+        "seeds": seeds,
         "batch_size": s.loop.batch_size,
         "group_size": s.loop.group_size,
         "algorithms": sorted({arm.algorithm for arm in arms}, key=ALGORITHMS.index),
@@ -167,6 +213,7 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
         "slow_and_better": share_contrast(slow, results, scale.eval_samples),
         "lag_of_slow_and_better": {name: lag_of_kinds(out / "arms" / name, task.id, slow) for name in results},
         "arms": results,
+        "contrasts": arm_contrasts(results),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(summary, out)
@@ -177,7 +224,7 @@ def work_left(out: Path, arm_names: list[str]) -> bool:
     """Whether a process started on `out` measures anything: False when the before-RL evaluation and every
     arm's after-RL evaluation are cached (each is written after the stages before it), so that the process only
     regenerates summary.json and the report."""
-    cached = [out / "before.json", *(out / "arms" / name / "after.json" for name in arm_names)]
+    cached = [out / "before.json", *(out / "arms" / name / "after.json" for name in arm_names)]  # a run's folder
     return not all(p.is_file() for p in cached)
 
 
