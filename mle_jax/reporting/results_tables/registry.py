@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from mle_jax.reporting.results_tables.ablations import (
     ABLATION_RUNS,
+    improve_trained_figure,
     never_valid_figure,
     render_ablation_contrasts,
     render_ablation_table,
@@ -103,6 +104,9 @@ REGISTRY: dict[str, Entry] = {
     "ablation_table": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_table),
     "ablation_contrasts": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_contrasts),
     "ablation_never_valid": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), never_valid_figure, inline=True),
+    "ablation_improve_trained": Entry(
+        tuple(summary_path(p) for p in ABLATION_RUNS), improve_trained_figure, inline=True
+    ),
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
 }
