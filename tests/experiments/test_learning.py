@@ -448,8 +448,11 @@ def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
     }
     summary = {"task": TASK, "seeds": 2, "arms": arms, "contrasts": arm_contrasts(arms)}
     table = ablation_table(summary)
-    assert "| paper | lm | 0.5 | 2 | 0.550 ± 0.050 | 0.550 ± 0.025 | 0.600, 0.500 | -2.250 ± 0.750 | 0 of 2 |" in table
-    assert "| no_instrumentation | off | 0.5 | 2 | -4.850 ± 5.150 |" in table and "| 1 of 2 |" in table
+    assert (
+        "| paper | lm | 0.50 / — | 2 | 0.550 ± 0.050 | 0.550 ± 0.025 | 0.600, 0.500 | -2.250 ± 0.750 | 0 of 2 |"
+        in table
+    )
+    assert "| no_instrumentation | off | 0.50 / — | 2 | -4.850 ± 5.150 |" in table and "| 1 of 2 |" in table
     text = "\n".join(ablation_lines(summary))
     assert "- paper minus no_instrumentation: final task score +5.400 (+1.0 SE across seeds" in text
     assert "within 2 SE" in text

@@ -243,14 +243,17 @@ def arm_task_scores(repeats: Sequence[dict]) -> dict[str, Any]:
     and `se_within`, the SE of that mean from the evaluations' own sampling (sqrt(sum of each seed's SE²) / N).
     curve: per seed, the mean over RL steps of the trained-on batches' task score (the area under Fig. 9's
     curve, per step), with its mean and SE across seeds. never_valid: how many of the N runs trained on no valid
-    program in any step (the paper's sparse-reward failure)."""
+    program in any step (the paper's sparse-reward failure). improve_trained: the share of improve prompts among
+    the samples trained on (what the arm's prompt.improve_fraction became: no earlier solution, no improve prompt)."""
     final = spread([r["after"]["task_score_mean"] for r in repeats])
     ses = [r["after"].get("task_score_se") for r in repeats]
     final["se_within"] = float(np.sqrt(sum(s**2 for s in ses)) / len(ses)) if ses and None not in ses else None
     curves = [[s["task_score_mean"] for s in r["steps"] if s.get("task_score_mean") is not None] for r in repeats]
     curve = spread([np.mean(c) for c in curves]) if all(curves) else None
     never = sum(1 for r in repeats if not any((s.get("valid_fraction") or 0) > 0 for s in r["steps"]))
-    return {"runs": len(repeats), "final": final, "curve": curve, "never_valid": never}
+    shares = [s["improve_fraction"] for r in repeats for s in r["steps"] if s.get("improve_fraction") is not None]
+    return {"runs": len(repeats), "final": final, "curve": curve, "never_valid": never,
+            "improve_trained": float(np.mean(shares)) if shares else None}  # fmt: skip
 
 
 def _difference(a: dict | None, b: dict | None, se_keys: Sequence[str]) -> dict[str, Any] | None:

@@ -97,7 +97,10 @@ def task_score_plot(summaries: dict[str, dict], path: Path) -> Path:
                 curves.append({k: ys[k] for k in steps})
             common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
             mean = [float(np.mean([c[k] for c in curves])) for k in common]
-            ax.plot(common, mean, color=f"C{i}", lw=2, marker="o", ms=3, label=f"{name} ({len(curves)} seeds)")
+            style = ("-", "--", ":", "-.")[i % 4]  # arms whose curves coincide stay visible
+            ax.plot(
+                common, mean, color=f"C{i}", lw=2, ls=style, marker="o", ms=3, label=f"{name} ({len(curves)} seeds)"
+            )
         ax.set(xlabel="RL step", ylabel="mean task score (invalid: -10)", title=title)
         ax.legend(fontsize=8)
     fig.suptitle("Task score during RL (thin: each seed; thick: their mean)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mle_jax.experiments.learning.plots import write_plots
-from mle_jax.reporting.markdown import markdown_table, plus_minus
+from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
 
 
@@ -45,14 +45,16 @@ def ablation_table(summary: dict) -> str:
         ts, st = arm["task_score"], arm["stats"]
         final = ts["final"]
         rows.append([
-            name, st.get("instrument_mode"), st.get("improve_fraction"), ts["runs"],
+            name, st.get("instrument_mode"),
+            f"{number(st.get('improve_fraction'))} / {number(ts.get('improve_trained'))}", ts["runs"],
             _pm(final["mean"], final["se"]), _pm(final["mean"], final.get("se_within")),
             ", ".join(f"{v:.3f}" for v in final["values"]),
             _pm(ts["curve"]["mean"], ts["curve"]["se"]) if ts["curve"] else "—",
             f"{ts['never_valid']} of {ts['runs']}",
         ])  # fmt: skip
-    header = ["arm", "instrumentation", "improve share in RL", "seeds", "final task score ± SE across seeds",
-              "± SE within", "per seed", "mean over RL steps ± SE", "runs never valid in RL"]  # fmt: skip
+    header = ["arm", "instrumentation", "improve prompts in RL, set / trained on", "seeds",
+              "final task score ± SE across seeds", "± SE within", "per seed", "mean over RL steps ± SE",
+              "runs never valid in RL"]  # fmt: skip
     return markdown_table(header, rows)
 
 

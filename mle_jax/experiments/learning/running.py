@@ -190,6 +190,8 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
             results[arm.name] = {"before": before, **repeats[0], "overrides": dict(arm.overrides)}
             results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
             results[arm.name]["task_score"] = arm_task_scores(repeats)
+    # recorded as soon as the measuring is done, so that a failure while summarising loses no measured time
+    provenance_fields = record_wall(out, round(time.monotonic() - t_start, 1) if measures else None)
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus, medians = {}, {}
     if verified.is_file():
@@ -200,13 +202,13 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
         corpus = corpus_kinds(verified, task.id, lambda rec: kinds.get(rec["sha256"], "other"))
     slow = slow_and_better(corpus, medians, task.lower_is_better)
     summary = {
-        **record_wall(out, round(time.monotonic() - t_start, 1) if measures else None),
+        **provenance_fields,
         "task": task.id,
         "scale": dataclasses.asdict(scale),
         "seeds": seeds,
         "batch_size": s.loop.batch_size,
         "group_size": s.loop.group_size,
-        "algorithms": sorted({arm.algorithm for arm in arms}, key=ALGORITHMS.index),
+        "algorithms": sorted({rs[0].learner.algorithm for rs in arm_settings.values()}, key=ALGORITHMS.index),
         "warmstart": ws_metrics,
         "corpus_kinds": corpus,
         "corpus_medians": medians,

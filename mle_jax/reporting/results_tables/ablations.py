@@ -71,3 +71,13 @@ def never_valid_figure(*summaries: dict) -> str:
         runs = sum(s["arms"][name]["task_score"]["runs"] for s in summaries)
         parts.append(f"`{name}` {never} of {runs}")
     return ", ".join(parts)
+
+
+def improve_trained_figure(*summaries: dict) -> str:
+    """The share of improve prompts among the samples the first arm (the paper's setup, improve_fraction 0.5)
+    trained on, per task, in one line."""
+    parts = []
+    for s in summaries:
+        share = next(iter(s["arms"].values()))["task_score"].get("improve_trained")
+        parts.append(f"{number(share)} on {s['task']}")
+    return ", ".join(parts)

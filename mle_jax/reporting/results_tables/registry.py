@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mle_jax.reporting.results_tables.ablations import (
+    ABLATION_RUNS,
+    improve_trained_figure,
+    never_valid_figure,
+    render_ablation_contrasts,
+    render_ablation_table,
+)
 from mle_jax.reporting.results_tables.benchmarks import render_benchmarks, render_hostile_inputs, render_objective_step
 from mle_jax.reporting.results_tables.duration_bias import render_duration_bias
 from mle_jax.reporting.results_tables.learning import (
@@ -103,6 +110,14 @@ REGISTRY: dict[str, Entry] = {
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
     "objective_step_h100": Entry((f"{RESULTS}/objective_step_h100.json",), render_objective_step),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
+    "ablation_table": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_table),
+    "ablation_contrasts": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_contrasts),
+    "ablation_never_valid": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), never_valid_figure, inline=True),
+    "ablation_improve_trained": Entry(
+        tuple(summary_path(p) for p in ABLATION_RUNS), improve_trained_figure, inline=True
+    ),
+    "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
+    "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be
