@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mle_jax.instrument import pyast
 from mle_jax.reporting.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def explanations(source: str) -> dict[str, list[tuple[str, str]]]:
     the source's order: the comment lines right above the assignment, then the comment on its last line."""
     text, alone = _comments(source)
     found: dict[str, list[tuple[str, str]]] = {}
-    for func in ast.parse(source).body:
+    for func in pyast.parse(source).body:
         if not isinstance(func, ast.FunctionDef) or func.name not in BUILDERS:
             continue
         for stmt in func.body:
