@@ -102,6 +102,17 @@ def get_config() -> ml_collections.ConfigDict:
     c.prompt.snippet_chars = 1200  # characters of each of the task's data files shown in the prompt
     c.prompt.output_tail_chars = 1500  # characters of the end of an earlier run's output an improve prompt shows
 
+    # episodes (mle_jax/env/episodes.py): the agent runs its program, reads what happened and revises (ML-Agent)
+    c.agent = ml_collections.ConfigDict()
+    c.agent.turns = 1  # K: programs per episode, each written after reading the previous one's run (1: the paper's)
+    # "conversation": one token sequence, prompt · response · observation · response ... (tokens kept as sampled);
+    # "state": each turn a fresh improve prompt with the episode's last program and its output (ML-Agent's step-wise)
+    c.agent.context = "conversation"
+    # "episode": every policy token gets the reward of what the episode submits (verl, rLLM); "turn": each turn is a
+    # sample with its own reward (ML-Agent)
+    c.agent.credit = "episode"
+    c.agent.observation_tokens = 512  # most tokens of one observation (conversation: its output tail shrinks to fit)
+
     c.sampler = ml_collections.ConfigDict()  # how the policy's responses are sampled
     c.sampler.backend = "vllm"  # the policy's sampler: "jax" (in process) or "vllm" (an OpenAI server)
     c.sampler.temperature = 0.7  # sampling temperature; the learner's logprobs are of logits / temperature too

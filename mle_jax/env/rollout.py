@@ -12,16 +12,19 @@ from typing import Any
 import numpy as np
 
 from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
+from mle_jax.env.observation import Observation, observation_ids, observe
 from mle_jax.env.settings import RolloutSettings
 from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import Fleet
 from mle_jax.executor.grading import grade_run
 from mle_jax.executor.result import ExecResult
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
+from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, Sampler
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.progress import new_tag, untag
 from mle_jax.tasks.reward import Reward, compute_reward
+from mle_jax.tasks.submission_format import FormatCheck, check_format
 from mle_jax.tasks.task import Task
 
 InstrumentFn = Callable[[list[str]], list[Any]]  # programs -> instrument.Instrumented, one each
@@ -69,10 +72,20 @@ class Sample:
     submitted_at: float = field(default_factory=time.monotonic)
     result: ExecResult | None = None
     reward: Reward | None = None
+    # episodes (env/episodes.py): the uid of the episode's first turn (-1: its own, a one-turn episode), this turn's
+    # number (from 1), what the agent observes of the run, and, once a next turn follows, the text it was shown and
+    # (conversation context) the tokens appended after this turn's response
+    episode: int = -1
+    turn: int = 1
+    observation: Observation | None = None
+    observation_text: str | None = None
+    observation_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.group < 0:
             self.group = self.uid
+        if self.episode < 0:
+            self.episode = self.uid
 
     @property
     def version(self) -> int:
@@ -112,6 +125,10 @@ class Sample:
             "prints": None if r is None else r.n_prints,
             "instrument": self.instrument_path,
             "code": self.code,
+            "episode": self.episode,
+            "turn": self.turn,
+            "observation": self.observation_text,  # the text the agent was shown after this turn (None: none was)
+            "submission_format_ok": None if self.observation is None else self.observation.submission_ok,
         }
 
 
@@ -142,6 +159,7 @@ class Environment:
         weights = self.weights or (1.0,) * len(self.tasks)
         self.stream = PromptStream(list(self.tasks), weights, self.settings.prompt.improve_fraction, self.seed)
         self._scratch_ids: dict[str, list[int]] = {}
+        self._stop_ids: list[int] | None = None
 
     def task_of(self, item: Sample | PromptItem | PreviousSolution) -> Task:
         """The task a sample, prompt or earlier solution belongs to."""
@@ -226,6 +244,7 @@ class Environment:
         for s in samples:
             if s.code is None:
                 s.reward = compute_reward(None, "", self.task_of(s).lower_is_better, reward)
+                s.observation = observe(None, None, FormatCheck(False, ""))
         # the agent's own progress prints earn nothing: removed before instrumenting, and the
         # instrumenter's prints carry a per-run tag the agent cannot know (tasks/progress.py)
         cleaned = [strip_agent_progress(s.code) for s in runnable]
@@ -252,10 +271,50 @@ class Environment:
         task = self.task_of(sample)
         graded = grade_run(task, result)
         sample.reward = compute_reward(graded, sample.raw_output, task.lower_is_better, reward, tag=sample.tag)
+        # what the agent may learn of its run: MLE-bench's format check from public files, never the grade
+        sample.observation = observe(result, sample.tag, check_format(task, result.submission_path))
         results_dir = result.extra.get("results_dir")
         if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
             shutil.rmtree(results_dir, ignore_errors=True)
         return sample
+
+    def next_turn_prompt(self, last: Sample) -> PromptItem:
+        """The prompt of the turn after `last` (finished) in its episode (env/episodes.py), of the start's kind.
+
+        context "conversation": last's prompt ids, its response's tokens as sampled, then the observation as a user
+        turn of the chat template (at most agent.observation_tokens: the output tail shrinks to fit). context
+        "state": the improve prompt (C.2) about last's program and its output. Either way the text shown is kept in
+        last.observation_text (and the appended tokens in last.observation_ids)."""
+        p = self.settings.prompt
+        if self.settings.agent.context == "state":
+            previous = self.previous(last)
+            last.observation_text = previous.output
+            item = self.improve_prompt(previous)
+            return PromptItem(last.prompt.kind, item.prompt_ids, last.prompt.parent, task=last.task)
+        if self._stop_ids is None:
+            self._stop_ids = stop_token_ids(self.tokenizer)
+        obs = last.observation
+        ids, text = observation_ids(
+            self.tokenizer,
+            obs.text,
+            last.completion.token_ids,
+            self._stop_ids,
+            p.output_tail_chars,
+            self.settings.agent.observation_tokens,
+        )
+        last.observation_ids, last.observation_text = ids, text
+        prompt_ids = [*last.prompt.prompt_ids, *(int(t) for t in last.completion.token_ids), *ids]
+        return PromptItem(last.prompt.kind, prompt_ids, last.prompt.parent, task=last.task)
+
+    def next_turns(self, lasts: Sequence[Sample], first_uid: int) -> list[Sample]:
+        """Samples the next turn of each episode whose turn `lasts[i]` finished (one generate call, the current
+        weights), as members of its episode and group; then instruments and submits them like `submit`."""
+        prompts = [self.next_turn_prompt(s) for s in lasts]
+        out = self.sample(prompts, first_uid)
+        for new, last in zip(out, lasts, strict=True):
+            new.group, new.episode, new.turn = last.group, last.episode, last.turn + 1
+        self.submit(out)
+        return out
 
     def previous(self, sample: Sample) -> PreviousSolution:
         """A finished sample as an improve prompt shows it."""

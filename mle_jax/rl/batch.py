@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the planner packs batches without loading the environment
+    from mle_jax.env.episodes import Row
 
 _TOKEN_FIELDS = ("tokens", "attention_mask", "response_mask", "behaviour_logprobs")
 _SAMPLE_FIELDS = ("rewards", "durations_s", "versions", "group_ids", "task_ids")
@@ -17,7 +21,8 @@ class RolloutBatch:
 
     tokens:             [B, T] int32, prompt then response then padding.
     attention_mask:     [B, T] int32, 1 on prompt and response tokens, 0 on padding.
-    response_mask:      [B, T] int32, 1 on response tokens only (contiguous, after the prompt).
+    response_mask:      [B, T] int32, 1 on the policy's tokens only: one span after the prompt, or (an episode's
+                        conversation, env/episodes.py) one span per response with the observations between at 0.
     behaviour_logprobs: [B, T] float32, logprob of tokens[b, t] under the policy that sampled it;
                         0 outside the response.
     rewards:            [B] float32, scalar reward of each sample.
@@ -83,11 +88,6 @@ class RolloutBatch:
             raise ValueError("response_mask is 1 where attention_mask is 0 (response tokens must be attended)")
         if np.any(self.response_mask[:, 0] > 0):
             raise ValueError("a response cannot start at position 0: every row needs at least one prompt token")
-        # contiguity: at most one 0->1 rise per row in the response mask
-        rises = np.sum(np.diff(self.response_mask, axis=1) == 1, axis=1) + self.response_mask[:, 0]
-        if np.any(rises > 1):
-            rows = np.nonzero(rises > 1)[0].tolist()
-            raise ValueError(f"response_mask must be one contiguous span per row; rows {rows[:5]} are not")
         if np.any(np.diff(self.attention_mask, axis=1) == 1):
             raise ValueError("attention_mask must be right-padded (ones then zeros)")
         if np.any(self.behaviour_logprobs[self.response_mask == 0] != 0):
@@ -161,6 +161,53 @@ class RolloutBatch:
             np.asarray(versions),
             None if group_ids is None else np.asarray(group_ids),
             None if task_ids is None else np.asarray(task_ids),
+        )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Row], pad_to: int | None = None, pad_id: int = 0) -> RolloutBatch:
+        """Pack episode rows (env/episodes.py: a prompt, then responses with their behaviour logprobs and observations
+        without) into a batch: response_mask and behaviour_logprobs on the responses only. Inert rows (no segment)
+        get the batch's oldest version, their own group and task, no policy token.
+
+        pad_to: T (default: the longest row). Rows longer than pad_to raise."""
+        if not rows:
+            raise ValueError("from_rows needs at least one row")
+        lengths = [len(r.prompt_ids) + sum(len(ids) for ids, _ in r.segments) for r in rows]
+        t = max(lengths) if pad_to is None else int(pad_to)
+        if max(lengths) > t:
+            raise ValueError(f"a row has {max(lengths)} tokens, more than pad_to={t}")
+        n = len(rows)
+        tokens = np.full((n, t), pad_id, np.int32)
+        attn, resp, lps = np.zeros((n, t), np.int32), np.zeros((n, t), np.int32), np.zeros((n, t), np.float32)
+        real = [r.version for r in rows if r.segments]
+        oldest = min(real) if real else 0
+        groups, tasks = [], []
+        for i, r in enumerate(rows):
+            if not r.prompt_ids:
+                raise ValueError(f"row {i} has an empty prompt")
+            at = len(r.prompt_ids)
+            tokens[i, :at] = np.asarray(r.prompt_ids, np.int32)
+            for ids, lp in r.segments:
+                tokens[i, at : at + len(ids)] = np.asarray(ids, np.int32)
+                if lp is not None:
+                    if len(lp) != len(ids):
+                        raise ValueError(f"row {i}: {len(lp)} logprobs for {len(ids)} response tokens")
+                    resp[i, at : at + len(ids)] = 1
+                    lps[i, at : at + len(ids)] = np.asarray(lp, np.float32)
+                at += len(ids)
+            attn[i, :at] = 1
+            groups.append(r.group if r.segments else -1 - i)
+            tasks.append(r.task)
+        return cls(
+            tokens,
+            attn,
+            resp,
+            lps,
+            np.asarray([r.reward for r in rows]),
+            np.asarray([r.duration_s for r in rows]),
+            np.asarray([r.version if r.segments else oldest for r in rows]),
+            np.asarray(groups),
+            np.asarray(cls.task_indices(tasks)),
         )
 
     @classmethod

@@ -15,6 +15,11 @@ groups only (B is a multiple of n), in the order the groups finished; a group is
 are, so a group with one slow member waits for it. The stale re-sampling takes back whole groups (all members
 still queued), and an executor failure of one member drops its group (a group cannot be completed without it).
 
+With `agent.turns` K > 1 (env/episodes.py) a sample is one turn of an episode: when a turn's run returns, the
+episode's next turn is sampled at once with the current weights (the observation of the run in its prompt), without
+waiting for other episodes; m·B *episodes* are in flight and an update trains on the first B finished episodes (whole
+groups of n), as learner rows (one per conversation, or one per turn). A killed run restarts its unfinished episodes.
+
 Ctrl-C (under `infra.interrupt.stop_on_sigint`) stops the loop between two steps, the last one checkpointed, or
 abandons a step still waiting for its runs (a resumed run samples its prompts again, as after a crash).
 """
@@ -29,6 +34,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mle_jax.env import rollout
+from mle_jax.env.episodes import Episode, episode_rows
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
@@ -181,6 +187,39 @@ def task_metrics(task: str, samples: list[rollout.Sample], failure: float = -10.
     }
 
 
+def turn_metrics(episodes: list[Episode], turns: int, c_version: int) -> dict[str, float | None]:
+    """Episodes of several turns: per turn k (1..K) the valid fraction, mean reward and Δt of the episodes that
+    reached it (`<metric>/turn<k>`), the mean number of turns, the episodes' Δt (sum of their turns'), and the version
+    lag per policy token (a later turn may be sampled after a weight sync)."""
+    m: dict[str, float | None] = {}
+    for k in range(1, turns + 1):
+        at = [e.turns[k - 1] for e in episodes if len(e.turns) >= k]
+        m[f"valid_fraction/turn{k}"] = float(np.mean([s.reward.valid for s in at])) if at else None
+        m[f"reward/mean/turn{k}"] = float(np.mean([s.reward.total for s in at])) if at else None
+        m[f"duration_s/mean/turn{k}"] = float(np.mean([s.duration_s for s in at])) if at else None
+    m["episode/turns"] = float(np.mean([len(e.turns) for e in episodes]))
+    m["episode/duration_s/mean"] = float(np.mean([e.duration_s for e in episodes]))
+    m["episode/submitted_turn"] = float(np.mean([e.submitted().turn for e in episodes]))
+    lags = [(c_version - 1 - s.version, len(s.completion.token_ids)) for e in episodes for s in e.turns]
+    tokens = sum(n for _, n in lags)
+    m["version_lag/token_mean"] = float(sum(lag * n for lag, n in lags) / tokens) if tokens else None
+    return m
+
+
+def episode_records(episodes: list[Episode], version: int, env: rollout.Environment) -> list[dict]:
+    """samples.jsonl rows of an update: one per turn, with its version lag, whether its episode submitted it and (for
+    analysis only: the agent never sees it) whether it is the episode's best turn by the private score."""
+    out = []
+    for e in episodes:
+        submitted, best = e.submitted(), e.best_private(env.task_of(e.first).lower_is_better)
+        for s in e.turns:
+            row = {**s.record(), "lag": version - s.version}
+            if len(e.turns) > 1 or e.first.turn != 1 or env.settings.agent.turns > 1:
+                row |= {"submitted": s is submitted, "best_private": s is best}
+            out.append(row)
+    return out
+
+
 class AsyncRLLoop:
     def __init__(
         self,
@@ -201,9 +240,12 @@ class AsyncRLLoop:
         self.buffer = ImproveBuffer(settings.improve_buffer_size)
         self.rng = np.random.default_rng(settings.seed)
         self.pad_id = int(getattr(env.tokenizer, "pad_token_id", None) or 0)
-        self.in_flight: list[rollout.Sample] = []
-        self.last_used: list[rollout.Sample] = []  # the samples of the latest update, for inspection
-        self.finished: list[rollout.Sample] = []  # completion order (members of groups not yet finished too)
+        self.in_flight: list[rollout.Sample] = []  # the running turn of each live episode
+        self.last_used: list[rollout.Sample] = []  # the samples (every turn) of the latest update, for inspection
+        # finished episodes in completion order (members of groups not yet finished too); one turn each by default
+        self.finished: list[Episode] = []
+        self.live: dict[int, Episode] = {}  # episodes with a turn running, by episode uid
+        self.turns = env.settings.agent.turns
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
         self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
         self.saved_step: int | None = None  # the newest step checkpointed (or resumed from)
@@ -240,11 +282,38 @@ class AsyncRLLoop:
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         self.env.submit(samples)
-        for s in samples:
+        self._track([Episode([s]) for s in samples])
+        self.counters.sample_s += time.monotonic() - t0
+
+    def _track(self, episodes: list[Episode]) -> None:
+        """Counts the instrumenter's path of each episode's newest turn; a turn without code ends its episode at once
+        (finished), a running one is in flight."""
+        for e in episodes:
+            s = e.last
             self.counters.instrumented_lm += s.instrument_path == "lm"
             self.counters.instrumented_fallback += s.instrument_path == "fallback"
             self.counters.instrumented_unparsed += s.instrument_path == "unparsed"
-            (self.finished if s.done else self.in_flight).append(s)
+            if s.done:
+                e.ended = True
+                self.live.pop(e.uid, None)
+                self.finished.append(e)
+            else:
+                self.live[e.uid] = e
+                self.in_flight.append(s)
+
+    def _next_turns(self, lasts: list[rollout.Sample]) -> None:
+        """Samples the next turn of the episodes whose turns `lasts` just finished, with the current weights, without
+        waiting for the other episodes, and queues their programs."""
+        t0 = time.monotonic()
+        samples = self.env.next_turns(lasts, self.counters.next_uid)
+        self.counters.next_uid += len(samples)
+        self.counters.sampled += len(samples)
+        episodes = []
+        for s in samples:
+            e = self.live[s.episode]
+            e.turns.append(s)
+            episodes.append(e)
+        self._track(episodes)
         self.counters.sample_s += time.monotonic() - t0
 
     def _collect(self, block: bool) -> None:
@@ -253,7 +322,7 @@ class AsyncRLLoop:
         if not pending:
             return
         done, _ = wait(pending, timeout=POLL_S if block else 0, return_when=FIRST_COMPLETED)
-        still, broken = [], set()
+        still, broken, continuing = [], set(), []
         for s in self.in_flight:
             if s.future in done:
                 self.env.finish(s, s.future.result())
@@ -263,23 +332,34 @@ class AsyncRLLoop:
                     self._infra_failure(s)
                     continue
                 self.infra_streak = 0
-                self.finished.append(s)
                 self.buffer.add(self.env.previous(s), s.reward.n_prints)
+                episode = self.live[s.episode]
+                if episode.continues(self.turns):
+                    continuing.append(s)
+                else:
+                    episode.ended = True
+                    del self.live[s.episode]
+                    self.finished.append(episode)
             else:
                 still.append(s)
         self.in_flight = still
         if broken:
             self._drop_groups(broken)
+            continuing = [s for s in continuing if s.group not in broken]
+        if continuing:
+            self._next_turns(continuing)
 
     def _drop_groups(self, groups: set[int]) -> None:
         """Drops the other members of groups one of whose runs failed in the executor: their queued runs are
         cancelled, running and finished ones are never trained on (an update trains on whole groups only)."""
-        dropped = [s for s in self.in_flight + self.finished if s.group in groups]
+        dropped = [s for s in self.in_flight if s.group in groups]
+        dropped += [s for e in self.finished if e.group in groups for s in e.turns]
         for s in dropped:
             if s.future is not None:
                 s.future.cancel()
         self.in_flight = [s for s in self.in_flight if s.group not in groups]
-        self.finished = [s for s in self.finished if s.group not in groups]
+        self.finished = [e for e in self.finished if e.group not in groups]
+        self.live = {uid: e for uid, e in self.live.items() if e.group not in groups}
         self.counters.dropped_with_group += len(dropped)
 
     def _infra_failure(self, sample: rollout.Sample) -> None:
@@ -299,7 +379,7 @@ class AsyncRLLoop:
         lag = self.settings.max_version_lag
         if lag <= 0:
             return
-        started = {s.group for s in self.finished}
+        started = {e.group for e in self.finished} | {s.group for s in self.in_flight if s.turn > 1}
         members: dict[int, list[rollout.Sample]] = {}
         for s in self.in_flight:
             members.setdefault(s.group, []).append(s)
@@ -318,31 +398,26 @@ class AsyncRLLoop:
             self.counters.resampled_stale += len(runs)
             taken.add(group)
         self.in_flight = [s for s in self.in_flight if s.group not in taken]
+        self.live = {uid: e for uid, e in self.live.items() if e.group not in taken}
 
-    def _finished_groups(self) -> list[list[rollout.Sample]]:
-        """The groups all of whose n members have finished, in the order their last member finished."""
+    def _finished_groups(self) -> list[list[Episode]]:
+        """The groups all of whose n episodes have finished, in the order their last member finished."""
         n = self.settings.group_size
-        members: dict[int, list[rollout.Sample]] = {}
+        members: dict[int, list[Episode]] = {}
         complete = []
-        for s in self.finished:
-            members.setdefault(s.group, []).append(s)
-            if len(members[s.group]) == n:
-                complete.append(members[s.group])
+        for e in self.finished:
+            members.setdefault(e.group, []).append(e)
+            if len(members[e.group]) == n:
+                complete.append(members[e.group])
         return complete
 
-    def _batch(self, samples: list[rollout.Sample]) -> RolloutBatch:
-        return RolloutBatch.from_sequences(
-            prompt_ids=[s.prompt.prompt_ids for s in samples],
-            response_ids=[s.completion.token_ids for s in samples],
-            logprobs=[s.completion.logprobs for s in samples],
-            rewards=[s.reward.total for s in samples],
-            durations_s=[s.duration_s for s in samples],  # the learner floors them (ppo.duration_weights)
-            versions=[s.version for s in samples],
-            pad_to=self.env.settings.max_sequence_tokens,
-            pad_id=self.pad_id,
-            group_ids=[s.group for s in samples],
-            task_ids=RolloutBatch.task_indices([s.task for s in samples]),  # per-task advantage and duration scales
-        )
+    def _batch(self, episodes: list[Episode]) -> RolloutBatch:
+        """The learner's rows of the episodes (env/episodes.py): one per episode of one turn (the paper's samples)
+        or of a conversation with "episode" credit, else one per turn. Each row's Δt is floored by the learner
+        (ppo.duration_weights); its task gives per-task advantage and duration scales."""
+        agent = self.env.settings.agent
+        rows = [r for e in episodes for r in episode_rows(e, agent)]
+        return RolloutBatch.from_rows(rows, pad_to=self.env.settings.max_sequence_tokens, pad_id=self.pad_id)
 
     def step(self) -> dict[str, float]:
         """One update: fill the pipeline, wait for B / n finished groups (B samples), train, sync, checkpoint."""
@@ -365,10 +440,11 @@ class AsyncRLLoop:
                 self._refill()
         self._collect(block=False)
         self.counters.wait_s += time.monotonic() - t0
-        used = [s for group in self._finished_groups()[: B // n] for s in group]
-        taken = {s.uid for s in used}
-        self.finished = [s for s in self.finished if s.uid not in taken]
-        self.last_used = used
+        episodes = [e for group in self._finished_groups()[: B // n] for e in group]
+        taken = {e.uid for e in episodes}
+        self.finished = [e for e in self.finished if e.uid not in taken]
+        used = [e.submitted() for e in episodes]  # what each episode hands in (its one sample, with one turn)
+        self.last_used = [s for e in episodes for s in e.turns]
         mix = len(self.env.tasks) > 1
         stats = StepStats(
             used,
@@ -378,7 +454,7 @@ class AsyncRLLoop:
         )
 
         t0 = time.monotonic()
-        batch = self._batch(used)
+        batch = self._batch(episodes)
         if self.channel is not None:
             self.channel.publish(self.counters.step + 1, batch, {"version": self.counters.version + 1})
         learner_metrics = self.learner.update(batch)
@@ -394,12 +470,14 @@ class AsyncRLLoop:
         self.counters.wall_s += time.monotonic() - t_start
 
         m = stats.metrics()
+        if self.turns > 1:
+            m.update(turn_metrics(episodes, self.turns, c_version=self.counters.version))
         m.update({f"learner/{k}": v for k, v in learner_metrics.items()})
         c = self.counters
         slots = max(1, getattr(self.fleet, "n_slots", 1))
         m.update(
             {
-                "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used])),
+                "version_lag/mean": float(np.mean([c.version - 1 - e.first.version for e in episodes])),
                 "resampled_stale": c.resampled_stale,
                 "infra_failures": c.infra_failures,
                 "dropped_with_group": c.dropped_with_group,
@@ -412,7 +490,7 @@ class AsyncRLLoop:
             }
         )
         self.writer.write(c.step, m)
-        self.writer.write_samples(c.step, [{**s.record(), "lag": c.version - 1 - s.version} for s in used])
+        self.writer.write_samples(c.step, episode_records(episodes, c.version - 1, self.env))
         if c.step % self.settings.checkpoint_every == 0 and not saved:
             self.save()
         return m

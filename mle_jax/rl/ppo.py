@@ -3,7 +3,8 @@
 Layout: every [B, T] array is aligned with `tokens[B, T]` (prompt + response, right-padded). A value
 at [b, t] belongs to the token tokens[b, t]: its logprob was computed from the logits at t - 1 and
 its value from the critic's output at t - 1 (the state before the token was generated). Only
-positions where `response_mask` is 1 take part in any loss; those are contiguous per row.
+positions where `response_mask` is 1 take part in any loss: one span per row, or one per response of an episode's
+conversation (env/episodes.py), the observation tokens between them masked out (GAE carries across them).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mle_jax.env.settings import EvalSettings, RolloutSettings
+from mle_jax.env.settings import AgentSettings, EvalSettings, RolloutSettings
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.infra.optim import OptimSettings
 from mle_jax.infra.sharding import MeshSettings
@@ -110,10 +110,10 @@ def _build(cls: type, section: str, fields: Mapping[str, Any], **extra: Any) -> 
 _TOP_LEVEL = (
     "seed", "workdir", "resume", "model", "task", "prompt", "sampler", "instrument", "executor", "reward",
     "ppo", "optim", "mesh", "loop", "checkpoint", "warmstart", "eval", "report", "learner", "tasks", "task_weights",
-    "task_timeouts_s",
+    "task_timeouts_s", "agent",
 )  # fmt: skip
 # absent from the config.json of workdirs written before they existed: their defaults
-_OPTIONAL = ("learner", "tasks", "task_weights", "task_timeouts_s")
+_OPTIONAL = ("learner", "tasks", "task_weights", "task_timeouts_s", "agent")
 
 
 def task_mix(cfg: Any, task: TaskSettings) -> tuple[tuple[TaskSettings, ...], tuple[float, ...]]:
@@ -167,6 +167,20 @@ def task_timeouts(cfg: Any, tasks: tuple[TaskSettings, ...]) -> tuple[float, ...
     return tuple(by_id[t.id] for t in tasks)
 
 
+def episode_length_problem(s: RunSettings) -> str | None:
+    """One line when an episode's longest token sequence (agent.turns in a conversation) cannot fit the model's
+    context (model.max_position_embeddings), else None."""
+    a, need, ctx = s.rollout.agent, s.rollout.max_sequence_tokens, s.model.max_position_embeddings
+    if need <= ctx:
+        return None
+    what = f"agent.turns={a.turns} in a conversation need" if a.context == "conversation" and a.turns > 1 else "needs"
+    return (
+        f"an episode {what} up to {need} tokens (prompt.max_prompt_tokens + turns x sampler.max_tokens + "
+        f"(turns - 1) x agent.observation_tokens), over model.max_position_embeddings={ctx}: fewer turns, "
+        'smaller budgets, or agent.context="state"'
+    )
+
+
 def from_config(cfg: Any) -> RunSettings:
     """The typed settings of a run config (a ConfigDict from configs/<task>.py, or the dict of its JSON)."""
     unknown = sorted(set(cfg.keys()) - set(_TOP_LEVEL))
@@ -214,6 +228,7 @@ def from_config(cfg: Any) -> RunSettings:
             sampling=sampling,
             limits=executor.limits(),
             reward=_build(RewardSettings, "reward", _section(cfg, "reward")),
+            agent=_build(AgentSettings, "agent", _section(cfg, "agent") if "agent" in cfg.keys() else {}),
         ),
         sampler=_build(SamplerSettings, "sampler", sampler),
         instrument=instrument,
@@ -252,6 +267,9 @@ def from_config(cfg: Any) -> RunSettings:
         eval=_build(EvalSettings, "eval", _section(cfg, "eval"), seed=seed),
         report=_build(ReportSettings, "report", _section(cfg, "report")),
     )
+    too_long = episode_length_problem(settings)
+    if too_long:
+        raise ConfigError(too_long)
     groupless = objectives.group_size_problem(settings.learner.algorithm, settings.loop.group_size)
     if groupless:
         raise ConfigError(f"learner.algorithm: {groupless}")

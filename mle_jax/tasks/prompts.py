@@ -257,3 +257,26 @@ def parse_response(text: str) -> ParsedResponse:
             code = match.group(2).strip("\n")
             return ParsedResponse(plan=plan, code=code if code.strip() else None)
     return ParsedResponse(plan=plan, code=None)
+
+
+OBSERVATION_STATUS = {
+    "ok": "finished without error",
+    "error": "stopped with an error",
+    "timeout": "was killed at the time limit",
+    "oom": "ran out of memory and was killed",
+    "killed": "was killed (a limit of the sandbox: file size, processes or output)",
+}
+
+
+def observation_text(status: str, exit_code: int | None, output: str, submission_note: str, output_chars: int) -> str:
+    """What an episode's agent reads after its program ran (the user turn before its next response): the run's
+    status, the tail of its terminal output (at most `output_chars` characters, head and tail kept) and MLE-bench's
+    format check of its submission.csv. Never a score: the agent cannot see the private answers."""
+    said = OBSERVATION_STATUS.get(status, status)
+    if status == "error" and exit_code is not None:
+        said += f" (exit code {exit_code})"
+    out = _truncate_middle(output.strip(), output_chars) or "(no output)"
+    return (
+        f"Your program {said}.\n\nTerminal output:\n```\n{out}\n```\n\nSubmission check: {submission_note}\n\n"
+        f"Revise the solution: fix what went wrong, or improve the performance on the test set. {ANSWER_FORMAT}"
+    )

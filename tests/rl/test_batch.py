@@ -57,8 +57,8 @@ def test_validation_errors():
     bad = dict(good, rewards=np.zeros(3))
     with pytest.raises(ValueError, match="rewards must be"):
         RolloutBatch(**bad)
-    bad = dict(good, response_mask=np.array([[0, 1, 0, 1, 1, 0], [0, 1, 1, 1, 0, 0]]))
-    with pytest.raises(ValueError, match="contiguous"):
+    bad = dict(good, response_mask=np.array([[1, 1, 0, 1, 1, 0], [0, 1, 1, 1, 0, 0]]))
+    with pytest.raises(ValueError, match="position 0"):
         RolloutBatch(**bad)
     lp = good["behaviour_logprobs"].copy()
     lp[0, 0] = -1.0
