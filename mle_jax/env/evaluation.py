@@ -16,6 +16,7 @@ import numpy as np
 from rich.progress import Progress
 
 from mle_jax.env import rollout
+from mle_jax.env.episodes import Episode
 from mle_jax.env.settings import EvalSettings
 from mle_jax.infra import interrupt
 from mle_jax.reporting.markdown import markdown_table
@@ -101,13 +102,17 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
     task = env.tasks[task_id or env.task.id]
     rng = np.random.default_rng(settings.seed + 10_000)
     n, lower, task_id = settings.samples, task.lower_is_better, task.id
+    turns = env.settings.agent.turns
     with Progress() as progress:
-        scratch = env.sample(env.prompts(n, None, rng, improve_fraction=0.0, task_id=task_id), 0)
-        env.submit(scratch)
-        _run_all(scratch, env, progress, "eval: from scratch")
+        prompts = env.prompts(n, None, rng, improve_fraction=0.0, task_id=task_id)
+        episodes = run_episodes(env, prompts, turns, progress, "eval: from scratch")
+        scratch = [e.submitted() for e in episodes]  # one turn: the sample itself
         out = {"task": task_id, "scratch": _summary(scratch, task_id, lower)}
+        if turns > 1:
+            out["episodes"] = episode_summary(episodes, task_id, lower)
         if settings.improve:
-            improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], n)
+            next_uid = 1 + max(s.uid for e in episodes for s in e.turns)  # n after n one-turn episodes
+            improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], next_uid)
             env.submit(improved)
             _run_all(improved, env, progress, "eval: improve")
             out["improved"] = _summary(improved, task_id, lower)
@@ -124,6 +129,51 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
     return out
 
 
+def run_episodes(
+    env: rollout.Environment, prompts: list[rollout.PromptItem], turns: int, progress: Progress, label: str
+) -> list[Episode]:
+    """One episode per prompt, of at most `turns` turns (env/episodes.py), turn by turn: every episode's turn k runs
+    on the fleet together; an episode whose response had no code ends there."""
+    first = env.sample(prompts, 0)
+    env.submit(first)
+    _run_all(first, env, progress, label if turns == 1 else f"{label}: turn 1")
+    episodes = {s.uid: Episode([s]) for s in first}
+    uid = len(first)
+    for k in range(2, turns + 1):
+        lasts = [e.last for e in episodes.values() if e.continues(turns)]
+        if not lasts:
+            break
+        new = env.next_turns(lasts, uid)
+        uid += len(new)
+        for s in new:
+            episodes[s.episode].turns.append(s)
+        _run_all(new, env, progress, f"{label}: turn {k}")
+    for e in episodes.values():
+        e.ended = True
+    return list(episodes.values())
+
+
+def episode_summary(episodes: list[Episode], task_id: str, lower_is_better: bool) -> dict:
+    """Episodes of several turns: the first turn's and the submitted turn's summaries (`summarize`), the valid fraction
+    by turn (of the episodes that reached it), and for analysis only the best turn by the private score."""
+
+    def of(samples: list[rollout.Sample]) -> dict:
+        return summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id)
+
+    turns = max(len(e.turns) for e in episodes)
+    best = [e.best_private(lower_is_better) or e.submitted() for e in episodes]
+    return {
+        "first_turn": of([e.first for e in episodes]),
+        "submitted": of([e.submitted() for e in episodes]),
+        "best_turn_private": of(best),
+        "valid_fraction_by_turn": [
+            float(np.mean([e.turns[k].reward.valid for e in episodes if len(e.turns) > k])) for k in range(turns)
+        ],
+        "episodes_reaching_turn": [sum(len(e.turns) > k for e in episodes) for k in range(turns)],
+        "records": [s.record() for e in episodes for s in e.turns],
+    }
+
+
 def format_table(result: dict) -> str:
     """The evaluation's table, its medal table and the paper's figures with their medals (one of each per task
     of a mix)."""
@@ -134,6 +184,9 @@ def format_table(result: dict) -> str:
         if name in result:
             r = result[name]
             rows.append([name, r["samples"], r["valid_fraction"], r["mean"], r["max"]])
+    for name, r in (result.get("episodes") or {}).items():
+        if isinstance(r, dict) and "samples" in r:
+            rows.append([f"episodes: {name.replace('_', ' ')}", r["samples"], r["valid_fraction"], r["mean"], r["max"]])
     table = markdown_table(["", "samples", "valid fraction", "mean", "best"], rows)
     medals = evaluation_medals(result)
     return f"{table}\n\n{medals}" if medals else table

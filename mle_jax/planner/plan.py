@@ -86,8 +86,10 @@ def make_plan(
         mesh_shape = shd.mesh_shape(s.mesh, n)
     except ValueError as e:
         raise PlanError(f"mesh: {e}") from None
-    batch = s.loop.batch_size
-    seq_len = s.rollout.prompt.max_prompt_tokens + s.rollout.sampling.max_tokens
+    # the learner's rows: B episodes, one row each (one turn, or a conversation with "episode" credit) or one per turn;
+    # a conversation of K turns is K responses and K - 1 observations long (agent.turns)
+    batch = s.loop.batch_size * s.rollout.agent.rows_per_episode
+    seq_len = s.rollout.max_sequence_tokens
     bucket = s.learner.ppo.seq_bucket
     if bucket and seq_len % bucket:
         seq_len += bucket - seq_len % bucket

@@ -9,7 +9,7 @@ token (teacher forcing, the same quantity a sampler returns), and `sync` takes t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -21,11 +21,15 @@ from mle_jax.sampling.protocol import Completion
 
 
 class ScriptedSampler:
-    def __init__(self, model: Any, tokenizer: Any, script: Sequence[str]):
+    """script: the responses in turn (cycled), or a function of the prompt's decoded text (a policy that reacts to
+    what it is shown: the episode tests' "fixes the error only when the error is in its prompt")."""
+
+    def __init__(self, model: Any, tokenizer: Any, script: Sequence[str] | Callable[[str], str]):
         self.graphdef, self.state = nnx.split(model)
         self.tokenizer = tokenizer
         self.version = 0
-        self._script = itertools.cycle(script)
+        self._respond = script if callable(script) else None
+        self._script = None if callable(script) else itertools.cycle(script)
         self.prompts_seen: list[list[int]] = []
 
         @jax.jit
@@ -46,8 +50,9 @@ class ScriptedSampler:
         out = []
         for p in prompts:
             self.prompts_seen.append(list(p))
+            shown = self.tokenizer.decode(list(p)) if self._respond else ""
             for _ in range(n):
-                text = next(self._script)
+                text = self._respond(shown) if self._respond else next(self._script)
                 ids = self.tokenizer.encode(text, add_special_tokens=False)[: max_tokens - 1]
                 ids = ids + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
                 full = np.asarray([list(p) + ids], np.int32)

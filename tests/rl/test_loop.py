@@ -76,6 +76,7 @@ def _loop(
     work_root=None,
     sections=None,
     texts=(SLOW, FAST, NO_CODE),
+    positions=2048,
     **loop_overrides,
 ):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
@@ -93,7 +94,9 @@ def _loop(
         for k, v in fields.items():
             cfg[section][k] = v
     tok = train_bpe_tokenizer(list(texts) * 4, 400, tmp_path / "tok")
-    mcfg = tiny_qwen2(len(tok), num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048)
+    mcfg = tiny_qwen2(
+        len(tok), num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=positions
+    )
     policy = Qwen2ForCausalLM(mcfg, rngs=nnx.Rngs(0))
     s = from_config(cfg)
     learner = make_learner(s, policy)
