@@ -64,14 +64,43 @@ TASK_PLOTS: dict[str, str] = {
 }
 
 
+# a run of episodes (agent.turns > 1): one line per turn (`<metric>/turn<k>`, rl/loop.py)
+TURN_PLOTS: dict[str, str] = {"valid_fraction_by_turn": "valid_fraction/turn", "reward_by_turn": "reward/mean/turn",
+                              "duration_by_turn": "duration_s/mean/turn"}  # fmt: skip
+
+
 def plot_keys(rows: list[dict]) -> dict[str, tuple[str, ...]]:
     """PLOTS, and for a run over a mix of tasks each TASK_PLOTS entry with its tasks' metric keys, in place of the
-    score plot: the tasks' scores have different scales and directions, so they are never pooled into one line."""
-    tasks = sorted({k.removeprefix("reward/mean/") for r in rows for k in r if k.startswith("reward/mean/")})
+    score plot: the tasks' scores have different scales and directions, so they are never pooled into one line. A
+    run of episodes adds TURN_PLOTS, a line per turn."""
+    keys = {k for r in rows for k in r}
+    tasks = sorted({k.removeprefix("reward/mean/") for k in keys if k.startswith("reward/mean/") and "/turn" not in k})
+    turns = sorted({int(k.removeprefix("valid_fraction/turn")) for k in keys if k.startswith("valid_fraction/turn")})
+    by_turn = {name: tuple(f"{prefix}{t}" for t in turns) for name, prefix in TURN_PLOTS.items()} if turns else {}
     if not tasks:
-        return dict(PLOTS)
+        return {**PLOTS, **by_turn}
     per_task = {name: tuple(prefix + t for t in tasks) for name, prefix in TASK_PLOTS.items()}
-    return {**{k: v for k, v in PLOTS.items() if k != "score"}, **per_task}
+    return {**{k: v for k, v in PLOTS.items() if k != "score"}, **per_task, **by_turn}
+
+
+def turn_table(samples: Sequence[Mapping[str, Any]]) -> str:
+    """A run of episodes: per turn, the turns run, their valid fraction, mean reward and Δt, and the share of episodes
+    that submitted that turn (samples.jsonl rows with `turn`; "" for a run of one-turn episodes)."""
+    by_turn: dict[int, list[Mapping[str, Any]]] = {}
+    for r in samples:
+        by_turn.setdefault(int(r.get("turn") or 1), []).append(r)
+    if len(by_turn) < 2:
+        return ""
+    episodes = len({r.get("episode") for r in samples})
+    rows = []
+    for turn, rs in sorted(by_turn.items()):
+        rewards = [r["reward"] for r in rs if r.get("reward") is not None]
+        rows.append([
+            turn, len(rs), sum(bool(r.get("valid")) for r in rs) / len(rs), sum(rewards) / max(len(rewards), 1),
+            sum(r.get("duration_s") or 0.0 for r in rs) / len(rs), sum(bool(r.get("submitted")) for r in rs) / episodes,
+        ])  # fmt: skip
+    header = ["turn", "turns run", "valid fraction", "mean reward", "mean Δt (s)", "submitted share"]
+    return markdown_table(header, rows)
 
 
 def write_plots(rows: list[dict], out_dir: str | Path) -> list[Path]:
@@ -154,11 +183,13 @@ def evaluation_table(evaluation: Mapping[str, Any]) -> str:
     per_task = dict(evaluation.get("tasks") or {})
     header = ["", "samples", "valid fraction", "mean score", "best"]
     if not per_task:
+        episodes = evaluation.get("episodes") or {}  # agent.turns > 1: the first turn's and the submitted turn's
+        parts = [*evaluation.items(), *((f"episodes: {k.replace('_', ' ')}", v) for k, v in episodes.items())]
         return markdown_table(
             header,
             [
                 [name, e.get("samples"), e.get("valid_fraction"), e.get("mean"), e.get("max")]
-                for name, e in evaluation.items()
+                for name, e in parts
                 if isinstance(e, Mapping) and "samples" in e
             ],
         )
@@ -240,6 +271,10 @@ def write_report(
     per_task = task_table(samples, evaluation)
     if per_task:
         parts += ["", "## Per task", "", per_task]
+    by_turn = turn_table(samples)
+    if by_turn:
+        parts += ["", "## By turn", "", "Every turn of the episodes the updates trained on (samples.jsonl).", ""]
+        parts.append(by_turn)
     if rows:
         parts += ["", "## Per step", ""]
         keys = [

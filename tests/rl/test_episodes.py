@@ -265,3 +265,40 @@ def test_the_agent_fixes_its_program_at_turn_2_from_what_the_run_showed(tmp_path
     b = loop._batch([Episode(used[:2], ended=True), Episode(used[2:], ended=True)])  # the rows it trained on
     spans = np.sum(np.diff(b.response_mask, axis=1) == 1, axis=1)
     assert spans.tolist() == ([2, 2] if context == "conversation" else [1, 1, 1, 1])  # a row per episode, or turn
+
+
+@pytest.mark.unit
+def test_agent_settings_errors_are_one_line():
+    from configs import base
+    from mle_jax.run.settings import ConfigError, from_config
+
+    for field, value, said in (
+        ("turns", 0, "agent.turns must be an integer >= 1"),
+        ("context", "tree", "agent.context must be one of conversation, state"),
+        ("credit", "token", "agent.credit must be one of episode, turn"),
+        ("turns", 40, "over model.max_position_embeddings=4096"),
+    ):
+        cfg = base.apply_cpu(base.task_config("spooky-author-identification", "paper"))
+        cfg.agent[field] = value
+        with pytest.raises(ConfigError, match=said) as e:
+            from_config(cfg)
+        assert "\n" not in str(e.value)
+    cfg = base.apply_cpu(base.task_config("spooky-author-identification", "paper"))
+    cfg.agent.turns, cfg.agent.context = 40, "state"  # a state prompt is bounded: any number of turns fits
+    assert from_config(cfg).rollout.max_sequence_tokens == 768 + 320
+
+
+@pytest.mark.unit
+def test_the_report_shows_turns(tmp_path):
+    from mle_jax.reporting.report import plot_keys, turn_table
+
+    rows = [{"step": 1, "valid_fraction/turn1": 0.0, "valid_fraction/turn2": 0.5, "reward/mean/turn1": -9.6}]
+    assert plot_keys(rows)["valid_fraction_by_turn"] == ("valid_fraction/turn1", "valid_fraction/turn2")
+    samples = [
+        {"episode": 0, "turn": 1, "valid": False, "reward": -9.6, "duration_s": 1.0, "submitted": False},
+        {"episode": 0, "turn": 2, "valid": True, "reward": -0.5, "duration_s": 3.0, "submitted": True},
+        {"episode": 4, "turn": 1, "valid": True, "reward": -0.7, "duration_s": 2.0, "submitted": True},
+    ]
+    table = turn_table(samples)
+    assert "| 1 | 2 | 0.5 |" in table and "| 2 | 1 | 1 |" in table
+    assert turn_table([{"episode": 0, "turn": 1, "valid": True, "reward": 1.0}]) == ""
