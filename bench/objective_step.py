@@ -45,6 +45,10 @@ flags.DEFINE_integer("group", 4, "samples per group")
 flags.DEFINE_integer("reps", 3, "timed updates after the compile")
 flags.DEFINE_integer("layers", 0, "keep this many of the shape's layers (0: all; 3B PPO's state exceeds one GPU)")
 flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
+flags.DEFINE_enum("remat", "", ["", "true", "false"], "model.remat (empty: the shape's; 3b: true)")
+flags.DEFINE_integer("attn_block", -1, "model.attn_block, training attention's query block (-1: the shape's)")
+flags.DEFINE_integer("logits_chunk", 512, "ppo.logits_chunk: positions of logits at a time (0: all)")
+flags.DEFINE_float("peak_tflops", 0.0, "the device's dense bf16 peak (TFLOP/s), for MFU (0: not reported)")
 flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
 
 
@@ -59,9 +63,16 @@ def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: Rollo
     value = Qwen2ValueModel.from_policy(policy, rngs=nnx.Rngs(1)) if objectives.has_critic(algorithm) else None
     settings = LearnerSettings(
         algorithm=algorithm,
-        ppo=PPOSettings(mini_batch_size=batch.batch_size, micro_batch_size=FLAGS.micro, seq_bucket=0, temperature=0.7),
+        ppo=PPOSettings(
+            mini_batch_size=batch.batch_size,
+            micro_batch_size=FLAGS.micro,
+            seq_bucket=0,
+            temperature=0.7,
+            logits_chunk=FLAGS.logits_chunk,
+        ),
         optim=OptimSettings(master_dtype="float32"),
     )
+    params = sum(x.size for x in jax.tree.leaves(nnx.state(policy, nnx.Param)))
     learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
     del policy, value
     start = time.perf_counter()
@@ -72,7 +83,14 @@ def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: Rollo
         start = time.perf_counter()
         learner.update(batch)
         times.append(time.perf_counter() - start)
-    return {"compile_s": compile_s, "step_s": float(np.median(times)), "peak_gib": peak_gib()}
+    step_s = float(np.median(times))
+    # the policy's training FLOPs by 6·N·tokens (the critic's, the reference's and PPO's extra passes not counted)
+    tflops = 6.0 * params * batch.batch_size * batch.seq_len / step_s / 1e12
+    out = {"compile_s": compile_s, "step_s": step_s, "peak_gib": peak_gib(), "params": int(params),
+           "policy_tflops_6n": tflops}  # fmt: skip
+    if FLAGS.peak_tflops:
+        out["mfu_6n"] = tflops / FLAGS.peak_tflops
+    return out
 
 
 def main(argv) -> None:
@@ -82,6 +100,10 @@ def main(argv) -> None:
     m = base.qwen25_3b_model() if shape == "3b" else base.tiny_model()
     if FLAGS.layers:
         m.num_hidden_layers = FLAGS.layers
+    if FLAGS.remat:
+        m.remat = FLAGS.remat == "true"
+    if FLAGS.attn_block >= 0:
+        m.attn_block = FLAGS.attn_block
     cfg, dtype = Qwen2Config.from_model_config(m), jnp.bfloat16 if shape == "3b" else jnp.float32
     seq = FLAGS.seq or (2048 if shape == "3b" else 256)
     batch = RolloutBatch.random(FLAGS.batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
@@ -100,8 +122,11 @@ def main(argv) -> None:
             sys.exit(f"{algorithm}: exit {done.returncode}\n{done.stderr[-3000:]}")
         r = results[algorithm] = json.loads(done.stdout.strip().splitlines()[-1])
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f} GiB"
+        mfu = f", MFU {r['mfu_6n']:.1%}" if "mfu_6n" in r else ""
         print(f"{algorithm}: compile+first {r['compile_s']:.1f} s, step {r['step_s']:.3f} s "
-              f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s), peak device memory {peak}", flush=True)  # fmt: skip
+              f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s, {r['policy_tflops_6n']:.0f} TFLOP/s by "
+              f"6·N·tokens{mfu}), "
+              f"peak device memory {peak}", flush=True)  # fmt: skip
     peer = FLAGS.algorithms[0]
     ratios = {a: results[a]["step_s"] / results[peer]["step_s"] for a in FLAGS.algorithms[1:]}
     for algorithm, ratio in ratios.items():
@@ -109,7 +134,9 @@ def main(argv) -> None:
     if FLAGS.out:
         setup = {"device": jax.devices()[0].device_kind, "devices": jax.device_count(), "shape": shape,
                  "layers": cfg.num_hidden_layers, "dtype": jnp.dtype(dtype).name, "batch": FLAGS.batch, "seq": seq,
-                 "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps}  # fmt: skip
+                 "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps, "remat": bool(m.remat),
+                 "attn_block": int(m.attn_block), "logits_chunk": FLAGS.logits_chunk,
+                 "peak_tflops": FLAGS.peak_tflops or None}  # fmt: skip
         provenance.write_json(FLAGS.out, {**setup, "results": results, f"step_time_ratio_to_{peer}": ratios})
 
 
