@@ -73,3 +73,22 @@ def render_objective_step(d: dict) -> str:
               f"{d['batch']} x {d['seq']} tokens, micro-batch {d['micro_batch']}, groups of {d['group']})",
               "update step", "tokens / s", "peak device GiB", f"step time / `{peer}`'s"]  # fmt: skip
     return markdown_table(header, rows) + f"\n\nFrom `{d['command']}` ({d['date'][:10]})."
+
+
+def render_micro_sweep(*files: dict) -> str:
+    """bench/objective_step.py's files of one objective at several micro-batch sizes (and remat settings), each its own
+    process, same device, batch and layers: step time, tokens/s, the policy's TFLOP/s by 6·N·tokens and its share of
+    the device's nominal dense bf16 peak (MFU), peak memory, and step time against the first file's."""
+    peer = next(iter(files[0]["results"].values()))["step_s"]
+    rows = []
+    for d in files:
+        for name, r in d["results"].items():
+            rows.append([f"`{name}`", d["micro_batch"], "on" if d.get("remat", True) else "off", f"{r['step_s']:.3f} s",
+                         f"{d['batch'] * d['seq'] / r['step_s']:.0f}", f"{r['policy_tflops_6n']:.0f}",
+                         f"{r['mfu_6n']:.1%}", number(r["peak_gib"], 1), f"{r['step_s'] / peer:.2f}"])  # fmt: skip
+    d = files[0]
+    header = [f"objective ({d['device']}, {d['shape']} shape, {d['layers']} layers, {d['batch']} x {d['seq']} tokens)",
+              "micro-batch", "remat", "update step", "tokens / s", "TFLOP/s (6·N·tokens)",
+              f"MFU of {d['peak_tflops']:.0f} TFLOP/s", "peak device GiB", "step time / first row's"]  # fmt: skip
+    commands = "; ".join(f"`{f['command']}`" for f in files)
+    return markdown_table(header, rows) + f"\n\nFrom {commands} ({d['date'][:10]})."

@@ -12,7 +12,12 @@ from mle_jax.reporting.results_tables.ablations import (
     render_ablation_contrasts,
     render_ablation_table,
 )
-from mle_jax.reporting.results_tables.benchmarks import render_benchmarks, render_hostile_inputs, render_objective_step
+from mle_jax.reporting.results_tables.benchmarks import (
+    render_benchmarks,
+    render_hostile_inputs,
+    render_micro_sweep,
+    render_objective_step,
+)
 from mle_jax.reporting.results_tables.duration_bias import render_duration_bias
 from mle_jax.reporting.results_tables.learning import (
     HELDOUT_RUNS,
@@ -109,6 +114,13 @@ REGISTRY: dict[str, Entry] = {
     ),
     "objective_step_gpu": Entry((f"{RESULTS}/objective_step_h200.json",), render_objective_step),
     "objective_step_h100": Entry((f"{RESULTS}/objective_step_h100.json",), render_objective_step),
+    "objective_step_h200_micro": Entry(
+        tuple(
+            f"{RESULTS}/objective_step_h200_micro/grpo_{v}.json"
+            for v in ("micro1", "micro4", "micro8", "micro8rematfalse")
+        ),
+        render_micro_sweep,
+    ),  # fmt: skip
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
     "ablation_table": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_table),
     "ablation_contrasts": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_contrasts),
