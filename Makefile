@@ -30,10 +30,10 @@ run: install apt sandbox-env
 # Every tier, on PYTEST_WORKERS pytest-xdist workers (a module's tests on one worker, the longest first: tests/conftest.py), in a network
 # namespace whose only interface is lo (tests/loopback_only.sh), with one JAX compilation cache for the session.
 # The 40 slowest phases are listed at the end (CI's log keeps them). TEST_TIMES=docs/results/test_tiers.json
-# records each tier's time for the README's table.
+# records each tier's time for docs/testing.md's table.
 # Two workers by default (one per core of the 2-core development machine; PYTEST_WORKERS=1 for one).
 # The suite has no network: everything it needs outside the checkout is a prerequisite here, built before it starts
-# (apt packages, the three venvs, SmolLM2's folder, the Podman image; README "State outside the checkout").
+# (apt packages, the three venvs, SmolLM2's folder, the Podman image; docs/testing.md, "State outside the checkout").
 PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
 test: install apt sandbox-env vllm-env smol-model aot-env sandbox-image
@@ -47,7 +47,7 @@ test-unit: install
 bench: install apt sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
 
-# README.md's and BUILD.md's result tables, rewritten from docs/results (tests/test_results_tables.py checks them),
+# The result tables of README.md, BUILD.md and docs/*.md, rewritten from docs/results (tests/test_results_tables.py checks them),
 # and docs/config.md from configs/base.py (tests/test_config_docs.py).
 tables: install
 	$(VPY) -m mle_jax.reporting.results_tables --write

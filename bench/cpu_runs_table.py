@@ -1,4 +1,4 @@
-"""The README's table of the embedded runs, read from their workdirs.
+"""The table of the embedded runs (docs/results.md, "Every task with data on CPU"), read from their workdirs.
 
     for t in pizza spooky insults leaf nomad2018 tweet_sentiment; do
         flock /work/cpu.lock .venv/bin/python -m mle_jax.launch --config=configs/$t.py:cpu

@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of README.md "SmolLM2".
+"""SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of docs/smollm2.md.
 
     .venv/bin/python bench/smollm2_pizza.py [STAGE (default: samplers)] [--samples 128] [--steps 3|5] [--programs 64]
         [--batch 8|2] [--kill-after 2] [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
@@ -420,7 +420,7 @@ def main() -> None:
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result))
-    provenance.append_jsonl(a.out, result)  # with the command and date (README tables render from these lines)
+    provenance.append_jsonl(a.out, result)  # with the command and date (docs/smollm2.md's tables read these lines)
 
 
 if __name__ == "__main__":

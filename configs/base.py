@@ -190,7 +190,7 @@ def get_config() -> ml_collections.ConfigDict:
     # Table 3 lists actor/critic ppo_epochs 100 (beside total_epochs 100). We keep 1, verl's default: 100 epochs
     # over one batch are 100 optimizer steps on the same B samples; the clipped ratio stops the gradient of
     # tokens once they leave [0.8, 1.2] but not the others', and the policy walks away from the behaviour
-    # policy that sampled the batch (measured in README.md: "PPO epochs").
+    # policy that sampled the batch (measured in docs/benchmarks.md: "PPO epochs").
     c.ppo.epochs = 1
     c.ppo.mini_batch_size = 128  # samples per optimizer step (B / mini_batch_size steps per epoch)
     c.ppo.micro_batch_size = 8  # samples per forward+backward; gradients accumulated over the mini-batch
@@ -280,7 +280,7 @@ def get_config() -> ml_collections.ConfigDict:
 def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The embedded run: the same code path as the paper's setup, sized for 2 CPU cores and minutes.
 
-    Where it differs from the paper (Table 3, §4.1), and why (README.md repeats this list):
+    Where it differs from the paper (Table 3, §4.1), and why (docs/architecture.md repeats this list):
     - model: a tiny Qwen2 (2 layers, hidden 128, ~0.6 M parameters) with a BPE trained on the task, instead
       of Qwen2.5-3B-Instruct: what 2 cores train in minutes. It starts from scratch, so a warm start (SFT on
       the task's sandbox-verified corpus, on scratch, improve and instrumentation prompts) comes first: the
@@ -295,7 +295,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       verified, with the AST fallback counted when it is rejected), with copy-constrained decoding
       (`instrument.decoding = "copy"`): the tiny model puts the prints in place but cannot copy a program
       verbatim (0 of 32 held-out programs accepted when it writes the whole program, 32 of 32 when the
-      program's lines are copied and it writes only the prints; README.md, "The LM instrumenter at work").
+      program's lines are copied and it writes only the prints; docs/instrumenter.md, "The LM instrumenter at work").
     - m = 4 instead of 2 (m*B runs in flight): the update, the sampler and the instrumenter share the
       sandboxes' 2 cores, so a longer queue keeps the slots busy while they work.
     - 4 RL steps and 16 evaluation samples in `make run` (the paper: until convergence, 128 samples);
@@ -346,7 +346,7 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     warm start (SFT on the task's verified corpus, with SmolLM2's tokenizer) is on;
     `--config.warmstart.enabled=false` gives the paper's prompted setting. Budgets are in SmolLM2 tokens
     (pizza: scratch prompt 787, corpus responses 508-645, instrumentation prompts 695-801); the SFT and
-    PPO sizes are what 2 cores finish in minutes (measured in README.md, "SmolLM2").
+    PPO sizes are what 2 cores finish in minutes (measured in docs/smollm2.md).
     """
     c = apply_cpu(c)
     c.model = smollm2_model()
@@ -357,13 +357,13 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.instrument.max_prompt_tokens = 2048
     c.ppo.micro_batch_size = 1
     # B = 2: the run's memory grows over its steps (12.5 GB after start-up, 21.8 GB at step 5 with B = 2); with
-    # B = 4 a resumed run was OOM-killed at 24 GB in step 5 (README.md, "SmolLM2")
+    # B = 4 a resumed run was OOM-killed at 24 GB in step 5 (docs/smollm2.md)
     c.loop.batch_size = 2
     c.ppo.mini_batch_size = 2
     c.loop.steps = 5
     c.warmstart.max_response_tokens = 768
     # SFT sized for 2 cores: a step of 4 rows of 1792 tokens (scanned layers, one row at a time) took 52 s here
-    # (README.md, "SmolLM2": 16 steps in 14 min), so :cpu's 150 steps x 8 would take over 4 hours. 16 steps x 4 =
+    # (docs/smollm2.md: 16 steps in 14 min), so :cpu's 150 steps x 8 would take over 4 hours. 16 steps x 4 =
     # 64 of the 128 examples (scratch and improve) once; a pretrained model fine-tunes at 1e-4, not at the
     # from-scratch tiny model's 3e-3 (which would wreck its weights).
     c.warmstart.steps = 16
@@ -379,8 +379,8 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # short SFT (and so no held-out measurement, which would cost 32 generations of up to 1024 tokens)
     c.warmstart.instrument_examples = 0
     # the paper's free decoding, not apply_cpu's copy decoding: SmolLM2 was not taught the task on the AST
-    # instrumenter's targets, and with copy decoding it copied every program without a print (0 of 64, README
-    # "A real pretrained model"), at one generate call per line instead of one per program
+    # instrumenter's targets, and with copy decoding it copied every program without a print (0 of 64,
+    # docs/smollm2.md), at one generate call per line instead of one per program
     c.instrument.decoding = "free"
     c.loop.in_flight_multiplier = 2  # sampling, not the sandboxes, is the bottleneck with a 135M model on 2 cores
     return c

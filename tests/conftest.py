@@ -6,7 +6,7 @@
   one), so a run's time never depends on an earlier run's leftovers.
 - Loopback only: under `make test` (MLE_JAX_TEST_NETNS=1) the session runs in a network namespace of its own
   whose only interface is `lo`; the session refuses to start if that is not so.
-- MLE_JAX_TEST_TIMES=FILE records how long each tier took (the README's test-tier table renders it).
+- MLE_JAX_TEST_TIMES=FILE records how long each tier took (docs/testing.md's test-tier table renders it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 --config=configs/multitask.py:cpu --config.loop.steps=1` through every stage (prepare each task's shipped data,
 warm start on the union of their verified corpora, an RL step with a sample of each task, an evaluation of each,
 the report with a row per task), made as small as the stages allow. Pizza's single-task run, its resume and the
-evaluate CLI are tests/test_e2e.py; the numbers of the real runs are in the README.
+evaluate CLI are tests/test_e2e.py; the numbers of the real runs are in docs/results.md.
 
 One run instead of one per task: the process, the tokenizer, the warm start's SFT and the update are set up once,
 and every task's prompts, sandbox runs, graders and evaluation are still exercised."""

@@ -1,5 +1,6 @@
-"""README.md's and BUILD.md's result tables and quoted figures are what mle_jax.reporting.results_tables renders from
-the files in docs/results, and those files say which command wrote them and when."""
+"""The result tables and quoted figures of README.md, BUILD.md and the docs/*.md pages are what
+mle_jax.reporting.results_tables renders from the files in docs/results, and those files say which command wrote them
+and when."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from mle_jax.reporting import provenance, results_tables
 from mle_jax.reporting.markdown import number, plus_minus, signed
-from mle_jax.reporting.results_tables.engine import DOCS, blocks, differences, rewrite
+from mle_jax.reporting.results_tables.engine import blocks, differences, documents, relative_links, rewrite
 from mle_jax.reporting.results_tables.learning import wall_figure
 from mle_jax.reporting.results_tables.registry import LEGACY, REGISTRY
 from mle_jax.reporting.results_tables.sources import ROOT, records
@@ -18,7 +19,7 @@ from mle_jax.reporting.results_tables.sources import ROOT, records
 
 def _markers() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for doc in DOCS:
+    for doc in documents():
         for m in blocks((ROOT / doc).read_text()):
             found.setdefault(m["name"], set()).add(m["kind"])
     return found
@@ -36,10 +37,23 @@ def test_every_marker_has_an_entry_of_its_kind_and_every_entry_a_marker():
         assert kinds == {"figure" if REGISTRY[name].inline else "table"}, name
 
 
+def test_the_documents_are_the_readme_build_and_every_docs_page():
+    docs = documents()
+    assert docs[:2] == ["README.md", "BUILD.md"]
+    assert set(docs[2:]) == {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} and "docs/results.md" in docs
+
+
+def test_the_headline_tables_are_in_the_readme_and_in_their_docs_page():
+    readme = {m["name"] for m in blocks((ROOT / "README.md").read_text())}
+    results = {m["name"] for m in blocks((ROOT / "docs/results.md").read_text())}
+    assert {"spooky_learning", "pizza_learning"} <= readme & results
+
+
 def _copy_of_the_docs(tmp_path):
-    for doc in DOCS:
+    (tmp_path / "docs").mkdir()
+    for doc in documents():
         shutil.copy(ROOT / doc, tmp_path / doc)
-    (tmp_path / "docs").symlink_to(ROOT / "docs")
+    (tmp_path / "docs/results").symlink_to(ROOT / "docs/results")
     return tmp_path
 
 
@@ -58,11 +72,32 @@ def test_a_corrupted_table_is_found_and_named_and_write_restores_it(tmp_path, ca
     assert (root / "README.md").read_text() == text and differences(root) == []
 
 
+def test_a_corrupted_block_of_a_docs_page_is_found_and_its_links_written_from_the_page(tmp_path):
+    root = _copy_of_the_docs(tmp_path)
+    page = root / "docs/results.md"
+    text = page.read_text()
+    block = next(m for m in blocks(text) if m["name"] == "learning_utilisation").group(0)
+    assert "](results/learning-spooky/report.md)" in block and "](docs/results/" not in block
+    page.write_text(text.replace(block, block.replace("](results/", "](docs/results/")))
+    (diff,) = differences(root)
+    assert diff.startswith("docs/results.md: table:learning_utilisation differs")
+    assert results_tables.main(["--write", "--root", str(root)]) == 0
+    assert page.read_text() == text
+
+
+def test_links_from_the_root_are_rewritten_for_a_page_below_it():
+    text = "[a](docs/results/x/report.md) [b](BUILD.md#one) [c](https://x.org/y) [d](#here) [e](docs/results/)"
+    assert relative_links(text, "README.md") == text
+    assert relative_links(text, "docs/results.md") == (
+        "[a](results/x/report.md) [b](../BUILD.md#one) [c](https://x.org/y) [d](#here) [e](results/)"
+    )
+
+
 def test_a_corrupted_inline_figure_is_found(tmp_path):
     root = _copy_of_the_docs(tmp_path)
-    text = (root / "README.md").read_text()
+    text = (root / "docs/results.md").read_text()
     m = next(m for m in blocks(text) if m["kind"] == "figure")
-    (root / "README.md").write_text(text.replace(m.group(0), m.group(0).replace(m["body"], "12.3 min"), 1))
+    (root / "docs/results.md").write_text(text.replace(m.group(0), m.group(0).replace(m["body"], "12.3 min"), 1))
     (diff,) = differences(root)
     assert f"figure:{m['name']} differs" in diff
 

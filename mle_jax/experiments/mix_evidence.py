@@ -1,4 +1,5 @@
-"""The evidence of a run over a mix of tasks, gathered into one results file (README "Many tasks, one policy").
+"""The evidence of a run over a mix of tasks, gathered into one results file (docs/multitask.md, "One policy over
+four tasks").
 
     python -m mle_jax.experiments.mix_evidence --workdir W --held_out TASK --script S1,S2 --out DIR
 

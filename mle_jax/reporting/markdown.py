@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-MINUS = "−"  # the typographic minus the README's and BUILD.md's figures are written with
+MINUS = "−"  # the typographic minus the documents' figures are written with
 
 
 def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:

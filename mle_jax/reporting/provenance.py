@@ -1,5 +1,5 @@
-"""The command and date a results file records, so that every figure in README.md / BUILD.md can be traced
-to the run that measured it (`mle_jax.reporting.results_tables` renders the tables from such files).
+"""The command and date a results file records, so that every figure in README.md, BUILD.md and docs/*.md can
+be traced to the run that measured it (`mle_jax.reporting.results_tables` renders the tables from such files).
 
     stamp()                        {"command": "python -m mle_jax.experiments.duration_bias --steps 300", "date": ...}
     write_json(path, payload)      payload with the stamp first, as indented JSON

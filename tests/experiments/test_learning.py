@@ -1,6 +1,6 @@
 """The learning experiment's bookkeeping: kinds per step from the loop's own logs, the summary's report and
 plots, and starting from another experiment's warm start. (The experiment itself is the real loop; its runs
-are in the README, with the command.)"""
+are in docs/results.md, with the command.)"""
 
 from __future__ import annotations
 
@@ -458,7 +458,7 @@ def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
     assert "within 2 SE" in text
     path = task_score_plot({"pizza": summary, "spooky": summary}, tmp_path / "task_score.png")
     assert path.stat().st_size > 1000
-    # the README's blocks (results_tables/ablations.py) from the same summary
+    # docs/results.md's blocks (results_tables/ablations.py) from the same summary
     for a in arms.values():
         a["before"] = {"task_score_mean": -4.0, "task_score_se": 1.5}
     readme = render_ablation_table(summary)

@@ -80,7 +80,7 @@ def test_folder_is_smollm2(folder, ours, tokenizer, prompt):
 def test_logits_match_transformers_from_folder_and_from_gguf(ours, theirs, prompt):
     """fp32 on the chat prompt: our logits against transformers' from our folder, which equal transformers'
     from the GGUF file itself exactly. The bound is fp32's noise floor on this model (a 22,552-valued
-    activation from layer 12 on): transformers fp32 itself is ~9e-5 from its fp64 (README, models)."""
+    activation from layer 12 on): transformers fp32 itself is ~9e-5 from its fp64 (docs/models.md)."""
     tokens = np.asarray([prompt])
     ref = torch_logits(theirs, tokens)
     assert np.abs(jax_logits(ours, tokens) - ref).max() <= 2e-4

@@ -4,8 +4,8 @@ MLE-bench's `grade.py` of each of the 12 competitions runs unchanged (tests/mleb
 stand-in for what `mlebench.grade.grade_csv` does around it. Each task is graded on random valid submissions and
 on adversarial ones (shuffled rows, extra or reordered columns, a missing row, a duplicated id, NaN, unnormalised
 probabilities...), against the real private answers for the six tasks whose data ships here and generated
-answers of the same shape for the others. Validity and score agree, except the documented deviations (README,
-"Graders and MLE-bench"), each checked to differ exactly as documented:
+answers of the same shape for the others. Validity and score agree, except the documented deviations
+(docs/graders.md), each checked to differ exactly as documented:
 
 - nomad2018: MLE-bench pairs submission and answer rows by position; we pair them by `id`, and so need the ids
   to be the test set's. Checked: our score is MLE-bench's on the submission put into the answers' id order.

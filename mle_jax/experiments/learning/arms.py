@@ -108,7 +108,7 @@ def select_arms(
 def make_arms(algorithms: Sequence[str], duration_weights: Sequence[str]) -> list[Arm]:
     """One arm per (algorithm, weight mode) pair, algorithms first, named `{algorithm}_{weights}`. PPO alone with
     modes among batch_mean and off keeps the arms' names from before algorithms were arms (`duration_weighted`,
-    `unweighted`), which the results tables and the README's runs read. ValueError (one line) on an unknown,
+    `unweighted`), which the results tables and the runs in docs/results.md read. ValueError (one line) on an unknown,
     repeated or missing algorithm or mode."""
     for flag, given, known in (
         ("--algorithms", algorithms, ALGORITHMS),

@@ -1,6 +1,7 @@
-"""The README's and BUILD.md's result tables and quoted figures, written from the files in docs/results.
+"""The result tables and quoted figures of README.md, BUILD.md and the docs/*.md pages, written from the files in
+docs/results.
 
-    python -m mle_jax.reporting.results_tables --write    rewrite every marked block in README.md and BUILD.md
+    python -m mle_jax.reporting.results_tables --write    rewrite every marked block of those documents
     python -m mle_jax.reporting.results_tables --check    exit 1, with a diff naming each block that differs
 
 A block is a table between `<!-- table:NAME -->` and `<!-- /table:NAME -->` lines, or one figure inline in a
@@ -11,7 +12,8 @@ line in registry.py, for example
 
     "duration_bias": Entry((f"{RESULTS}/duration_bias.jsonl",), render_duration_bias),
 
-put the two marker lines where it goes and run `--write`. tests/test_results_tables.py fails when a document's
+put the two marker lines where it goes (any document; a block may appear in several, each occurrence checked)
+and run `--write`. tests/test_results_tables.py fails when a document's
 block differs from what its renderer writes now, when a marker names no entry or an entry has no marker, and when
 a results file an entry reads has no `command` and `date` (`mle_jax.reporting.provenance` stamps them), except the
 files in `registry.LEGACY`, which were written before the producing commands recorded them.

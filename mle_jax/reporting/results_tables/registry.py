@@ -1,4 +1,4 @@
-"""Which results files each block of README.md and BUILD.md reads, and the renderer that writes it."""
+"""Which results files each block of README.md, BUILD.md and docs/*.md reads, and the renderer that writes it."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ REGISTRY: dict[str, Entry] = {
 # Results files written before their producing command recorded its command and date, which cannot be
 # derived from the file itself. Do not add to this list: stamp new files with mle_jax.reporting.provenance.
 LEGACY: dict[str, str] = {
-    summary_path(p): "learning summary written before the experiment recorded its command (see the README's commands)"
+    summary_path(p): "learning summary written before the experiment recorded its command (docs/results.md gives it)"
     for p in LEARNING_RUNS
 } | {
     SMOL: "bench/smollm2_pizza.py's lines of 2026-11-24, before the bench stamped its command and date",

@@ -59,8 +59,8 @@ _SPOOKY_VECTORS = grid(
 # How to tell a program's model family (its "kind of solution") from its code: first match wins.
 # A program's kind of solution: its model family and its text representation (first match wins). The
 # representation is part of it here because it is what makes a spooky program slow and good: naive Bayes on
-# words + characters scores better than on words alone and takes several times longer (README.md, "Do duration
-# weights matter on the real loop?").
+# words + characters scores better than on words alone and takes several times longer (docs/results.md, "Do
+# duration weights matter on the real loop?").
 _FAMILIES = (
     ("linear_svm", r"LinearSVC\("),
     ("sgd", r"SGDClassifier\("),
