@@ -31,9 +31,7 @@ class Observation:
     submission_note: str  # the check's one line
 
     def text(self, output_chars: int) -> str:
-        return prompt_lib.observation_text(
-            self.status, self.exit_code, self.output, self.submission_note, output_chars
-        )
+        return prompt_lib.observation_text(self.status, self.exit_code, self.output, self.submission_note, output_chars)
 
 
 def observe(result: ExecResult | None, tag: str | None, check: FormatCheck) -> Observation:

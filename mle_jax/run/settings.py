@@ -181,6 +181,22 @@ def episode_length_problem(s: RunSettings) -> str | None:
     )
 
 
+def batch_split_problem(s: RunSettings) -> str | None:
+    """One line when the learner's rows (loop.batch_size episodes x agent rows per episode) do not split into
+    ppo.mini_batch_size mini-batches of ppo.micro_batch_size micro-batches (what the learner would refuse at its first
+    update), else None."""
+    rows, ppo = s.loop.batch_size * s.rollout.agent.rows_per_episode, s.learner.ppo
+    mini = min(ppo.mini_batch_size, rows)
+    micro = min(ppo.micro_batch_size, mini)
+    per = s.rollout.agent.rows_per_episode
+    each = f" ({s.loop.batch_size} episodes x {per} rows)" if per > 1 else ""
+    if rows % mini:
+        return f"loop.batch_size: the update's {rows} rows{each} are not a multiple of ppo.mini_batch_size={mini}"
+    if mini % micro:
+        return f"ppo.mini_batch_size={mini} is not a multiple of ppo.micro_batch_size={micro}"
+    return None
+
+
 def from_config(cfg: Any) -> RunSettings:
     """The typed settings of a run config (a ConfigDict from configs/<task>.py, or the dict of its JSON)."""
     unknown = sorted(set(cfg.keys()) - set(_TOP_LEVEL))
@@ -267,7 +283,7 @@ def from_config(cfg: Any) -> RunSettings:
         eval=_build(EvalSettings, "eval", _section(cfg, "eval"), seed=seed),
         report=_build(ReportSettings, "report", _section(cfg, "report")),
     )
-    too_long = episode_length_problem(settings)
+    too_long = episode_length_problem(settings) or batch_split_problem(settings)
     if too_long:
         raise ConfigError(too_long)
     groupless = objectives.group_size_problem(settings.learner.algorithm, settings.loop.group_size)

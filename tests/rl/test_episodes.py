@@ -302,3 +302,17 @@ def test_the_report_shows_turns(tmp_path):
     table = turn_table(samples)
     assert "| 1 | 2 | 0.5 |" in table and "| 2 | 1 | 1 |" in table
     assert turn_table([{"episode": 0, "turn": 1, "valid": True, "reward": 1.0}]) == ""
+
+
+@pytest.mark.unit
+def test_a_batch_that_does_not_split_into_mini_batches_is_refused_before_anything_starts():
+    from configs import base
+    from mle_jax.run.settings import ConfigError, from_config
+
+    cfg = base.apply_cpu(base.task_config("spooky-author-identification", "paper"))
+    cfg.loop.batch_size = 12  # the :cpu mini-batch is 8
+    with pytest.raises(ConfigError, match="the update's 12 rows are not a multiple of ppo.mini_batch_size=8"):
+        from_config(cfg)
+    cfg.loop.batch_size, cfg.agent.turns, cfg.agent.context = 4, 3, "state"  # 4 episodes x 3 rows: 12
+    with pytest.raises(ConfigError, match=r"12 rows \(4 episodes x 3 rows\)"):
+        from_config(cfg)
