@@ -33,6 +33,7 @@ from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.reporting.sample_texts import tensorboard_samples
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
@@ -412,7 +413,9 @@ class AsyncRLLoop:
             }
         )
         self.writer.write(c.step, m)
-        self.writer.write_samples(c.step, [{**s.record(), "lag": c.version - 1 - s.version} for s in used])
+        records = [{**s.record(self.writer.output_chars), "lag": c.version - 1 - s.version} for s in used]
+        self.writer.write_samples(c.step, records, texts=rollout.TEXT_FIELDS)
+        self.writer.write_texts(c.step, tensorboard_samples(records))  # the best, the worst, a failure
         if c.step % self.settings.checkpoint_every == 0 and not saved:
             self.save()
         return m
