@@ -247,7 +247,10 @@ def write_report(
     tasks = ", ".join(run_tasks(summary, evaluation, samples)) or "?"
     write_samples_page(samples, workdir, f"Samples: {tasks}")
     parts = [f"# Run report: {tasks}", ""]
-    parts += [*summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file), "", "## Run", ""]
+    parts += summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file)
+    parts += [f"- **Samples**: [{PAGE}]({PAGE}), the {len(samples)} samples the RL steps trained on, to open in a "
+              "browser: filter them by step, task, status, outcome, medal and prompt kind, and read each one's plan, "
+              "program, output, score and Δt (samples.jsonl holds the same records)", "", "## Run", ""]  # fmt: skip
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
     if evaluation:
         parts += ["", "## Evaluation", "", f"From {evaluation_file}.", ""]
@@ -258,9 +261,6 @@ def write_report(
     per_task = task_table(samples, evaluation)
     if per_task:
         parts += ["", "## Per task", "", per_task]
-    parts += ["", "## Samples", "", f"[{PAGE}]({PAGE}): the {len(samples)} samples the RL steps trained on, to filter "
-              "by step, task, status, outcome, medal and prompt kind and read one by one (its plan, program, output, "
-              "score and Δt); opened from disk in a browser. The same records are in samples.jsonl."]  # fmt: skip
     if rows:
         parts += ["", "## Per step", ""]
         keys = [

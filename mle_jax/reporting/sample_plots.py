@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mle_jax.executor.result import OUTCOMES
+from mle_jax.reporting.report_summary import direction
 from mle_jax.tasks.medals import LEVELS, medal, thresholds
 
 MEDAL_CATEGORIES: tuple[str, ...] = (*LEVELS, "invalid")
@@ -77,10 +78,13 @@ def write_sample_plots(samples: Sequence[Record], out_dir: str | Path) -> list[P
     if not samples:
         return []
     from matplotlib.figure import Figure  # slow to import: only the report needs it (reporting/report.py)
+    from matplotlib.ticker import MaxNLocator
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = by_task(samples)
+    steps = [int(r["step"]) for r in samples if r.get("step") is not None]
+    span = (min(steps), max(steps)) if steps else (0, 1)  # every panel's step axis and colours: the run's steps
     written = []
     for name, draw, cols in (
         ("duration_score", _draw_duration, 2),
@@ -89,9 +93,12 @@ def write_sample_plots(samples: Sequence[Record], out_dir: str | Path) -> list[P
     ):
         fig = Figure(figsize=(5.5 * cols, 3.2 * len(tasks) + 0.4), dpi=110)
         axes = fig.subplots(len(tasks), cols, squeeze=False)
-        drew = [draw(fig, axes[i], task, recs) for i, (task, recs) in enumerate(tasks.items())]
+        drew = [draw(fig, axes[i], task, recs, span) for i, (task, recs) in enumerate(tasks.items())]
         if not any(drew):
             continue
+        for ax in axes.flat:
+            if name != "duration_score":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         path = out_dir / f"{name}.png"
         fig.savefig(path)
@@ -103,32 +110,35 @@ def _title(ax: Any, text: str, task: str) -> None:
     ax.set_title(f"{text} ({task})" if task else text, fontsize=9)
 
 
-def _draw_duration(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record]) -> bool:
+def _draw_duration(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int]) -> bool:
     """Score (valid samples) and reward (every sample that ran) against Δt, coloured by step."""
+    from matplotlib.ticker import MaxNLocator
+
     ran = [r for r in recs if r.get("duration_s") and r.get("reward") is not None and r.get("step") is not None]
     if not ran:
         return False
-    steps = [r["step"] for r in ran]
-    lo, hi = min(steps), max(steps)
+    lo, hi = span
     for ax, key, label in zip(axes, ("score", "reward"), ("score (valid samples)", "reward"), strict=True):
         pts = [r for r in ran if r.get(key) is not None and (key != "score" or r.get("valid"))]
         if pts:
             dots = ax.scatter([r["duration_s"] for r in pts], [r[key] for r in pts], c=[r["step"] for r in pts],
                               cmap="viridis", vmin=lo, vmax=max(hi, lo + 1), s=14, alpha=0.8)  # fmt: skip
-            fig.colorbar(dots, ax=ax, label="RL step")
+            fig.colorbar(dots, ax=ax, label="RL step", ticks=MaxNLocator(integer=True))
             durations = [r["duration_s"] for r in pts]
             if max(durations) > 20 * min(durations):
                 ax.set_xscale("log")
         else:
             ax.text(0.5, 0.5, f"no sample with a {key}", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("Δt (s), the program's run time")
-        ax.set_ylabel(key)
+        ax.set_ylabel(f"score ({direction(task)})" if key == "score" and task else key)
         ax.grid(alpha=0.3)
         _title(ax, f"{label} against Δt", task)
     return True
 
 
-def _stack(ax: Any, steps: list[int], shares: dict[str, list[float]], colours: Sequence[str]) -> None:
+def _stack(
+    ax: Any, steps: list[int], shares: dict[str, list[float]], colours: Sequence[str], span: tuple[int, int]
+) -> None:
     bottom = [0.0] * len(steps)
     for (category, ys), colour in zip(shares.items(), colours, strict=True):
         if any(ys):
@@ -137,11 +147,12 @@ def _stack(ax: Any, steps: list[int], shares: dict[str, list[float]], colours: S
     ax.set_xlabel("RL step")
     ax.set_ylabel("share of the step's samples")
     ax.set_ylim(0, 1)
+    ax.set_xlim(span[0] - 0.6, span[1] + 0.6)
     handles, labels = ax.get_legend_handles_labels()  # top to bottom, as the bars stack
     ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
-def _draw_medals(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record]) -> bool:
+def _draw_medals(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int]) -> bool:
     try:
         thresholds(task)
     except KeyError:  # a task without medal thresholds
@@ -149,15 +160,15 @@ def _draw_medals(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record
     steps, shares = shares_by_step(recs, sample_medal, MEDAL_CATEGORIES)
     if not steps:
         return False
-    _stack(axes[0], steps, shares, MEDAL_COLOURS)
+    _stack(axes[0], steps, shares, MEDAL_COLOURS, span)
     _title(axes[0], "MLE-bench medal shares", task)
     return True
 
 
-def _draw_outcomes(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record]) -> bool:
+def _draw_outcomes(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int]) -> bool:
     steps, shares = shares_by_step(recs, sample_outcome, OUTCOMES)
     if not steps:
         return False
-    _stack(axes[0], steps, shares, OUTCOME_COLOURS)
+    _stack(axes[0], steps, shares, OUTCOME_COLOURS, span)
     _title(axes[0], "outcomes: valid, or how the sample failed", task)
     return True
