@@ -105,7 +105,7 @@ class Sample:
     def record(self, output_chars: int | None = None) -> dict:
         """The sample as one JSON line (samples.jsonl, evaluation.json): for analysis of kinds, lags, Δt.
 
-        Its figures, the program's outcome (executor.grading.OUTCOMES), the line that says why it failed, the
+        Its figures, the program's outcome (executor.result.OUTCOMES), the line that says why it failed, the
         grader's reason when its submission is invalid and its MLE-bench medal. With `output_chars`, also its texts
         (TEXT_FIELDS): the plan, the instrumented program with the instrumenter's lines (1-based), and the last
         `output_chars` characters of stdout and of stderr with the lines of stdout the instrumenter's prints wrote."""

@@ -24,7 +24,7 @@ Record = Mapping[str, Any]
 
 
 def sample_outcome(rec: Record) -> str:
-    """The record's outcome (executor.grading.OUTCOMES); for a record written before outcomes, from its status."""
+    """The record's outcome (executor.result.OUTCOMES); for a record written before outcomes, from its status."""
     if rec.get("outcome"):
         return rec["outcome"]
     if rec.get("valid"):

@@ -31,6 +31,7 @@ table { border-collapse: collapse; } td, th { padding: 2px 6px; border-bottom: 1
 #samples tr.selected { background: #d6e8ff; }
 .valid { color: #1a7f37; } .invalid { color: #b42318; }
 pre { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 6px; overflow: auto; margin: 0; }
+pre.wrap { white-space: pre-wrap; overflow-wrap: anywhere; }
 pre.lines { counter-reset: line; } pre.lines span.line { display: block; counter-increment: line; }
 pre.lines span.line::before { content: counter(line); display: inline-block; width: 3.5em; color: #999; }
 span.line.instr { background: #fff3bf; } span.line.instr::after { content: "  \\25c0 instrumenter"; color: #b08800; }
@@ -124,7 +125,7 @@ function lines(text, marked, cls) {
 
 function section(box, title, body, id) {
   box.appendChild(el("h2", {}, title));
-  if (typeof body === "string") body = el("pre", {}, body);
+  if (typeof body === "string") body = el("pre", {class: "wrap"}, body);  // prose: wrapped; programs keep lines
   if (id) body.id = id;
   box.appendChild(body);
 }
