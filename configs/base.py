@@ -274,6 +274,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.report = ml_collections.ConfigDict()  # what the run writes for people, in its workdir
     c.report.tensorboard = True  # TensorBoard event files in <workdir>/tb
     c.report.plots = True  # PNG plots in <workdir>/plots, linked from report.md
+    # samples.jsonl's size (MiB) with its samples' texts (plan, program, output): step s of S may bring it to s/S of
+    # this; past it a sample's figures alone are written (0: never a text). samples.html shows what it holds
+    c.report.samples_mb = 64.0
+    c.report.sample_output_chars = 2000  # of each sample's stdout and of its stderr (their ends) in samples.jsonl
     return c
 
 

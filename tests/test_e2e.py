@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from configs import pizza
+from mle_jax.executor.result import OUTCOMES
 from mle_jax.infra.metrics import read_metrics
+from tests.samples_browser import open_page, rows
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -95,9 +97,31 @@ def test_two_rl_steps_end_to_end(finished_run):
     assert "## Evaluation" in report and "valid_fraction/first_step" in report
     assert json.loads((workdir / "run_summary.json").read_text())["rl/steps"] == 2  # for mle_jax.evaluate's report
     assert "| random-acts-of-pizza | scratch |" in report and "after RL 0.663 (above_median)" in report
-    assert sorted(p.name for p in (workdir / "plots").glob("*.png"))
+    assert {"medal_shares.png", "outcomes.png"} <= {p.name for p in (workdir / "plots").glob("*.png")}
+    assert "- **Samples**: [samples.html](samples.html), the 8 samples" in report.split("\n## ")[0]
+    _read_the_samples_page(workdir / "samples.html", samples)
     assert list((workdir / "tb").iterdir())
     assert (workdir / "hf_export" / "config.json").exists() and (workdir / "hf_export" / "tokenizer.json").exists()
+
+
+def _read_the_samples_page(path: Path, samples: list[dict]) -> None:
+    """The run's samples.html in headless Chromium: every sample listed, a filter by the first one's status, and that
+    sample read (its program, or that it had none)."""
+    assert all(s["outcome"] in OUTCOMES for s in samples)
+    first = samples[0]
+    with open_page(path) as opened:
+        page = opened.page
+        assert rows(page, "uid") == [str(s["uid"]) for s in samples]
+        shown = first["status"] or "—"
+        page.select_option("#filter-status", shown)
+        assert rows(page, "status") == [shown] * sum(s["status"] == first["status"] for s in samples)
+        page.locator("#samples tr.sample").first.click()
+        program = first["program"] or first["code"]
+        if program is None:
+            assert "no code block" in page.inner_text("#program")
+        else:
+            assert page.locator("#program span.line").all_inner_texts() == program.split("\n")
+    assert opened.errors == [] and opened.requests == []
 
 
 def test_resume_after_kill_continues_the_same_run(finished_run):

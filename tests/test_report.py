@@ -1,8 +1,9 @@
 import json
 
+from mle_jax.executor.result import OUTCOMES
 from mle_jax.infra import metrics
 from mle_jax.infra.tensorboard_events import scalar_points
-from mle_jax.reporting import report
+from mle_jax.reporting import report, sample_plots
 
 
 def test_metrics_writer_appends_and_truncates_on_resume(tmp_path):
@@ -198,3 +199,35 @@ def test_the_report_of_a_mix_names_every_task_and_each_ones_best(tmp_path):
     assert f"- **Best score during RL** ({spooky}): 0.400 (" in text
     assert "- **Evaluation**: none" in text
     assert not (tmp_path / "plots").exists()  # report.plots = false: none drawn
+
+
+def test_the_sample_plots_show_each_tasks_outcomes_and_medals_per_step(tmp_path):
+    """Shares of each step's samples per medal level and per outcome (an older record without an outcome: from its
+    status), a panel per task of a mix, beside samples.html; a run's report links the page."""
+    pizza, spooky = "random-acts-of-pizza", "spooky-author-identification"
+    samples = [
+        {"step": 1, "task": pizza, "valid": True, "score": 0.70, "reward": 0.7, "duration_s": 3.0},  # bronze
+        {"step": 1, "task": pizza, "valid": False, "status": "error", "outcome": "syntax_error", "reward": -10.0,
+         "duration_s": 0.2},
+        {"step": 1, "task": pizza, "valid": False, "status": None, "reward": -10.0, "duration_s": 0.0},  # no code
+        {"step": 2, "task": pizza, "valid": True, "score": 0.61, "reward": 0.61, "duration_s": 30.0},  # above median
+        {"step": 2, "task": spooky, "valid": False, "status": "ok", "reward": -9.9, "duration_s": 4.0},
+    ]  # fmt: skip
+    steps, medals = sample_plots.shares_by_step(samples[:4], sample_plots.sample_medal, sample_plots.MEDAL_CATEGORIES)
+    assert steps == [1, 2]
+    assert {k: v for k, v in medals.items() if any(v)} == {"bronze": [1 / 3, 0.0], "above_median": [0.0, 1.0],
+                                                           "invalid": [2 / 3, 0.0]}  # fmt: skip
+    _, outcomes = sample_plots.shares_by_step(samples, sample_plots.sample_outcome, OUTCOMES)
+    assert {k: v for k, v in outcomes.items() if any(v)} == {"valid": [1 / 3, 0.5], "no_code": [1 / 3, 0.0],
+                                                             "syntax_error": [1 / 3, 0.0],
+                                                             "invalid_submission": [0.0, 0.5]}  # fmt: skip
+    w = metrics.MetricsWriter(tmp_path, tensorboard=False)
+    for step in (1, 2):
+        w.write(step, {"reward/mean": -1.0})
+        w.write_samples(step, [r for r in samples if r["step"] == step])
+    text = report.write_report(tmp_path, {"task": pizza, "tasks": f"{pizza},{spooky}"}, None).read_text()
+    for name in ("duration_score", "medal_shares", "outcomes"):
+        assert f"![{name}](plots/{name}.png)" in text and (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000
+    assert "\n- **Samples**: [samples.html](samples.html), the 5 samples the RL steps trained on" in text.split("##")[0]
+    page = (tmp_path / "samples.html").read_text()
+    assert f"<title>Samples: {pizza}, {spooky}</title>" in page and "<script src" not in page and "http" not in page

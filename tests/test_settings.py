@@ -69,6 +69,11 @@ def test_an_unknown_field_or_bad_value_is_one_line_naming_it():
     cfg.instrument.decoding = "beam"
     with pytest.raises(ConfigError, match="decoding"):
         from_config(cfg)
+    cfg = pizza.get_config("cpu")
+    cfg.report.samples_mb = -1.0
+    with pytest.raises(ConfigError, match=r"report\.samples_mb must be >= 0") as e:
+        from_config(cfg)
+    assert "\n" not in str(e.value)
 
 
 def test_group_size_reaches_the_loop_and_must_divide_the_batch():

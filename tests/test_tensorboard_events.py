@@ -9,6 +9,7 @@ import pytest
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c as reference_masked_crc32c
+from tensorboardX.summary import text as reference_text
 
 from mle_jax.infra.tensorboard_events import (
     EventFileWriter,
@@ -18,6 +19,8 @@ from mle_jax.infra.tensorboard_events import (
     parse_event,
     read_records,
     scalar_points,
+    text_event,
+    text_points,
 )
 
 POINTS = [("reward/mean", 1, -9.5), ("reward/mean", 2, 0.25), ("valid_fraction", 2, 0.75), ("x", 2**40, 1e30)]
@@ -74,3 +77,28 @@ def test_a_negative_step_and_a_torn_tail_read_back(tmp_path):
     assert scalar_points(tmp_path) == [("a", -3, 1.0), ("b", 4, 2.0)]
     path.write_bytes(path.read_bytes()[:-5])  # a crash mid-write
     assert scalar_points(tmp_path) == [("a", -3, 1.0)]
+
+
+def test_a_text_is_the_summary_tensorboardx_writes_and_reads_back_beside_the_scalars(tmp_path):
+    """A text (TensorBoard's text tab: a sample as markdown) is byte for byte tensorboardX's add_text summary; each
+    side reads the other's; a text is no scalar point, and a resume's trim drops texts past its step too."""
+    markdown = "uid 3 · reward −10\n\n```python\nprint('é')\n```"
+    event = Event()
+    event.ParseFromString(text_event("samples/best/text_summary", 2, markdown, 1.5))
+    assert event.summary.SerializeToString() == reference_text("samples/best", markdown).SerializeToString()
+    w = SummaryWriter(str(tmp_path))
+    w.add_text("theirs", "a **b**", 1)
+    w.close()
+    ours = EventFileWriter(tmp_path, suffix=".ours")
+    ours.add_scalar("reward/mean", 0.5, 1)
+    ours.add_text("samples/best", markdown, 1)
+    ours.add_text("samples/best", "later", 3)
+    ours.close()
+    assert sorted(text_points(tmp_path)) == [
+        ("samples/best", 1, markdown),
+        ("samples/best", 3, "later"),
+        ("theirs/text_summary", 1, "a **b**"),
+    ]
+    assert scalar_points(tmp_path) == [("reward/mean", 1, 0.5)]
+    drop_steps_after(tmp_path, 2)
+    assert ("samples/best", 3, "later") not in text_points(tmp_path) and len(text_points(tmp_path)) == 2

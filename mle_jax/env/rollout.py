@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -17,17 +18,24 @@ from mle_jax.env.settings import RolloutSettings
 from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import Fleet
 from mle_jax.executor.grading import grade_run
-from mle_jax.executor.result import ExecResult
+from mle_jax.executor.result import ExecResult, error_line, outcome
 from mle_jax.instrument.tagging import strip_agent_progress, tag_progress
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, Sampler
 from mle_jax.tasks import prompts as prompt_lib
+from mle_jax.tasks.medals import medal
 from mle_jax.tasks.progress import new_tag, untag
 from mle_jax.tasks.reward import Reward, compute_reward
 from mle_jax.tasks.submission_format import FormatCheck, check_format
 from mle_jax.tasks.task import Task
 
 InstrumentFn = Callable[[list[str]], list[Any]]  # programs -> instrument.Instrumented, one each
+
+# the texts of a sample's record (`Sample.record(output_chars)`): what samples.jsonl drops first when it is over its
+# size (infra.metrics.MetricsWriter), keeping the figures
+TEXT_FIELDS: tuple[str, ...] = (
+    "plan", "program", "instrumenter_lines", "stdout", "stderr", "progress_lines", "observation"
+)  # fmt: skip
 
 
 def terminal_output(result: ExecResult) -> str:
@@ -80,6 +88,7 @@ class Sample:
     observation: Observation | None = None
     observation_text: str | None = None
     observation_ids: list[int] | None = None
+    grade_reason: str = ""  # the grader's reason when the submission is invalid (executor.grading.grade_run)
 
     def __post_init__(self) -> None:
         if self.group < 0:
@@ -108,10 +117,16 @@ class Sample:
         """The terminal output as the paper shows it (progress prints untagged)."""
         return untag(self.raw_output, self.tag) if self.tag else self.raw_output
 
-    def record(self) -> dict:
-        """The sample as one JSON line (samples.jsonl, evaluation.json): for analysis of kinds, lags, Δt."""
+    def record(self, output_chars: int | None = None) -> dict:
+        """The sample as one JSON line (samples.jsonl, evaluation.json): for analysis of kinds, lags, Δt.
+
+        Its figures, the program's outcome (executor.result.OUTCOMES), the line that says why it failed, the
+        grader's reason when its submission is invalid and its MLE-bench medal. With `output_chars`, also its texts
+        (TEXT_FIELDS): the plan, the instrumented program with the instrumenter's lines (1-based), and the last
+        `output_chars` characters of stdout and of stderr with the lines of stdout the instrumenter's prints wrote."""
         r = self.reward
-        return {
+        valid = bool(r is not None and r.valid)
+        rec = {
             "uid": self.uid,
             "group": self.group,
             "version": self.version,
@@ -129,7 +144,58 @@ class Sample:
             "turn": self.turn,
             "observation": self.observation_text,  # the text the agent was shown after this turn (None: none was)
             "submission_format_ok": None if self.observation is None else self.observation.submission_ok,
+            "outcome": None if r is None else outcome(self.result, valid),
+            "error": error_line(self.result),
+            "grader_reason": None if r is None or valid else (self.grade_reason or None),
+            "medal": _medal(self.task, r.score) if valid else None,
         }
+        if output_chars is not None:
+            rec.update(self.texts(output_chars))
+        return rec
+
+    def texts(self, output_chars: int) -> dict:
+        """TEXT_FIELDS of `record`: the instrumenter's tag is removed from the program and the output, and the lines
+        that carried it are listed instead."""
+        program, marked = untag_program(self.instrumented_code, self.tag)
+        stdout, printed = tail_lines(self.result.stdout_tail if self.result else "", self.tag, output_chars)
+        stderr, _ = tail_lines(self.result.stderr_tail if self.result else "", self.tag, output_chars)
+        return {"plan": self.plan, "program": program, "instrumenter_lines": marked, "stdout": stdout,
+                "stderr": stderr, "progress_lines": printed}  # fmt: skip
+
+
+def _medal(task: str, score: float | None) -> str | None:
+    """The MLE-bench level of a valid score; None for a task without medal thresholds."""
+    try:
+        return medal(task, score) if task and score is not None else None
+    except KeyError:
+        return None
+
+
+def untag_program(program: str | None, tag: str | None) -> tuple[str | None, list[int]]:
+    """An instrumented program (instrument.tagging.tag_progress) without its tag, and the 1-based numbers of the
+    lines the tag was on: the instrumenter's progress prints."""
+    if program is None or not tag:
+        return program, []
+    marker = repr(tag) + ", "
+    lines = program.split("\n")
+    marked = [i + 1 for i, line in enumerate(lines) if marker in line]
+    return "\n".join(line.replace(marker, "") for line in lines), marked
+
+
+def tail_lines(text: str, tag: str | None, chars: int) -> tuple[str, list[int]]:
+    """The last `chars` characters of a run's output with the tag removed, and the 1-based numbers (in that tail)
+    of the lines that carried it: the ones the instrumenter's prints wrote."""
+    lines = (text or "").split("\n")
+    if tag:
+        prefix = re.compile("^" + re.escape(tag) + " ?")
+        marked = [bool(prefix.match(line)) for line in lines]
+        lines = [prefix.sub("", line) for line in lines]
+    else:
+        marked = [False] * len(lines)
+    whole = "\n".join(lines)
+    cut = max(0, len(whole) - chars)
+    dropped = whole.count("\n", 0, cut)  # whole lines before the tail (the first kept one may be cut)
+    return whole[cut:], [i + 1 for i, m in enumerate(marked[dropped:]) if m]
 
 
 @dataclass
@@ -270,6 +336,7 @@ class Environment:
             return sample
         task = self.task_of(sample)
         graded = grade_run(task, result)
+        sample.grade_reason = graded.reason
         sample.reward = compute_reward(graded, sample.raw_output, task.lower_is_better, reward, tag=sample.tag)
         # what the agent may learn of its run: MLE-bench's format check from public files, never the grade
         sample.observation = observe(result, sample.tag, check_format(task, result.submission_path))

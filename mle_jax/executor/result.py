@@ -1,5 +1,5 @@
-"""What an executor returns for one run of agent code, the limits it runs under, and how a finished run is
-classified (the rules every backend applies)."""
+"""What an executor returns for one run of agent code, the limits it runs under, how a finished run is
+classified (the rules every backend applies) and what became of a sample that ran, or did not (its outcome)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,49 @@ def signal_name(exit_code: int | None) -> str:
         return signal.Signals(-exit_code).name
     except ValueError:
         return f"signal {-exit_code}"
+
+
+# What became of a sample, for the report's failure plot and the samples page: a valid submission, or why not
+OUTCOMES: tuple[str, ...] = (
+    "valid",
+    "no_code",  # the response had no code block: never run
+    "syntax_error",
+    "runtime_error",
+    "timeout",
+    "oom",
+    "killed",  # a limit other than time and memory (file size, processes, output, disk), or a signal
+    "invalid_submission",  # ran without error; the grader rejected its submission (or none was written)
+)
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
+
+def error_line(result: ExecResult | None) -> str | None:
+    """The line that says why a run failed: the last line of stderr (a Python traceback ends with its exception),
+    else what ended it; None for a run without error (or none at all)."""
+    if result is None or result.status is Status.OK:
+        return None
+    if result.status is Status.TIMEOUT:
+        return f"timed out after {result.duration_s:.0f} s"
+    last = next((line.strip() for line in reversed((result.stderr_tail or "").splitlines()) if line.strip()), "")
+    if last:
+        return last[:300]
+    if result.status is Status.KILLED:
+        return f"killed ({result.extra.get('killed_reason') or result.extra.get('signal') or 'a limit'})"
+    if result.status is Status.OOM:
+        return "out of memory"
+    return f"exit code {result.exit_code}"
+
+
+def outcome(result: ExecResult | None, valid: bool) -> str:
+    """One of OUTCOMES: what became of a sample whose run is `result` (None: it had no code) and whose submission
+    was `valid` or not."""
+    if valid:
+        return "valid"
+    if result is None:
+        return "no_code"
+    if result.status is Status.OK:
+        return "invalid_submission"
+    if result.status in (Status.TIMEOUT, Status.OOM, Status.KILLED):
+        return str(result.status)
+    line = error_line(result) or ""
+    return "syntax_error" if line.startswith(_SYNTAX_ERRORS) else "runtime_error"

@@ -1,12 +1,18 @@
 """A run's metrics as it trains: one JSON object per step in metrics.jsonl (appended; survives a crash and a
-resume), one line per trained sample in samples.jsonl, and TensorBoard event files in tb/."""
+resume), one line per trained sample in samples.jsonl, and TensorBoard event files in tb/ (scalars, and a few
+samples per step as text).
+
+samples.jsonl is size-capped: a record's texts (its plan, program, output: the fields the caller names) are written
+while the file stays within its allowance, which grows with the steps (step s of S may bring it to s/S of
+`samples_mb`, so that the late steps keep texts too); past it a sample's figures alone are written, marked
+"texts_dropped"."""
 
 from __future__ import annotations
 
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +24,22 @@ from mle_jax.infra.tensorboard_events import EventFileWriter, drop_steps_after
 class MetricsWriter:
     """Appends step metrics to metrics.jsonl and TensorBoard. Safe to reopen after a resume."""
 
-    def __init__(self, workdir: str | Path, tensorboard: bool = True):
+    def __init__(
+        self,
+        workdir: str | Path,
+        tensorboard: bool = True,
+        samples_mb: float | None = None,
+        steps: int = 0,
+        output_chars: int = 2000,
+    ):
+        """samples_mb: the size samples.jsonl may reach with texts (None: no cap), over `steps` steps (0: all of it at
+        once); output_chars: how much of a sample's stdout and stderr (their ends) its record keeps."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.path = self.workdir / "metrics.jsonl"
+        self.samples_path = self.workdir / "samples.jsonl"
+        self.samples_bytes = None if samples_mb is None else int(samples_mb * 2**20)
+        self.steps, self.output_chars = int(steps), int(output_chars)
         self._tb = None
         if tensorboard:
             self._tb = _summary_writer(self.workdir / "tb")
@@ -52,11 +70,35 @@ class MetricsWriter:
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
 
-    def write_samples(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
-        """Appends one line per sample trained on at `step` to samples.jsonl."""
-        with (self.workdir / "samples.jsonl").open("a") as f:
+    def write_samples(self, step: int, records: Iterable[Mapping[str, Any]], texts: Collection[str] = ()) -> None:
+        """Appends one line per sample trained on at `step` to samples.jsonl; a record's `texts` fields only while
+        the file is within its allowance at this step (the module's docstring)."""
+        size = self.samples_path.stat().st_size if self.samples_path.exists() else 0
+        allowance = self.samples_allowance(step)
+        with self.samples_path.open("a") as f:
             for rec in records:
-                f.write(json.dumps({"step": int(step), **{k: _jsonable(v) for k, v in rec.items()}}) + "\n")
+                row = {"step": int(step), **{k: _jsonable(v) for k, v in rec.items()}}
+                line = json.dumps(row) + "\n"
+                if size + len(line.encode()) > allowance and any(k in row for k in texts):
+                    row = {k: v for k, v in row.items() if k not in texts}
+                    line = json.dumps({**row, "texts_dropped": True}) + "\n"
+                f.write(line)
+                size += len(line.encode())
+
+    def samples_allowance(self, step: int) -> float:
+        """The size samples.jsonl may reach with the texts of `step`'s samples: its share of samples_mb so far."""
+        if self.samples_bytes is None:
+            return math.inf
+        share = min(1.0, max(int(step), 0) / self.steps) if self.steps > 0 else 1.0
+        return self.samples_bytes * share
+
+    def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """Text summaries (markdown) of `step` for TensorBoard's text tab, one per tag."""
+        if self._tb is None:
+            return
+        for tag, text in texts.items():
+            self._tb.add_text(tag, text, step)
+        self._tb.flush()
 
     def close(self) -> None:
         if self._tb is not None:

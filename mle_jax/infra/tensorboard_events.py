@@ -1,6 +1,7 @@
-"""TensorBoard event files of scalars, written, read and trimmed without TensorBoard or tensorboardX (whose package
-imports torch). A run logs its metrics with `EventFileWriter`; a resumed run drops the points past its checkpoint
-from the files of the run it resumes, so that every step has one point (TensorBoard itself shows both otherwise).
+"""TensorBoard event files of scalars and texts, written, read and trimmed without TensorBoard or tensorboardX (whose
+package imports torch). A run logs its metrics with `EventFileWriter`; a resumed run drops the points past its
+checkpoint from the files of the run it resumes, so that every step has one point (TensorBoard itself
+shows both otherwise).
 
 An event file is a sequence of TFRecords: uint64 length, uint32 masked CRC32C of the length, the serialized Event
 proto, uint32 masked CRC32C of the data (all little-endian).
@@ -44,7 +45,9 @@ def masked_crc32c(data: bytes) -> int:
 # The few protobuf fields an event file of scalars uses, written and read here: tensorboardX's package imports torch
 # (about 2 s of CPU in every run process that logs to TensorBoard), for what is a handful of bytes per point.
 # Event: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary (Summary);
-# Summary: 1 value (repeated Value); Value: 1 tag (string), 2 simple_value (float).
+# Summary: 1 value (repeated Value); Value: 1 tag (string), 2 simple_value (float), 8 tensor (TensorProto),
+# 9 metadata (SummaryMetadata). A text is what tensorboardX's add_text writes: a TensorProto of dtype 7 (DT_STRING),
+# shape [1] (2 tensor_shape: 2 dim: 1 size) and 8 string_val, with metadata 1 plugin_data: 1 plugin_name "text".
 
 
 def _varint(n: int) -> bytes:
@@ -68,6 +71,15 @@ def scalar_event(tag: str, step: int, value: float, wall_time: float) -> bytes:
     return b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step) + _field(5, _field(1, summary_value))
 
 
+def text_event(tag: str, step: int, text: str, wall_time: float) -> bytes:
+    """The serialized Event of one text (markdown, as TensorBoard's text tab renders it)."""
+    shape = _field(2, _field(2, b"\x08\x01"))  # tensor_shape { dim { size: 1 } }
+    tensor = b"\x08\x07" + shape + _field(8, text.encode())  # dtype DT_STRING, shape, string_val
+    metadata = _field(1, _field(1, b"text"))  # plugin_data { plugin_name: "text" }
+    summary_value = _field(1, tag.encode()) + _field(8, tensor) + _field(9, metadata)
+    return b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step) + _field(5, _field(1, summary_value))
+
+
 def version_event(wall_time: float) -> bytes:
     """The serialized Event that opens every event file."""
     return b"\x09" + struct.pack("<d", wall_time) + _field(3, b"brain.Event:2")
@@ -81,6 +93,7 @@ class Event:
     step: int = 0
     file_version: str = ""
     values: list[tuple[str, float]] = field(default_factory=list)  # the summary's (tag, simple_value)
+    texts: list[tuple[str, str]] = field(default_factory=list)  # the summary's (tag, text) of its string tensors
     has_summary: bool = False
 
 
@@ -131,13 +144,17 @@ def parse_event(body: bytes) -> Event:
             for n, w, summary_value in _fields(value):
                 if n != 1 or w != 2:
                     continue
-                tag, simple = "", 0.0
+                tag, simple, strings = "", None, []
                 for vn, vw, v in _fields(summary_value):
                     if vn == 1 and vw == 2:
                         tag = v.decode()
                     elif vn == 2 and vw == 5:
                         (simple,) = struct.unpack("<f", v)
-                event.values.append((tag, simple))
+                    elif vn == 8 and vw == 2:  # a tensor: its string_val (a text)
+                        strings += [t.decode(errors="replace") for tn, tw, t in _fields(v) if tn == 8 and tw == 2]
+                if simple is not None:
+                    event.values.append((tag, simple))
+                event.texts += [(tag, text) for text in strings]
     return event
 
 
@@ -157,6 +174,9 @@ class EventFileWriter:
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         self._file.write(_record(scalar_event(tag, int(step), float(value), time.time())))
+
+    def add_text(self, tag: str, text: str, step: int) -> None:
+        self._file.write(_record(text_event(tag, int(step), text, time.time())))
 
     def flush(self) -> None:
         self._file.flush()
@@ -199,6 +219,16 @@ def scalar_points(tb_dir: Path) -> list[tuple[str, int, float]]:
             for tag, value in event.values:
                 points.append((tag, event.step, value))
     return points
+
+
+def text_points(tb_dir: Path) -> list[tuple[str, int, str]]:
+    """(tag, step, text) of every text in every event file under tb_dir: what TensorBoard's text tab shows."""
+    return [
+        (tag, event.step, text)
+        for path in sorted(tb_dir.glob(EVENT_GLOB))
+        for event in read_events(path)
+        for tag, text in event.texts
+    ]
 
 
 def _record(body: bytes) -> bytes:

@@ -3,10 +3,13 @@
 Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
   tb/               TensorBoard event files (a resume drops the points past its checkpoint from them too)
-  plots/*.png       score mean/best, valid fraction, mean Δt, reward components per step (a mix: per task too)
+  samples.jsonl     one JSON object per trained sample: figures, outcome, medal, plan, program, output (capped)
+  plots/*.png       score mean/best, valid fraction, mean Δt, reward components per step (a mix: per task too);
+                    of the samples: score against Δt, medal shares and outcomes per step (reporting/sample_plots.py)
   run_summary.json  the run's figures (report.md's "Run" table), kept for `mle_jax.evaluate`'s report
   report.md         a summary to read first (reporting/report_summary.py), then the run's tables: the run's
                     figures, the evaluation, per task, per step, the plots
+  samples.html      the samples to browse in a browser, written with report.md (reporting/samples_page.py)
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.reporting.markdown import markdown_table
 from mle_jax.reporting.report_summary import run_tasks, summary_lines
+from mle_jax.reporting.sample_plots import write_sample_plots
+from mle_jax.reporting.samples_page import PAGE, write_samples_page
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
 
@@ -38,6 +43,14 @@ class ReportSettings:
 
     tensorboard: bool = True
     plots: bool = True
+    samples_mb: float = 64.0  # samples.jsonl's size with its samples' texts (infra.metrics.MetricsWriter)
+    sample_output_chars: int = 2000  # of each sample's stdout and of its stderr (their ends) in samples.jsonl
+
+    def __post_init__(self) -> None:
+        if not self.samples_mb >= 0:
+            raise ValueError(f"report.samples_mb must be >= 0 (0: no texts in samples.jsonl), got {self.samples_mb}")
+        if self.sample_output_chars < 1:
+            raise ValueError(f"report.sample_output_chars must be >= 1, got {self.sample_output_chars}")
 
 
 # score/best is the best sample in the task's direction (rl/loop.py): score/max would be the worst log loss
@@ -253,14 +266,22 @@ def write_report(
     evaluation_file: str = "evaluation.json",
 ) -> Path:
     """report.md: a summary to read first, the run's figures, the evaluation beside the paper, per task, per step and
-    the plots (`plots`: written to workdir/plots; else the ones already there are linked). `evaluation_file`: the
-    file in workdir the evaluation was written to."""
+    the plots (`plots`: written to workdir/plots; else the ones already there are linked); and samples.html beside it.
+    `evaluation_file`: the file in workdir the evaluation was written to."""
     workdir = Path(workdir)
     rows = read_metrics(workdir / "metrics.jsonl")
     samples = read_metrics(workdir / "samples.jsonl")
-    pngs = write_plots(rows, workdir / "plots") if plots else sorted((workdir / "plots").glob("*.png"))
-    parts = [f"# Run report: {', '.join(run_tasks(summary, evaluation, samples)) or '?'}", ""]
-    parts += [*summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file), "", "## Run", ""]
+    if plots:
+        pngs = write_plots(rows, workdir / "plots") + write_sample_plots(samples, workdir / "plots")
+    else:
+        pngs = sorted((workdir / "plots").glob("*.png"))
+    tasks = ", ".join(run_tasks(summary, evaluation, samples)) or "?"
+    write_samples_page(samples, workdir, f"Samples: {tasks}")
+    parts = [f"# Run report: {tasks}", ""]
+    parts += summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file)
+    parts += [f"- **Samples**: [{PAGE}]({PAGE}), the {len(samples)} samples the RL steps trained on, to open in a "
+              "browser: filter them by step, task, status, outcome, medal and prompt kind, and read each one's plan, "
+              "program, output, score and Δt (samples.jsonl holds the same records)", "", "## Run", ""]  # fmt: skip
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
     if evaluation:
         parts += ["", "## Evaluation", "", f"From {evaluation_file}.", ""]

@@ -39,6 +39,7 @@ from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.reporting.sample_texts import tensorboard_samples
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
@@ -206,14 +207,17 @@ def turn_metrics(episodes: list[Episode], turns: int, c_version: int) -> dict[st
     return m
 
 
-def episode_records(episodes: list[Episode], version: int, env: rollout.Environment) -> list[dict]:
-    """samples.jsonl rows of an update: one per turn, with its version lag, whether its episode submitted it and (for
-    analysis only: the agent never sees it) whether it is the episode's best turn by the private score."""
+def episode_records(
+    episodes: list[Episode], version: int, env: rollout.Environment, output_chars: int | None = None
+) -> list[dict]:
+    """samples.jsonl rows of an update: one per turn (`Sample.record`, its texts with `output_chars`), with its version
+    lag, whether its episode submitted it and (for analysis only: the agent never sees it) whether it is the episode's
+    best turn by the private score."""
     out = []
     for e in episodes:
         submitted, best = e.submitted(), e.best_private(env.task_of(e.first).lower_is_better)
         for s in e.turns:
-            row = {**s.record(), "lag": version - s.version}
+            row = {**s.record(output_chars), "lag": version - s.version}
             if len(e.turns) > 1 or e.first.turn != 1 or env.settings.agent.turns > 1:
                 row |= {"submitted": s is submitted, "best_private": s is best}
             out.append(row)
@@ -490,7 +494,9 @@ class AsyncRLLoop:
             }
         )
         self.writer.write(c.step, m)
-        self.writer.write_samples(c.step, episode_records(episodes, c.version - 1, self.env))
+        records = episode_records(episodes, c.version - 1, self.env, self.writer.output_chars)
+        self.writer.write_samples(c.step, records, texts=rollout.TEXT_FIELDS)
+        self.writer.write_texts(c.step, tensorboard_samples(records))  # the best, the worst, a failure
         if c.step % self.settings.checkpoint_every == 0 and not saved:
             self.save()
         return m

@@ -115,7 +115,13 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
     summary.update({f"warmstart/{k}": v for k, v in ws_metrics.items()})
     learner = builders.make_learner(s, model)
     with environment.open_environment(s, mix, packages, model, tokenizer, workdir) as env:
-        writer = MetricsWriter(workdir, tensorboard=s.report.tensorboard)
+        writer = MetricsWriter(
+            workdir,
+            tensorboard=s.report.tensorboard,
+            samples_mb=s.report.samples_mb,
+            steps=s.loop.steps,
+            output_chars=s.report.sample_output_chars,
+        )
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
         try:  # on any way out: queued runs cancelled, checkpoint writes in flight finished

@@ -21,7 +21,7 @@ import pytest
 from mle_jax.executor.bwrap import CGROUP_PREFIX, STAGE_ROOT, SandboxSetupError
 from mle_jax.executor.cgroups import RunCgroup
 from mle_jax.executor.grading import grade_run
-from mle_jax.executor.result import Status
+from mle_jax.executor.result import Status, error_line, outcome
 from mle_jax.executor.runtime import REPO_ROOT
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.workspace import disk_usage
@@ -102,6 +102,8 @@ def test_allocate_50gb(sandbox, pizza_task):
     r = sandbox.run(programs.ALLOCATE_50GB, pizza_task, replace(HOSTILE, timeout_s=120.0))
     assert r.status is Status.OOM, (r.status, r.stderr_tail[-500:])
     assert "allocated 100 MB" in r.stdout_tail and "allocated 1000 MB" not in r.stdout_tail
+    assert outcome(r, False) == "oom"  # what samples.html shows: the allocation's error, or that memory ran out
+    assert "MemoryError" in error_line(r) or error_line(r) == "out of memory", r.stderr_tail[-300:]
     _normal_run_works(sandbox, pizza_task)
 
 
@@ -112,6 +114,7 @@ def test_infinite_loop_times_out(sandbox, pizza_task):
     assert CLOCK.timeout_s - 1 < r.duration_s < CLOCK.timeout_s + 2
     assert time.monotonic() - t0 < CLOCK.timeout_s + 10
     assert "looping" in r.stdout_tail  # output before the kill is kept
+    assert outcome(r, False) == "timeout" and error_line(r) == f"timed out after {r.duration_s:.0f} s"
     _normal_run_works(sandbox, pizza_task)
 
 
@@ -127,6 +130,7 @@ def test_write_1gb_file_hits_file_size_limit(sandbox, pizza_task):
     assert r.status is Status.ERROR, r.status
     assert "File too large" in r.stderr_tail
     assert "wrote 1 GB" not in r.stdout_tail
+    assert outcome(r, False) == "runtime_error" and "File too large" in error_line(r)
     _normal_run_works(sandbox, pizza_task)
 
 
@@ -242,6 +246,7 @@ def test_submission_written_elsewhere_is_not_collected(sandbox, pizza_task):
     r = sandbox.run(programs.CHDIR_SUBMISSION, pizza_task, HOSTILE)
     assert r.status is Status.OK
     assert r.submission_path is None and "no submission" in r.extra["submission_reason"]
+    assert outcome(r, False) == "invalid_submission" and error_line(r) is None
     r = sandbox.run(programs.SYMLINK_SUBMISSION, pizza_task, HOSTILE)
     assert r.status is Status.OK and r.submission_path is None
     assert "not a regular file" in r.extra["submission_reason"]

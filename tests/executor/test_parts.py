@@ -17,7 +17,16 @@ from configs.base import get_config
 from mle_jax.executor import registry
 from mle_jax.executor.capture import BoundedCapture
 from mle_jax.executor.cgroups import RunCgroup
-from mle_jax.executor.result import Limits, Status, classify, signal_exit_code, signal_name
+from mle_jax.executor.result import (
+    ExecResult,
+    Limits,
+    Status,
+    classify,
+    error_line,
+    outcome,
+    signal_exit_code,
+    signal_name,
+)
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
 from mle_jax.executor.workspace import DiskWatchdog, collect_submission, disk_usage, remove_tree
@@ -46,6 +55,33 @@ def test_status_rules():
     assert classify(-25, False, False, "", "") is Status.KILLED
     assert signal_exit_code(137) == -9 and signal_exit_code(3) == 3 and signal_exit_code(None) is None
     assert signal_name(-9) == "SIGKILL" and signal_name(0) == "" and signal_name(None) == ""
+
+
+def test_outcome_and_error_line_say_what_became_of_a_sample():
+    """The outcome a report plots and samples.html filters by, and the line that says why a run failed (a traceback's
+    last line; what stopped it when stderr says nothing)."""
+
+    def run(status, stderr="", exit_code=1, **extra):
+        return ExecResult(status, exit_code, 12.4, "out\n", stderr, None, extra)
+
+    syntax = "  File \"/workdir/main.py\", line 3\n    x = (\n        ^\nSyntaxError: '(' was never closed\n"
+    assert (outcome(run(Status.ERROR, syntax), False), error_line(run(Status.ERROR, syntax))) == (
+        "syntax_error",
+        "SyntaxError: '(' was never closed",
+    )
+    indent = "Traceback (most recent call last):\nIndentationError: unexpected indent\n\n"
+    assert outcome(run(Status.ERROR, indent), False) == "syntax_error"
+    crash = "Traceback (most recent call last):\n  File ...\nKeyError: 'label'\n"
+    assert outcome(run(Status.ERROR, crash), False) == "runtime_error"
+    assert error_line(run(Status.ERROR, crash)) == "KeyError: 'label'"
+    assert error_line(run(Status.ERROR, "", exit_code=3)) == "exit code 3"
+    assert (outcome(run(Status.TIMEOUT), False), error_line(run(Status.TIMEOUT))) == ("timeout", "timed out after 12 s")
+    assert (outcome(run(Status.OOM), False), error_line(run(Status.OOM))) == ("oom", "out of memory")
+    killed = run(Status.KILLED, exit_code=-9, killed_reason="disk")
+    assert (outcome(killed, False), error_line(killed)) == ("killed", "killed (disk)")
+    ok = run(Status.OK, exit_code=0)
+    assert (outcome(ok, False), outcome(ok, True), error_line(ok)) == ("invalid_submission", "valid", None)
+    assert (outcome(None, False), error_line(None)) == ("no_code", None)  # no code block: never ran
 
 
 def test_collect_submission_only_takes_small_regular_files(tmp_path):

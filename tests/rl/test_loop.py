@@ -15,23 +15,27 @@ from configs import base
 from mle_jax.env.rollout import Environment, PromptItem, Sample
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.infra.metrics import MetricsWriter, read_metrics
+from mle_jax.infra.tensorboard_events import text_points
 from mle_jax.instrument import instrument_batch
 from mle_jax.models.hf import hf_host_tensors
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.reporting import report
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.loop import AsyncRLLoop, StepStats
 from mle_jax.run.builders import make_learner
 from mle_jax.run.settings import from_config
 from mle_jax.sampling.protocol import Completion
 from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
+from mle_jax.tasks.medals import LEVELS
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import data_mount
 from mle_jax.tasks.reward import Reward
 from tests.executor.programs import DEEP_TREE
 from tests.rl.scripted_sampler import ScriptedSampler
 from tests.rl.tiny import tiny_qwen2
+from tests.samples_browser import open_page, rows
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +81,7 @@ def _loop(
     sections=None,
     texts=(SLOW, FAST, NO_CODE),
     positions=2048,
+    tensorboard=False,
     **loop_overrides,
 ):
     cfg = base.apply_cpu(base.task_config("random-acts-of-pizza", "paper"))
@@ -105,9 +110,8 @@ def _loop(
     env = Environment(
         s.rollout, task, tok, ["pandas", "numpy"], sampler, lambda codes: instrument_batch(codes, "ast"), fleet
     )
-    loop = AsyncRLLoop(
-        s.loop, env, learner, Checkpointer(tmp_path / "ckpt", keep=2), MetricsWriter(tmp_path, tensorboard=False)
-    )
+    writer = MetricsWriter(tmp_path, tensorboard=tensorboard, output_chars=s.report.sample_output_chars)
+    loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(tmp_path / "ckpt", keep=2), writer)
     return loop, sampler, fleet
 
 
@@ -261,7 +265,9 @@ def test_a_group_whose_run_fails_in_the_executor_is_dropped_whole(tmp_path, pizz
 
 
 def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp_path, pizza):
-    loop, sampler, fleet = _loop(tmp_path, pizza, [FAST, FAST, NO_CODE])
+    """...and what the run writes of them for people: samples.jsonl's texts, TensorBoard's samples and
+    samples.html, read in headless Chromium."""
+    loop, sampler, fleet = _loop(tmp_path, pizza, [FAST, FAST, NO_CODE], tensorboard=True)
     used, history = [], []
     try:
         for _ in range(5):
@@ -282,6 +288,47 @@ def test_improve_prompts_show_earlier_solutions_and_no_code_is_total_failure(tmp
     text = sampler.tokenizer.decode(improve[0].prompt.prompt_ids)
     assert "requester_received_pizza" in text and "loaded data" in text  # the code and its progress output
     assert "@@mle" not in text  # the per-run tag of the instrumenter's prints never reaches the policy
+    _check_what_people_read(tmp_path, pizza.id, used)
+
+
+def _check_what_people_read(workdir, task_id, used):
+    """samples.jsonl has each trained sample's texts (the tag never in them), TensorBoard each step's best, worst
+    and failure, and samples.html (from the report) filters by status and shows a program with the instrumenter's
+    print lines marked, in a real browser."""
+    records = read_metrics(workdir / "samples.jsonl")
+    assert [r["uid"] for r in records] == [s.uid for s in used]
+    ran = [r for r in records if r["status"] == "ok"]
+    assert ran and all(r["outcome"] == "valid" and r["medal"] in LEVELS for r in ran)
+    for r in ran:
+        marked = [r["program"].split("\n")[i - 1] for i in r["instrumenter_lines"]]
+        assert marked and all("print(" in line for line in marked) and "@@mle" not in r["program"]
+        printed = [r["stdout"].split("\n")[i - 1] for i in r["progress_lines"]]
+        assert "loaded data" in printed and "@@mle" not in r["stdout"]
+        assert r["plan"].startswith("I will predict a constant")
+    no_code = [r for r in records if r["status"] is None]
+    assert no_code and all(r["outcome"] == "no_code" and r["program"] is None for r in no_code)
+    texts = text_points(workdir / "tb")
+    assert {tag for tag, _, _ in texts} == {"samples/best", "samples/worst", "samples/failure"}
+    assert any(tag == "samples/failure" and "outcome no_code" in text for tag, _, text in texts)
+
+    report.write_report(workdir, {"task": task_id}, None)
+    assert {"duration_score.png", "medal_shares.png", "outcomes.png"} <= {p.name for p in (workdir / "plots").iterdir()}
+    with open_page(workdir / "samples.html") as opened:
+        page = opened.page
+        assert len(rows(page, "uid")) == len(records)
+        page.select_option("#filter-status", "ok")
+        assert rows(page, "status") == ["ok"] * len(ran)
+        assert page.inner_text("#count") == f"{len(ran)} of {len(records)} samples pass the filters"
+        page.locator("#samples tr.sample").first.click()
+        program = page.locator("#program span.line").all_inner_texts()
+        assert program == ran[0]["program"].split("\n")
+        marked = page.locator("#program span.line.instr").all_inner_texts()
+        assert marked == [program[i - 1] for i in ran[0]["instrumenter_lines"]] and marked
+        assert "loaded data" in page.locator("#stdout span.line.progress").all_inner_texts()
+        page.select_option("#filter-status", "—")  # the responses without code: nothing ran
+        page.locator("#samples tr.sample").first.click()
+        assert "no code block" in page.inner_text("#program")
+    assert opened.errors == [] and opened.requests == []
 
 
 def test_a_deep_folder_tree_costs_its_program_the_reward_and_the_next_program_scores(tmp_path, pizza):

@@ -82,7 +82,8 @@ def run_arm(
         seed=s.seed,
         instrument_fn=instrument_fn or base_env.instrument_fn,
     )
-    writer = MetricsWriter(arm_dir, tensorboard=False)
+    writer = MetricsWriter(arm_dir, tensorboard=False, samples_mb=s.report.samples_mb, steps=s.loop.steps,
+                           output_chars=s.report.sample_output_chars)  # fmt: skip
     loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
     loop.restore()
     resumed_at = loop.counters.step
