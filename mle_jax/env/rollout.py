@@ -142,7 +142,6 @@ class Sample:
             "code": self.code,
             "episode": self.episode,
             "turn": self.turn,
-            "observation": self.observation_text,  # the text the agent was shown after this turn (None: none was)
             "submission_format_ok": None if self.observation is None else self.observation.submission_ok,
             "outcome": None if r is None else outcome(self.result, valid),
             "error": error_line(self.result),
@@ -159,8 +158,9 @@ class Sample:
         program, marked = untag_program(self.instrumented_code, self.tag)
         stdout, printed = tail_lines(self.result.stdout_tail if self.result else "", self.tag, output_chars)
         stderr, _ = tail_lines(self.result.stderr_tail if self.result else "", self.tag, output_chars)
+        # observation: the text the agent was shown after this turn (None: none was)
         return {"plan": self.plan, "program": program, "instrumenter_lines": marked, "stdout": stdout,
-                "stderr": stderr, "progress_lines": printed}  # fmt: skip
+                "stderr": stderr, "progress_lines": printed, "observation": self.observation_text}  # fmt: skip
 
 
 def _medal(task: str, score: float | None) -> str | None:
