@@ -21,6 +21,7 @@ import numpy as np
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.reporting.markdown import markdown_table
 from mle_jax.reporting.report_summary import run_tasks, summary_lines
+from mle_jax.reporting.search_report import is_search, search_tables, write_search_plots
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
 
@@ -228,10 +229,15 @@ def write_report(
     rows = read_metrics(workdir / "metrics.jsonl")
     samples = read_metrics(workdir / "samples.jsonl")
     pngs = write_plots(rows, workdir / "plots") if plots else sorted((workdir / "plots").glob("*.png"))
+    if plots and is_search(evaluation):  # the search's trees: score by node order, coloured by operator
+        pngs += write_search_plots(evaluation, workdir / "plots")  # type: ignore[arg-type]
     parts = [f"# Run report: {', '.join(run_tasks(summary, evaluation, samples)) or '?'}", ""]
     parts += [*summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file), "", "## Run", ""]
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
-    if evaluation:
+    if is_search(evaluation):
+        parts += ["", "## Evaluation: search at test time", "", f"From {evaluation_file}.", ""]
+        parts.append(search_tables(evaluation))  # type: ignore[arg-type]
+    elif evaluation:
         parts += ["", "## Evaluation", "", f"From {evaluation_file}.", ""]
         parts.append(evaluation_table(evaluation))
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
