@@ -25,7 +25,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from absl import app, flags
+from absl import app, flags, logging
 from rich.progress import Progress
 
 from mle_jax.env import protocols, search
@@ -108,6 +108,8 @@ def has_policy(workdir: Path) -> bool:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         fail(f"unexpected arguments {' '.join(argv[1:])}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # not the checkpoint library's INFO lines
     workdir = Path(_WORKDIR.value)
     cfg_path = workdir / "config.json"
     if not cfg_path.exists():
@@ -145,8 +147,7 @@ def main(argv: list[str]) -> None:
         if request is None:
             result = evaluate(s.eval, env)
         else:
-            with interrupt.stop_on_sigint():
-                result = evaluate_search(env, request, [t.id for t in tasks])
+            result = evaluate_search(env, request, [t.id for t in tasks])
             result["search"]["model"] = model_label(s, _POLICY.value, workdir)
             result["search"]["policy_checkpoint"] = _POLICY.value
     now = datetime.now(UTC)

@@ -27,6 +27,15 @@ def test_the_printed_metric_is_the_tagged_testing_loss_value_and_only_that():
     assert search.printed_metric(f"{TAG} testing loss: 0.3\n", None) is None  # never instrumented
 
 
+def test_without_a_tagged_value_the_programs_own_validation_print_is_the_metric():
+    out = f"validation auc: 0.61\n{TAG} testing loss:\nValidationError: x=3\nval_loss = 4e-1\ntraining auc: 0.99\n"
+    assert search.program_metric(out) == pytest.approx(0.4)  # the last validation line
+    assert search.node_metric(out, TAG) == (pytest.approx(0.4), "program")
+    assert search.node_metric(out + f"{TAG} testing loss: 0.7\n", TAG) == (0.7, "instrumenter")  # the tagged first
+    assert search.program_metric("CV log loss: 0.52 (5 folds)\nvalidation rmsle of bandgap: nan") == 0.52
+    assert search.node_metric("training loss: 0.3\ntesting loss: 0.2\n", TAG) == (None, None)
+
+
 def _tree(lower: bool, *nodes: tuple[str, int | None, bool, float | None]) -> search.Tree:
     tree = search.Tree(lower)
     for op, parent, buggy, metric in nodes:

@@ -179,7 +179,11 @@ def test_no_prompt_or_choice_of_any_search_depends_on_the_private_answers(parts)
     assert [n["operator"] for n in greedy["nodes"]] == ["draft", "draft", "improve", "improve"]
     # its drafts printed 0.60 and 0.63; its improvements print 0.55: it improves node 1 whatever the AUCs say
     assert [n["parent"] for n in greedy["nodes"]] == [None, None, 1, 1]
-    assert {n["metric"] for n in records[0]["nodes"]} == {0.61, 0.66, None}  # the AST instrumenter's tagged prints
+    assert {(n["metric"], n["metric_source"]) for n in records[0]["nodes"]} == {
+        (0.61, "instrumenter"),
+        (0.66, "instrumenter"),
+        (None, None),
+    }  # the AST instrumenter's tagged prints
     scores = {f"{n['score']:.4f}" for rec in records + flipped_records for n in rec["nodes"] if n["score"]}
     assert scores and not any(x in p for x in scores for p in seen)
     assert not any(str(task.private_dir) in p or lv in p for p in seen for lv in LEVELS if lv != "none")

@@ -15,13 +15,18 @@ answers, and they are kept apart (in the driver's records, for analysis) where n
 
 - A node is *buggy* when its run did not exit 0 (error, timeout, memory, killed, executor failure) or wrote no
   submission.csv (or the response had no code). Else it is *good*, AIDE's word.
-- Its *printed metric* is the number after the last ``testing loss:`` progress print of the run that carries the
-  run's tag, i.e. the instrumenter's print (mle_jax/tasks/progress.py). The program's own progress prints are
-  replaced by ``pass`` before it is instrumented, so an untagged ``testing loss:`` line could only come from a print
-  that escaped that (``sys.stdout.write``, a computed string): the agent could then choose its own node, so only
-  the tagged print counts. The instrumenter prints the value when the program assigned the metric to a name; a run
-  that printed no value has no metric. The value is read in the task's direction (the task statement says it), as
-  AIDE's reviewer reports it with its direction.
+- Its *printed metric* is the validation metric its run printed, from two sources in this order. First the number
+  after the last ``testing loss:`` progress print that carries the run's tag, i.e. the instrumenter's print
+  (mle_jax/tasks/progress.py; the instrumenter prints the value when the program assigned the metric to a name). Else
+  the number on the last line of the program's own output that reports a validation metric (``validation auc:
+  0.61``, ``val_loss = 0.4``, ``cv log loss: 0.52``: a line starting with validation, valid, val, holdout, cv or oof,
+  then a colon or an equals sign): AIDE asks its programs to print the metric on a hold-out set and its reviewer
+  reads it from the output, and the warm-start corpus, hence the policy, prints ``validation <metric>: <value>``
+  (mle_jax/warmstart/programs/), computed inline, so that the instrumenter's ``testing loss:`` beside it has no
+  value. The program's own ``testing loss:`` prints never count: they are replaced by ``pass`` before it runs. A
+  program can print any number; the search trusts it as AIDE does, and only to choose a node: the reward never reads
+  it. The value is read in the task's direction (the task statement says it), as AIDE's reviewer reports it with its
+  direction. Each node records which source gave its metric.
 - The *best* node: the good node with the best printed metric (the first of equals); when no good node printed one,
   the last good node. It is what `aide` and `greedy` improve and what every search submits; a search without a good
   node submits nothing (an invalid submission).
@@ -57,6 +62,7 @@ import numpy as np
 from mle_jax.env import rollout
 from mle_jax.executor.result import Status
 from mle_jax.tasks.medals import medal
+from mle_jax.tasks.progress import untag
 
 OPERATORS: tuple[str, ...] = ("draft", "debug", "improve")
 METRIC_PRINT = "testing loss:"  # the progress print whose value is the program's own validation metric
@@ -66,6 +72,10 @@ AIDE_NUM_DRAFTS = 5
 AIDE_DEBUG_PROB = 0.5
 AIDE_MAX_DEBUG_DEPTH = 3
 
+_VALIDATION_LINE = re.compile(
+    r"^[ \t]*(?:validation|valid|val|holdout|hold-out|cv|oof)(?:\b|_)[^\n:=]*[:=][ \t]*(.*)$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -84,6 +94,26 @@ def printed_metric(raw_output: str, tag: str | None) -> float | None:
         return None
     value = float(m.group(0))
     return value if math.isfinite(value) else None
+
+
+def program_metric(output: str) -> float | None:
+    """The number on the last line of a program's output that reports a validation metric (module doc); None when
+    no such line has a finite number."""
+    for rest in reversed(_VALIDATION_LINE.findall(output.replace("\r", "\n"))):
+        m = _NUMBER.search(rest)
+        if m is not None and math.isfinite(float(m.group(0))):
+            return float(m.group(0))
+    return None
+
+
+def node_metric(raw_output: str, tag: str | None) -> tuple[float | None, str | None]:
+    """(a run's printed validation metric, its source: "instrumenter" or "program"), or (None, None)."""
+    tagged = printed_metric(raw_output, tag)
+    if tagged is not None:
+        return tagged, "instrumenter"
+    output = untag(raw_output, tag) if tag else raw_output
+    own = program_metric(output)
+    return (own, "program") if own is not None else (None, None)
 
 
 @dataclass(frozen=True)
@@ -283,6 +313,7 @@ class Search:
     tree: Tree
     rng: np.random.Generator
     samples: dict[int, rollout.Sample] = field(default_factory=dict)
+    metric_sources: dict[int, str | None] = field(default_factory=dict)
     wall_s: float = 0.0
     _started: float = field(default_factory=time.monotonic)
 
@@ -297,6 +328,8 @@ class Search:
     def record(self) -> dict:
         """The search as evaluation.json keeps it: its nodes in the order they ran, what it submitted."""
         nodes = [node_record(n, self.samples.get(n.id), self.task_id) for n in self.tree.nodes]
+        for n in nodes:
+            n["metric_source"] = self.metric_sources.get(n["id"]) if n["metric"] is not None else None
         best = self.tree.best()
         submitted = nodes[best.id] if best is not None else None
         return {
@@ -391,7 +424,9 @@ def run_searches(
                 _, _, sample = futures.pop(f)
                 env.finish(sample, f.result())
         for s, node, sample in ((s, node, s.samples[node.id]) for s, node, _ in proposed):
-            s.tree.finish(node.id, is_buggy(sample), printed_metric(sample.raw_output, sample.tag))
+            metric, source = node_metric(sample.raw_output, sample.tag)
+            s.tree.finish(node.id, is_buggy(sample), metric)
+            s.metric_sources[node.id] = source
             done += 1
             if s.finished:
                 s.wall_s = time.monotonic() - s._started
