@@ -191,3 +191,23 @@ def test_the_search_tables_draw_each_seeds_tree_and_its_medal():
     assert "search `aide` (num_drafts 5), budget 2 programs per task and seed, 2 seed(s)" in text
     assert f"| {PIZZA} | 0 | xd b^0 | 1 | 0.7 | 0.7 | bronze |" in text
     assert f"| {PIZZA} | 1 | xd | — | — | — | invalid |" in text
+
+
+def test_the_readme_contrasts_sign_the_difference_by_the_tasks_direction_and_judge_it_in_ses():
+    from mle_jax.reporting.results_tables.search import contrast, render_search_contrasts, render_search_lite
+
+    assert contrast(0.40, 0.01, 0.45, 0.01, sign=-1.0)["difference"] == pytest.approx(0.05)  # lower log loss: +
+    assert contrast(0.40, 0.01, 0.45, 0.01, sign=-1.0)["beyond_2se"] is True  # 0.05 > 2 * 0.0141
+    assert contrast(0.40, 0.02, 0.45, 0.02)["beyond_2se"] is False and contrast(1.0, None, 0.5, None)["se"] is None
+
+    def table(name: str, scores: list[float | None]) -> dict:
+        runs = [_search(SPOOKY, k, [x], None if x is None else 0) for k, x in enumerate(scores)]
+        t = protocols.mlebench_table({SPOOKY: runs}, list(range(len(scores))))
+        search_cfg = {"name": name, "budget": 1, "seeds": list(range(len(scores))), "policy_checkpoint": "latest"}
+        return {**t, "search": search_cfg, "summaries": {SPOOKY: protocols.search_summary(runs, True)}}
+
+    independent, aide = table("independent", [0.45, 0.46, 0.47]), table("aide", [0.15, 0.16, None])
+    text = render_search_contrasts(independent, aide)
+    assert f"| {SPOOKY} | after RL | `aide` − `independent` | +0.305 ± 0.008, beyond 2 SE |" in text
+    assert "| −0.333 ± 0.333, within 2 SE | +0.667 ± 0.333, within 2 SE |" in text  # valid rate, any medal
+    assert "| after RL | `aide` | 0.67 ± 0.33 | 0.67 ± 0.33 |" in render_search_lite(independent, aide)

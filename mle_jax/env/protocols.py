@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mle_jax.tasks.medals import LEVELS, MEDALS
+from mle_jax.tasks.medals import LEVELS, MEDALS, any_medal_over_seeds
 
 PROTOCOLS: tuple[str, ...] = ("ml_agent", "mlebench")
 ML_AGENT_RUNS = 8  # ML-Agent reports each task over 8 runs
@@ -158,14 +158,7 @@ def mlebench_table(per_task: Mapping[str, Sequence[Mapping[str, Any]]], seeds: S
         })  # fmt: skip
 
     def aggregate(names: Sequence[str]) -> dict:
-        if not names:
-            return {"tasks": [], "per_seed": [], "any_medal": None, "any_medal_se": None}
-        per_seed = []
-        for i, _ in enumerate(seeds):
-            hits = [submitted_level(per_task[t][i]) in MEDALS for t in names]
-            per_seed.append(sum(hits) / len(names))
-        mean, se = mean_se(per_seed)
-        return {"tasks": list(names), "per_seed": per_seed, "any_medal": mean, "any_medal_se": se}
+        return any_medal_over_seeds({t: [submitted_level(s) for s in per_task[t]] for t in names})
 
     return {
         "protocol": "mlebench",
