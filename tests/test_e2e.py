@@ -198,3 +198,75 @@ def test_evaluate_cli_evaluates_a_held_out_task(finished_run):
     assert len(records) == 2 and all(r["task"] == held for r in records)
     bad = evaluate_cli(workdir, "--task=no-such-task")
     assert bad.returncode != 0 and "--task=no-such-task" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _search_evaluations(workdir: Path) -> list[Path]:
+    return [p for p in sorted(workdir.glob("evaluation-2*.json")) if "search" in json.loads(p.read_text())]
+
+
+def test_evaluate_cli_searches_with_aide_and_writes_each_seeds_tree_and_medal(finished_run):
+    """`evaluate --search aide --budget 6 --seeds 2`: per seed a tree of 6 nodes in the order they ran (AIDE's 5
+    drafts first), each with its parent, operator, status, printed metric, Δt and, for analysis, score and medal; what
+    each search submitted with its medal; the report draws the trees."""
+    workdir, _ = finished_run
+    done = evaluate_cli(workdir, "--search=aide", "--budget=6", "--seeds=2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [path] = _search_evaluations(workdir)
+    ev = json.loads(path.read_text())
+    assert ev["search"]["name"] == "aide" and ev["search"]["budget"] == 6 and ev["search"]["seeds"] == [0, 1]
+    assert (ev["search"]["num_drafts"], ev["search"]["debug_prob"], ev["search"]["max_debug_depth"]) == (5, 0.5, 3)
+    task = ev["tasks"]["random-acts-of-pizza"]
+    assert [s["seed"] for s in task["searches"]] == [0, 1] and task["summary"]["seeds"] == 2
+    for rec in task["searches"]:
+        nodes = rec["nodes"]
+        assert [n["id"] for n in nodes] == list(range(6)) and [n["operator"] for n in nodes[:5]] == ["draft"] * 5
+        assert all(n["parent"] is None for n in nodes[:5]) and nodes[5]["operator"] in ("draft", "debug", "improve")
+        for n in nodes:
+            assert {"status", "metric", "duration_s", "score", "medal"} <= set(n)
+            assert (n["medal"] is None) == (n["score"] is None)
+        sub = rec["submitted"]
+        assert set(sub) == {"node", "metric", "valid", "score", "medal"}
+        assert sub["valid"] == (sub["medal"] is not None)
+        assert f"| random-acts-of-pizza | {rec['seed']} | " in done.stdout  # its tree and medal, printed
+    report = (workdir / "report.md").read_text()
+    assert "## Evaluation: search at test time" in report and "search `aide`" in report
+    assert (workdir / "plots" / "search_random-acts-of-pizza.png").is_file()
+
+
+def test_evaluate_cli_writes_the_protocols_tables(finished_run):
+    """`--protocol mlebench --protocol ml_agent`: 8 runs per task (ML-Agent's), which are at least MLE-bench's 3
+    seeds; each protocol's table in its own file with the command and the date."""
+    workdir, _ = finished_run
+    done = evaluate_cli(workdir, "--protocol=mlebench", "--protocol=ml_agent", "--budget=1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [mle] = workdir.glob("protocol-mlebench-*.json")
+    [mla] = workdir.glob("protocol-ml_agent-*.json")
+    mle, mla = json.loads(mle.read_text()), json.loads(mla.read_text())
+    for table in (mle, mla):
+        assert table["command"].startswith("python -m mle_jax.evaluate") and table["date"]
+        assert table["search"]["name"] == "independent" and table["search"]["budget"] == 1
+    assert mle["seeds"] == list(range(8)) and mle["lite"]["tasks"] == ["random-acts-of-pizza"]
+    assert len(mle["lite"]["per_seed"]) == 8 and sum(mle["tasks"][0]["shares"].values()) == pytest.approx(1.0)
+    (row,) = mla["rows"]
+    assert row["runs"] == 8 and row["split"] == "held-in" and row["direction"] == "higher is better"
+    assert "MLE-bench's protocol, 8 seeds" in done.stdout and "ML-Agent's protocol, 8 runs per task" in done.stdout
+
+
+def test_evaluate_cli_refuses_a_bad_search_in_one_line(finished_run, tmp_path):
+    """An unknown policy, a budget below 1, too few seeds for MLE-bench, a workdir without a policy: one line each,
+    before any work."""
+    workdir, _ = finished_run
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((workdir / "config.json").read_text())  # a run that never trained
+    cases = [
+        (workdir, ["--search=mcts", "--budget=2"], "flag --search=mcts: value should be one of"),
+        (workdir, ["--search=aide", "--budget=0"], "--budget must be >= 1 program, got 0"),
+        (bare, ["--search=aide", "--budget=2"], "has neither checkpoints/ nor hf_export/"),
+    ]
+    for where, flags, message in cases:
+        done = evaluate_cli(where, *flags)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (
+            lines
+        )

@@ -6,4 +6,6 @@ from it without learning (evaluation).
 - task_mix: the prompt stream over a mix of tasks (scratch / improve), checkpointable
 - improve_buffer: earlier solutions with their output, for the improve prompt
 - evaluation: the paper's evaluation (scratch + improve, keep the better), mean and best of N
+- search: search at test time over a budget of programs (independent, AIDE's policy, greedy), trees on the fleet
+- protocols: the searches reported as the field does (ML-Agent's 8 runs, MLE-bench's medal rate over seeds)
 """

@@ -26,6 +26,7 @@ from mle_jax.reporting.markdown import markdown_table
 from mle_jax.reporting.report_summary import run_tasks, summary_lines
 from mle_jax.reporting.sample_plots import write_sample_plots
 from mle_jax.reporting.samples_page import PAGE, write_samples_page
+from mle_jax.reporting.search_report import is_search, search_tables, write_search_plots
 from mle_jax.tasks.medals import LEVELS, medal, medal_summary
 from mle_jax.tasks.registry import get_spec
 
@@ -273,6 +274,8 @@ def write_report(
     samples = read_metrics(workdir / "samples.jsonl")
     if plots:
         pngs = write_plots(rows, workdir / "plots") + write_sample_plots(samples, workdir / "plots")
+        if is_search(evaluation):  # the search's trees: score by node order, coloured by operator
+            pngs += write_search_plots(evaluation, workdir / "plots")  # type: ignore[arg-type]
     else:
         pngs = sorted((workdir / "plots").glob("*.png"))
     tasks = ", ".join(run_tasks(summary, evaluation, samples)) or "?"
@@ -283,7 +286,10 @@ def write_report(
               "browser: filter them by step, task, status, outcome, medal and prompt kind, and read each one's plan, "
               "program, output, score and Δt (samples.jsonl holds the same records)", "", "## Run", ""]  # fmt: skip
     parts.append(markdown_table(["quantity", "value"], sorted(summary.items())))
-    if evaluation:
+    if is_search(evaluation):
+        parts += ["", "## Evaluation: search at test time", "", f"From {evaluation_file}.", ""]
+        parts.append(search_tables(evaluation))  # type: ignore[arg-type]
+    elif evaluation:
         parts += ["", "## Evaluation", "", f"From {evaluation_file}.", ""]
         parts.append(evaluation_table(evaluation))
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})

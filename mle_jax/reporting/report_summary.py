@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mle_jax.reporting.markdown import minutes, number, plus_minus
+from mle_jax.reporting.search_report import search_medal_line
 from mle_jax.tasks.medals import medal
 from mle_jax.tasks.registry import get_spec
 
@@ -98,6 +99,8 @@ def _per_task(evaluation: Mapping[str, Any] | None, task: str) -> Mapping[str, A
 def medal_line(task: str, evaluation: Mapping[str, Any]) -> str:
     """The evaluation of one task in a sentence: each kind of sample's best score with its medal and the share of
     the samples with a medal, and the paper's figure after RL with its."""
+    if "summary" in evaluation and "searches" in evaluation:  # a search's (evaluate --budget)
+        return search_medal_line(evaluation)
     parts = []
     for kind in ("scratch", "improved", "best_of_both"):
         e = evaluation.get(kind)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import csv
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 THRESHOLDS_CSV = Path(__file__).resolve().parents[2] / "data" / "mlebench" / "medal_thresholds.csv"
 
@@ -92,3 +94,22 @@ def medal_summary(task_id: str, scores: Sequence[float | None]) -> dict:
         "shares": shares,
         "any_medal": sum(shares[m] for m in MEDALS),
     }
+
+
+def any_medal_over_seeds(levels_by_task: Mapping[str, Sequence[str | None]]) -> dict:
+    """MLE-bench's aggregate over tasks (openai/mle-bench README, "Benchmarking": at least 3 seeds, the Any Medal
+    rate as the mean ± one standard error of the mean): per seed, the share of the tasks whose submission earned any
+    medal; their mean and standard error over the seeds.
+
+    levels_by_task: task -> [S] levels (None: an invalid submission), seed i at index i for every task. Returns
+    {"tasks": [...], "per_seed": [S], "any_medal": mean or None, "any_medal_se": SE or None (fewer than 2 seeds)}."""
+    tasks = list(levels_by_task)
+    if not tasks:
+        return {"tasks": [], "per_seed": [], "any_medal": None, "any_medal_se": None}
+    seeds = {len(v) for v in levels_by_task.values()}
+    if len(seeds) != 1:
+        raise ValueError(f"every task needs the same seeds; got {dict((t, len(v)) for t, v in levels_by_task.items())}")
+    per_seed = [sum(levels_by_task[t][i] in MEDALS for t in tasks) / len(tasks) for i in range(seeds.pop())]
+    x = np.asarray(per_seed, np.float64)
+    se = float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else None
+    return {"tasks": tasks, "per_seed": per_seed, "any_medal": float(x.mean()) if x.size else None, "any_medal_se": se}

@@ -1,0 +1,136 @@
+"""Search at test time against independent samples (README "Search at test time"), from the protocol files
+`python -m mle_jax.evaluate --protocol mlebench|ml_agent` wrote (mle_jax/env/protocols.py), copied to
+docs/results/search-evidence/ as <task>-<policy>-<search>.json (policy: initial = the warm start, latest = after RL)
+and <task>-<policy>-<search>-ml_agent.json."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
+from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.tasks.medals import any_medal_over_seeds
+from mle_jax.tasks.registry import get_spec
+
+SEARCH_DIR = f"{RESULTS}/search-evidence"
+SEARCH_TASKS = {"spooky": "spooky-author-identification", "pizza": "random-acts-of-pizza"}
+CHECKPOINTS = {"initial": "warm start", "latest": "after RL"}
+SEARCHES = ("independent", "aide", "greedy")
+EVIDENCE = tuple(f"{SEARCH_DIR}/{t}-{c}-{s}.json" for t in SEARCH_TASKS for c in CHECKPOINTS for s in SEARCHES)
+ML_AGENT = tuple(f"{SEARCH_DIR}/{t}-latest-aide-ml_agent.json" for t in SEARCH_TASKS)
+
+
+def _task(table: Mapping[str, Any]) -> str:
+    (task,) = table["summaries"]
+    return task
+
+
+def _label(table: Mapping[str, Any]) -> tuple[str, str, str]:
+    cfg = table["search"]
+    return _task(table), CHECKPOINTS[cfg["policy_checkpoint"]], cfg["name"]
+
+
+def render_search_evidence(*tables: dict) -> str:
+    """One row per task, policy and search: the submissions over the seeds (valid rate, mean score in the task's
+    metric, any-medal rate, each ± SE across seeds), the nodes' valid share and the share that printed a metric, the
+    programs run and the wall time per search."""
+    rows = []
+    for t in tables:
+        task, checkpoint, name = _label(t)
+        s = t["summaries"][task]
+        rows.append([
+            task, checkpoint, f"`{name}`", s["seeds"], plus_minus(s["valid_rate"], s["valid_rate_se"], 2),
+            plus_minus(s["mean_score"], s["mean_score_se"], 3), plus_minus(s["any_medal"], s["any_medal_se"], 2),
+            number(s["node_valid_fraction"], 2), number(s["metric_printed_fraction"], 2),
+            number(s["oracle_mean_score"], 3), s["programs_run"], number(s["mean_wall_s"], 0),
+        ])  # fmt: skip
+    header = ["task", "policy", "search", "seeds", "submission valid", "mean submitted score", "any medal",
+              "nodes valid", "nodes with a printed metric", "best node's score (oracle, analysis)", "programs run",
+              "wall s per search"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def contrast(a: float | None, a_se: float | None, b: float | None, b_se: float | None, sign: float = 1.0) -> dict:
+    """sign * (a - b), its SE (the two SEs combined as independent) and whether it is beyond 2 SE (None: no SE)."""
+    if a is None or b is None:
+        return {"difference": None, "se": None, "beyond_2se": None}
+    se = math.sqrt((a_se or 0.0) ** 2 + (b_se or 0.0) ** 2) if a_se is not None or b_se is not None else None
+    d = sign * (a - b)
+    return {"difference": d, "se": se, "beyond_2se": None if not se else abs(d) > 2 * se}
+
+
+def _verdict(c: dict) -> str:
+    if c["difference"] is None:
+        return "—"
+    if c["beyond_2se"] is None:
+        return f"{signed(c['difference'], 3)} (no SE)"
+    word = "beyond" if c["beyond_2se"] else "within"
+    return f"{signed(c['difference'], 3)} ± {number(c['se'], 3)}, {word} 2 SE"
+
+
+def render_search_contrasts(*tables: dict) -> str:
+    """Each search against `independent` at the same budget, per task and policy: the difference of the mean
+    submitted score (signed so that + is better in the task's direction), of the valid rate and of the any-medal
+    rate, each ± the SE of the difference, and whether it shows beyond 2 SE."""
+    by = {_label(t): t for t in tables}
+    rows = []
+    for (task, checkpoint, name), t in by.items():
+        base = by.get((task, checkpoint, "independent"))
+        if name == "independent" or base is None:
+            continue
+        s, b = t["summaries"][task], base["summaries"][task]
+        sign = -1.0 if get_spec(task).lower_is_better else 1.0
+        rows.append([
+            task, checkpoint, f"`{name}` − `independent`",
+            _verdict(contrast(s["mean_score"], s["mean_score_se"], b["mean_score"], b["mean_score_se"], sign)),
+            _verdict(contrast(s["valid_rate"], s["valid_rate_se"], b["valid_rate"], b["valid_rate_se"])),
+            _verdict(contrast(s["any_medal"], s["any_medal_se"], b["any_medal"], b["any_medal_se"])),
+        ])  # fmt: skip
+    header = ["task", "policy", "contrast", "mean submitted score (+ is better)", "submission valid", "any medal"]
+    return markdown_table(header, rows)
+
+
+def render_search_lite(*tables: dict) -> str:
+    """MLE-bench's form per policy and search: each task's any-medal rate ± SE over the seeds and the aggregate over
+    the Lite tasks we have (both are in Lite): per seed the share of the tasks with a medal, mean ± SE over seeds."""
+    groups: dict[tuple[str, str], dict[str, dict]] = {}
+    for t in tables:
+        task, checkpoint, name = _label(t)
+        groups.setdefault((checkpoint, name), {})[task] = t
+    tasks = list(dict.fromkeys(_task(t) for t in tables))
+    rows = []
+    for (checkpoint, name), by_task in groups.items():
+        cells = []
+        for task in tasks:
+            row = by_task[task]["tasks"][0] if task in by_task else None
+            cells.append(plus_minus(row["any_medal"], row["any_medal_se"], 2) if row else "—")
+        lite = any_medal_over_seeds({task: by_task[task]["tasks"][0]["levels_by_seed"] for task in by_task})
+        rows.append([checkpoint, f"`{name}`", *cells, plus_minus(lite["any_medal"], lite["any_medal_se"], 2)])
+    header = ["policy", "search", *(f"{t} any medal" for t in tasks), f"Lite aggregate ({len(tasks)} tasks)"]
+    return markdown_table(header, rows)
+
+
+def render_search_ml_agent(*tables: dict) -> str:
+    """ML-Agent's form: per task the average and the best of 8 runs' submitted scores in the task's metric, beside
+    ML-Agent's Table 1 figures where it has the task (another model, agent and budget)."""
+    rows = []
+    for t in tables:
+        cfg = t["search"]
+        ours = f"`{cfg['name']}`, {cfg['budget']} programs, {CHECKPOINTS[cfg['policy_checkpoint']]}"
+        for r in t["rows"]:
+            theirs = r.get("ml_agent")
+            rows.append([
+                r["task"], r["direction"], ours,
+                r["split"], f"{r['valid_runs']} of {r['runs']}", number(r["average"], 4), number(r["best"], 4),
+                f"{theirs['average']} / {theirs['best']} ({theirs['split']})" if theirs else "—",
+            ])  # fmt: skip
+    header = ["task", "metric", "ours: search, budget per run, policy", "split (ours)", "valid runs", "average",
+              "best", "ML-Agent-7B average / best (its split)"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def search_wall_figure(*tables: dict) -> str:
+    """The evidence's total wall time (the evaluate processes' searches), in minutes, in one line."""
+    return f"{sum(t['search']['wall_s'] for t in tables) / 60:.0f} min"
