@@ -89,6 +89,83 @@ def ablation_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _series(xs: list | None, digits: int) -> str:
+    return "—" if not xs else " / ".join("—" if x is None else f"{x:.{digits}f}" for x in xs)
+
+
+def revision_rows(summary: dict) -> list[list]:
+    """Per arm split by --turns, before and after RL: turns x draws per start prompt, programs run, the share of
+    start prompts handed in valid ± SE, the mean score of the valid hand-ins ± SE and the best, the share with a
+    medal ± SE and above the median, the valid fraction and mean Δt by turn (K > 1) or by draw (the one-turn arm's
+    independent samples), and RL steps per hour."""
+    rows = []
+    for name, arm in summary["arms"].items():
+        for when in ("before", "after"):
+            e = arm[when]
+            ep = e.get("episodes") or {}
+            by = ep.get("by_turn") or ep.get("by_draw") or {}
+            kind = "turn" if ep.get("by_turn") else "draw" if ep.get("by_draw") else ""
+            shares = (e.get("medals") or {}).get("shares") or {}
+            rows.append([
+                name, when, f"{ep.get('turns', 1)} × {ep.get('draws', 1)}", ep.get("programs_run"),
+                plus_minus(e["valid_fraction"], ep.get("valid_share_se"), 3, minus="-"),
+                _pm(e["mean_score"], e.get("se_score"), 4), number(e["best_score"], 4),
+                _pm(ep.get("any_medal"), ep.get("any_medal_se")), number(shares.get("above_median")),
+                f"{kind}: {_series(by.get('valid_fraction'), 2)}" if kind else "—",
+                f"{kind}: {_series(by.get('duration_s'), 1)}" if kind else "—",
+                number(arm["stats"].get("steps_per_hour"), 1) if when == "after" else "",
+            ])  # fmt: skip
+    return rows
+
+
+REVISION_HEADER = ["arm", "", "turns × draws per start prompt", "programs run", "valid hand-ins ± SE",
+                   "mean score of valid ± SE", "best", "medal share ± SE", "above median",
+                   "valid fraction by turn / draw", "mean Δt (s) by turn / draw", "RL steps per hour"]  # fmt: skip
+
+_REVISION_PARTS = (
+    ("valid_share", "valid hand-ins", 3),
+    ("task_score", "task score", 3),
+    ("mean_score", "mean score of valid (task's direction)", 4),
+    ("any_medal", "medal share", 3),
+)
+
+
+def revision_text(c: dict, when: str) -> str:
+    """One line: a K-turn arm minus its one-turn (best of K) reference before or after RL, each figure in SEs of the
+    difference and whether beyond 2 SE (positive: revising better)."""
+    parts = []
+    for key, label, digits in _REVISION_PARTS:
+        d = c[when][key]
+        if d["difference"] is None:
+            parts.append(f"{label}: not measured")
+            continue
+        z = "no SE" if d["z"] is None else f"{d['z']:+.1f} SE"
+        verdict = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE"}[d["beyond_2se"]]
+        parts.append(f"{label} {d['difference']:+.{digits}f} ({z}, {verdict})")
+    return f"{c['arm']} minus {c['reference']}, {when} RL: " + "; ".join(parts)
+
+
+def revision_lines(summary: dict) -> list[str]:
+    """The report's revising-against-resampling section (summaries of --turns runs only)."""
+    if "turns" not in summary:
+        return []
+    kmax = max(summary["turns"])
+    lines = [
+        "",
+        f"Revising against resampling (--turns={','.join(map(str, summary['turns']))}): every evaluation "
+        f"runs {kmax} programs per start prompt ({summary['scale']['eval_samples']} start prompts); a K-turn "
+        f"arm's {kmax}/K episodes hand in the best by the agent's printed held-out metric, never the private "
+        "score. By turn: of the episodes that reached it; by draw: the one-turn arm's independent samples.",
+        "",
+    ]
+    lines.append(markdown_table(REVISION_HEADER, revision_rows(summary)))
+    contrasts = summary.get("turns_contrasts") or {}
+    if contrasts:
+        lines.append("")
+        lines += [f"- {revision_text(c, when)}" for c in contrasts.values() for when in ("before", "after")]
+    return lines
+
+
 def write_report(summary: dict, out: Path) -> Path:
     """out/report.md (and its plots, out/plots/) from the experiment's summary; returns the report's path."""
     plots = write_plots(summary, out / "plots")
@@ -108,6 +185,7 @@ def write_report(summary: dict, out: Path) -> Path:
     header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
     lines += ["", markdown_table(header, rows)]
     lines += medal_lines(summary)
+    lines += revision_lines(summary)
     lines += ablation_lines(summary)
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]
