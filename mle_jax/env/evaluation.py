@@ -100,7 +100,8 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
 
     With `draws` D > 1 every start prompt gets D independent episodes (of agent.turns turns each) and hands in one
     of their submissions, the best by the agent's own printed metric (env/printed_metric.py, never the private
-    score): "scratch" holds the n handed in, "draws" all n·D (`draw_summary`)."""
+    score): "scratch" holds the n handed in, "draw_samples" all n·D (`draw_summary`); "turns" and "draws" hold K
+    and D (only when either is above 1)."""
     if task_id is None and len(env.tasks) > 1:
         per_task = {t: evaluate(settings, env, t, draws) for t in env.tasks}
         return {"task": env.task.id, "tasks": per_task}
@@ -120,7 +121,7 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
         if draws > 1 or turns > 1:
             out["turns"], out["draws"] = turns, draws
         if draws > 1:
-            out["draws"] = draw_summary(submitted, draws, task_id, lower)
+            out["draw_samples"] = draw_summary(submitted, draws, task_id, lower)
         if turns > 1:
             out["episodes"] = episode_summary(episodes, task_id, lower)
         if settings.improve:

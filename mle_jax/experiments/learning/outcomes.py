@@ -85,7 +85,7 @@ def episode_outcomes(result: dict) -> dict[str, Any]:
     by turn (K > 1: of the episodes that reached it) or by draw (D > 1: the d-th of each prompt's D) the valid fraction
     and mean Δt (s). For analysis only (never the agent's choice): the share valid and mean score had the best turn
     or draw by the private score been handed in."""
-    e, ep, dr = result["scratch"], result.get("episodes"), result.get("draws")
+    e, ep, dr = result["scratch"], result.get("episodes"), result.get("draw_samples")
     n = e["samples"]
     all_records = (ep or {}).get("records") or (dr or {}).get("records") or e["records"]
     p, medal = e["valid_fraction"], (e.get("medals") or {}).get("any_medal")

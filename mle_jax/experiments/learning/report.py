@@ -7,6 +7,7 @@ from pathlib import Path
 from mle_jax.experiments.learning.plots import write_plots
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
+from mle_jax.reporting.results_tables.turns import REVISION_HEADER, revision_rows, revision_text
 
 
 def mean_reward_text(e: dict) -> str:
@@ -87,62 +88,6 @@ def ablation_lines(summary: dict) -> list[str]:
         lines.append("")
         lines += [f"- {contrast_text(name, c)}" for name, c in contrasts.items()]
     return lines
-
-
-def _series(xs: list | None, digits: int) -> str:
-    return "—" if not xs else " / ".join("—" if x is None else f"{x:.{digits}f}" for x in xs)
-
-
-def revision_rows(summary: dict) -> list[list]:
-    """Per arm split by --turns, before and after RL: turns x draws per start prompt, programs run, the share of
-    start prompts handed in valid ± SE, the mean score of the valid hand-ins ± SE and the best, the share with a
-    medal ± SE and above the median, the valid fraction and mean Δt by turn (K > 1) or by draw (the one-turn arm's
-    independent samples), and RL steps per hour."""
-    rows = []
-    for name, arm in summary["arms"].items():
-        for when in ("before", "after"):
-            e = arm[when]
-            ep = e.get("episodes") or {}
-            by = ep.get("by_turn") or ep.get("by_draw") or {}
-            kind = "turn" if ep.get("by_turn") else "draw" if ep.get("by_draw") else ""
-            shares = (e.get("medals") or {}).get("shares") or {}
-            rows.append([
-                name, when, f"{ep.get('turns', 1)} × {ep.get('draws', 1)}", ep.get("programs_run"),
-                plus_minus(e["valid_fraction"], ep.get("valid_share_se"), 3, minus="-"),
-                _pm(e["mean_score"], e.get("se_score"), 4), number(e["best_score"], 4),
-                _pm(ep.get("any_medal"), ep.get("any_medal_se")), number(shares.get("above_median")),
-                f"{kind}: {_series(by.get('valid_fraction'), 2)}" if kind else "—",
-                f"{kind}: {_series(by.get('duration_s'), 1)}" if kind else "—",
-                number(arm["stats"].get("steps_per_hour"), 1) if when == "after" else "",
-            ])  # fmt: skip
-    return rows
-
-
-REVISION_HEADER = ["arm", "", "turns × draws per start prompt", "programs run", "valid hand-ins ± SE",
-                   "mean score of valid ± SE", "best", "medal share ± SE", "above median",
-                   "valid fraction by turn / draw", "mean Δt (s) by turn / draw", "RL steps per hour"]  # fmt: skip
-
-_REVISION_PARTS = (
-    ("valid_share", "valid hand-ins", 3),
-    ("task_score", "task score", 3),
-    ("mean_score", "mean score of valid (task's direction)", 4),
-    ("any_medal", "medal share", 3),
-)
-
-
-def revision_text(c: dict, when: str) -> str:
-    """One line: a K-turn arm minus its one-turn (best of K) reference before or after RL, each figure in SEs of the
-    difference and whether beyond 2 SE (positive: revising better)."""
-    parts = []
-    for key, label, digits in _REVISION_PARTS:
-        d = c[when][key]
-        if d["difference"] is None:
-            parts.append(f"{label}: not measured")
-            continue
-        z = "no SE" if d["z"] is None else f"{d['z']:+.1f} SE"
-        verdict = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE"}[d["beyond_2se"]]
-        parts.append(f"{label} {d['difference']:+.{digits}f} ({z}, {verdict})")
-    return f"{c['arm']} minus {c['reference']}, {when} RL: " + "; ".join(parts)
 
 
 def revision_lines(summary: dict) -> list[str]:
