@@ -152,16 +152,23 @@ def parse_turns(values: Sequence[str]) -> tuple[int, ...]:
 
 def split_by_turns(arms: Sequence[Arm], turns: Sequence[int]) -> list[Arm]:
     """Every arm once per turns value K, named `<arm>_t<K>`, with the override agent.turns=K (arm by arm, turns
-    inner: `a_t1, a_t3, b_t1, b_t3`); the arms unchanged when `turns` is empty. ValueError (one line) for an arm that
-    sets agent.turns itself."""
+    inner: `a_t1, a_t3, b_t1, b_t3`); the arms unchanged when `turns` is empty. A shorthand arm is named by its pair,
+    `{algorithm}_{weights}` (`ppo_batch_mean_t3`): the legacy names are for the runs from before --turns. ValueError
+    (one line) for an arm that sets agent.turns itself."""
     if not turns:
         return list(arms)
     out = []
     for arm in arms:
         if any(f == "agent.turns" for f, _ in arm.overrides):
             raise ValueError(f"arm {arm.name} sets agent.turns itself; --turns sets it for every arm")
-        out += [dataclasses.replace(arm, name=f"{arm.name}_t{k}", overrides=(*arm.overrides, ("agent.turns", str(k))))
+        shorthand = arm.algorithm is not None and arm.duration_weights is not None
+        name = f"{arm.algorithm}_{arm.duration_weights}" if shorthand else arm.name
+        out += [dataclasses.replace(arm, name=f"{name}_t{k}", overrides=(*arm.overrides, ("agent.turns", str(k))))
                 for k in turns]  # fmt: skip
+    names = [a.name for a in out]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise ValueError(f"two arms are named {twice!r}")
     return out
 
 
