@@ -17,6 +17,7 @@ from rich.progress import Progress
 
 from mle_jax.env import rollout
 from mle_jax.env.episodes import Episode
+from mle_jax.env.printed_metric import best_of_printed
 from mle_jax.env.settings import EvalSettings
 from mle_jax.infra import interrupt
 from mle_jax.reporting.markdown import markdown_table
@@ -92,22 +93,35 @@ def _summary(samples: list[rollout.Sample], task_id: str, lower_is_better: bool)
     return out
 
 
-def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | None = None) -> dict:
+def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | None = None, draws: int = 1) -> dict:
     """`settings.samples` scratch samples, then (if settings.improve) one improvement of each; per pair the
     better is kept. An environment over a mix of tasks, without `task_id`: every task so evaluated, as
-    {"task": its first task, "tasks": {task id: that task's evaluation}}."""
+    {"task": its first task, "tasks": {task id: that task's evaluation}}.
+
+    With `draws` D > 1 every start prompt gets D independent episodes (of agent.turns turns each) and hands in one
+    of their submissions, the best by the agent's own printed metric (env/printed_metric.py, never the private
+    score): "scratch" holds the n handed in, "draw_samples" all n·D (`draw_summary`); "turns" and "draws" hold K
+    and D (only when either is above 1)."""
     if task_id is None and len(env.tasks) > 1:
-        per_task = {t: evaluate(settings, env, t) for t in env.tasks}
+        per_task = {t: evaluate(settings, env, t, draws) for t in env.tasks}
         return {"task": env.task.id, "tasks": per_task}
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1, got {draws}")
     task = env.tasks[task_id or env.task.id]
     rng = np.random.default_rng(settings.seed + 10_000)
     n, lower, task_id = settings.samples, task.lower_is_better, task.id
     turns = env.settings.agent.turns
     with Progress() as progress:
         prompts = env.prompts(n, None, rng, improve_fraction=0.0, task_id=task_id)
+        prompts = [p for p in prompts for _ in range(draws)]  # each start prompt's D episodes together
         episodes = run_episodes(env, prompts, turns, progress, "eval: from scratch")
-        scratch = [e.submitted() for e in episodes]  # one turn: the sample itself
+        submitted = [e.submitted() for e in episodes]  # one turn: the sample itself
+        scratch = [best_of_printed(submitted[i : i + draws], lower) for i in range(0, len(submitted), draws)]
         out = {"task": task_id, "scratch": _summary(scratch, task_id, lower)}
+        if draws > 1 or turns > 1:
+            out["turns"], out["draws"] = turns, draws
+        if draws > 1:
+            out["draw_samples"] = draw_summary(submitted, draws, task_id, lower)
         if turns > 1:
             out["episodes"] = episode_summary(episodes, task_id, lower)
         if settings.improve:
@@ -169,8 +183,36 @@ def episode_summary(episodes: list[Episode], task_id: str, lower_is_better: bool
         "valid_fraction_by_turn": [
             float(np.mean([e.turns[k].reward.valid for e in episodes if len(e.turns) > k])) for k in range(turns)
         ],
+        "duration_s_by_turn": [
+            float(np.mean([e.turns[k].duration_s for e in episodes if len(e.turns) > k])) for k in range(turns)
+        ],
         "episodes_reaching_turn": [sum(len(e.turns) > k for e in episodes) for k in range(turns)],
         "records": [s.record() for e in episodes for s in e.turns],
+    }
+
+
+def draw_summary(samples: list[rollout.Sample], draws: int, task_id: str, lower_is_better: bool) -> dict:
+    """The n·D submissions of D independent draws per start prompt (prompt i's D together): all of them as one
+    sample (`summarize`), and by draw d (the d-th of each prompt's D, so d = 1..D are D independent samples of n) the
+    valid fraction and mean Δt; for analysis only, the best by the private score per prompt (what the agent could not
+    choose).
+
+    samples: [n·D]."""
+    by = [samples[d::draws] for d in range(draws)]
+    groups = [samples[i : i + draws] for i in range(0, len(samples), draws)]
+    best = []
+    for g in groups:
+        scored = [s for s in g if _score(s) is not None]
+        best.append((min if lower_is_better else max)(scored, key=_score) if scored else g[0])
+    return {
+        "draws": draws,
+        "all": summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id),
+        "best_draw_private": summarize(
+            [_score(s) for s in best], [s.reward.total for s in best], lower_is_better, task_id
+        ),  # fmt: skip
+        "valid_fraction_by_draw": [float(np.mean([bool(s.reward.valid) for s in d])) for d in by],
+        "duration_s_by_draw": [float(np.mean([s.duration_s for s in d])) for d in by],
+        "records": [s.record() for s in samples],
     }
 
 

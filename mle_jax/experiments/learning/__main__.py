@@ -5,6 +5,7 @@
         [--algorithms=ppo,grpo --duration_weights=batch_mean,off]   (one arm per pair)
         [--arm=NAME:FIELD=VALUE[,FIELD=VALUE...] ...]   (an arm per --arm: config overrides; NAME: for none)
         [--seeds N]   (every arm N times, seeds cfg.seed + 0..N-1, from the same warm start)
+        [--turns=1,3]   (every arm once per K, named ARM_tK, agent.turns=K: does revising beat resampling?)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
 instrumenter, sampler and learner, in arms with the same seed that differ only in their config overrides.
@@ -19,7 +20,13 @@ PPO with "batch_mean" (the paper's) and "off", keeps the two arms' names from be
 holds for every arm. With --seeds N every arm runs N times (seed cfg.seed + r in repeat r: its sampling, prompt
 stream, critic and updates), all from the one warm start. The policy is evaluated before RL (once: every arm
 starts from it, with the same seeds) and after RL in each arm and repeat, on `eval_samples` scratch prompts
-with the same seeds. Written to DIR:
+with the same seeds. With --turns=K1,K2,... (issue 31: episodes of K turns, each program written after reading the
+previous one's run) every arm is split into one arm per K, `ARM_tK`, with the override agent.turns=K, and every
+evaluation runs the same number of programs per start prompt, K_max = the largest K: a K-turn arm's K_max / K
+independent episodes, handing in the best by the agent's own printed held-out metric (env/printed_metric.py, never
+the private score), so the one-turn arm hands in the best of K_max independent programs. The before-RL evaluation
+runs once per K (before_tK.json). The summary then has `turns_contrasts`: each K-turn arm against the smallest K's,
+before and after RL (valid hand-ins, task score, mean score, medals; in SEs). Written to DIR:
 
     summary.json   the command, the date and the wall time of the processes that measured it (`record_wall`);
                    per arm: before / after (mean_reward, se_reward, valid_fraction, mean_score, the paper's task
@@ -46,8 +53,17 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from mle_jax.experiments.learning.arms import ALGORITHMS, FULL, QUICK, Scale, arm_config, select_arms
-from mle_jax.experiments.learning.report import mean_reward_text
+from mle_jax.experiments.learning.arms import (
+    ALGORITHMS,
+    FULL,
+    QUICK,
+    Scale,
+    arm_config,
+    parse_turns,
+    select_arms,
+    split_by_turns,
+)
+from mle_jax.experiments.learning.report import mean_reward_text, revision_text
 from mle_jax.experiments.learning.running import experiment, share_warm_start
 from mle_jax.rl.ppo import DURATION_MODES
 from mle_jax.run.cli import config_flag, parse_flags
@@ -78,6 +94,9 @@ def _define_flags() -> dict[str, Any]:
             "arm", [], "an arm: NAME:FIELD=VALUE[,FIELD=VALUE...] (config overrides; NAME: for none), repeatable"
         ),
         "seeds": flags.DEFINE_integer("seeds", 1, "repeats of every arm, seeds cfg.seed + 0..N-1"),
+        "turns": flags.DEFINE_list(
+            "turns", [], "episode lengths K (agent.turns), one arm each per arm (ARM_tK); empty: the config's"
+        ),
     }
 
 
@@ -96,6 +115,8 @@ def main(argv: list[str]) -> None:
             raise ValueError(f"--seeds must be >= 1, got {_FLAGS['seeds'].value}")
         shorthand = _FLAGS["algorithms"].present or _FLAGS["weights"].present
         arms = select_arms(_FLAGS["arm"].value, _FLAGS["algorithms"].value, _FLAGS["weights"].value, shorthand)
+        turns = parse_turns(_FLAGS["turns"].value)
+        arms = split_by_turns(arms, turns)
         for arm in arms:
             from_config(arm_config(_FLAGS["config"].value, arm))
     except ValueError as e:  # ConfigError too: one line, before any work
@@ -103,12 +124,14 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)
-    summary = experiment(_FLAGS["config"].value, out, scale, arms, _FLAGS["seeds"].value)
+    summary = experiment(_FLAGS["config"].value, out, scale, arms, _FLAGS["seeds"].value, turns)
     for name, arm in summary["arms"].items():
         final = arm["task_score"]["final"]
         print(f"{name}: reward {mean_reward_text(arm['before'])} -> {mean_reward_text(arm['after'])}, valid "
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}, task score "
               f"{final['mean']:.3f} ± {final['se'] or 0:.3f} across {arm['task_score']['runs']} seeds")  # fmt: skip
+    for c in (summary.get("turns_contrasts") or {}).values():
+        print(revision_text(c, "after"))
     print(f"report: {out / 'report.md'}")
 
 

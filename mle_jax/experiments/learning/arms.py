@@ -128,6 +128,56 @@ def make_arms(algorithms: Sequence[str], duration_weights: Sequence[str]) -> lis
 DEFAULT_ARMS = make_arms(["ppo"], ["batch_mean", "off"])
 
 
+def parse_turns(values: Sequence[str]) -> tuple[int, ...]:
+    """The --turns list (as absl gives it: strings) as ints, in the order given; () for none (today's experiment).
+    ValueError (one line) on a value that is no integer >= 1, a repeated one, or a value that does not divide the
+    largest (its arm could not run the same number of programs per start prompt as the largest's)."""
+    out = []
+    for v in values:
+        try:
+            k = int(str(v).strip())
+        except ValueError:
+            raise ValueError(f"--turns: {v!r} is not an integer") from None
+        if k < 1:
+            raise ValueError(f"--turns: {k} is not >= 1 (1: the paper's one-turn agent)")
+        if k in out:
+            raise ValueError(f"--turns names {k} twice")
+        out.append(k)
+    if out and any(max(out) % k for k in out):
+        bad = next(k for k in out if max(out) % k)
+        raise ValueError(f"--turns: {bad} does not divide {max(out)}, so its arm cannot run {max(out)} programs per "
+                         f"start prompt as the {max(out)}-turn arm does")  # fmt: skip
+    return tuple(out)
+
+
+def split_by_turns(arms: Sequence[Arm], turns: Sequence[int]) -> list[Arm]:
+    """Every arm once per turns value K, named `<arm>_t<K>`, with the override agent.turns=K (arm by arm, turns
+    inner: `a_t1, a_t3, b_t1, b_t3`); the arms unchanged when `turns` is empty. A shorthand arm is named by its pair,
+    `{algorithm}_{weights}` (`ppo_batch_mean_t3`): the legacy names are for the runs from before --turns. ValueError
+    (one line) for an arm that sets agent.turns itself."""
+    if not turns:
+        return list(arms)
+    out = []
+    for arm in arms:
+        if any(f == "agent.turns" for f, _ in arm.overrides):
+            raise ValueError(f"arm {arm.name} sets agent.turns itself; --turns sets it for every arm")
+        shorthand = arm.algorithm is not None and arm.duration_weights is not None
+        name = f"{arm.algorithm}_{arm.duration_weights}" if shorthand else arm.name
+        out += [dataclasses.replace(arm, name=f"{name}_t{k}", overrides=(*arm.overrides, ("agent.turns", str(k))))
+                for k in turns]  # fmt: skip
+    names = [a.name for a in out]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise ValueError(f"two arms are named {twice!r}")
+    return out
+
+
+def eval_draws(turns: int, all_turns: Sequence[int]) -> int:
+    """Independent episodes per start prompt in the evaluation of an arm of `turns` turns, so that every arm runs
+    max(all_turns) programs per start prompt: max // turns (1 without --turns)."""
+    return max(all_turns) // turns if all_turns else 1
+
+
 def arm_config(cfg: ConfigDict, arm: Arm) -> ConfigDict:
     """The run config of an arm: `cfg` with the arm's `learner.algorithm`, `ppo.duration_weights` and overrides
     (each value read as the type of the field it replaces). ValueError (one line) for a group objective without

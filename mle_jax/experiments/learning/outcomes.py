@@ -69,7 +69,45 @@ def eval_summary(result: dict, task_id: str, failure: float = -10.0) -> dict:
         # the evaluation's MLE-bench medals (absent from an evaluation made before them), and the paper's figures
         "medals": e.get("medals"),
         "paper": result.get("paper"),
+        **({"episodes": episode_outcomes(result)} if "turns" in result else {}),
     }
+
+
+def proportion_se(p: float | None, n: int) -> float | None:
+    """The standard error sqrt(p (1 - p) / n) of a share p of n; None without a share or with n = 0."""
+    return None if p is None or n < 1 else float(np.sqrt(p * (1 - p) / n))
+
+
+def episode_outcomes(result: dict) -> dict[str, Any]:
+    """An evaluation of episodes (`evaluate` with agent.turns K > 1 or D > 1 draws per start prompt), as the
+    revising-against-resampling experiment reports it: K and D, the programs run (responses with code, all turns and
+    draws), the share of the n start prompts whose handed-in program is valid ± SE, the share with a medal ± SE, and
+    by turn (K > 1: of the episodes that reached it) or by draw (D > 1: the d-th of each prompt's D) the valid fraction
+    and mean Δt (s). For analysis only (never the agent's choice): the share valid and mean score had the best turn
+    or draw by the private score been handed in."""
+    e, ep, dr = result["scratch"], result.get("episodes"), result.get("draw_samples")
+    n = e["samples"]
+    all_records = (ep or {}).get("records") or (dr or {}).get("records") or e["records"]
+    p, medal = e["valid_fraction"], (e.get("medals") or {}).get("any_medal")
+    best = (ep or {}).get("best_turn_private") or (dr or {}).get("best_draw_private")
+    return {
+        "turns": result["turns"],
+        "draws": result["draws"],
+        "programs_run": sum(1 for r in all_records if r.get("code") is not None),
+        "valid_share": p,
+        "valid_share_se": proportion_se(p, n),
+        "any_medal": medal,
+        "any_medal_se": proportion_se(medal, n),
+        "by_turn": None if ep is None else {
+            "valid_fraction": ep["valid_fraction_by_turn"], "duration_s": ep.get("duration_s_by_turn"),
+            "reached": ep["episodes_reaching_turn"],
+        },
+        "by_draw": None if dr is None else {
+            "valid_fraction": dr["valid_fraction_by_draw"], "duration_s": dr["duration_s_by_draw"],
+        },
+        "first_turn_valid": None if ep is None else ep["first_turn"]["valid_fraction"],
+        "best_private": None if best is None else {"valid_share": best["valid_fraction"], "mean_score": best["mean"]},
+    }  # fmt: skip
 
 
 def _valid_records(verified_jsonl: Path) -> list[dict]:
@@ -286,4 +324,63 @@ def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
             "final": _difference(ref["final"], other["final"], ("se", "se_within")),
             "curve": _difference(ref["curve"], other["curve"], ("se",)),
         }
+    return out
+
+
+def _contrast(
+    a: float | None, se_a: float | None, b: float | None, se_b: float | None, se: float | None = None
+) -> dict[str, Any]:
+    """a - b with the SE of the difference (`se`, else hypot of the two), in SEs, and whether it is beyond 2 SE
+    (None: no SE)."""
+    if a is None or b is None:
+        return {"difference": None, "se": None, "z": None, "beyond_2se": None}
+    diff = float(a - b)
+    if se is None and se_a is not None and se_b is not None:
+        se = float(np.hypot(se_a, se_b))
+    z = diff / se if se else None
+    return {"difference": diff, "se": se, "z": z, "beyond_2se": None if se is None else bool(abs(diff) > 2 * se)}
+
+
+def _pooled_se(p1: float | None, p2: float | None, n1: int, n2: int) -> float | None:
+    if p1 is None or p2 is None or n1 < 1 or n2 < 1:
+        return None
+    pooled = (p1 * n1 + p2 * n2) / (n1 + n2)
+    return float(np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)))
+
+
+def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_better: bool) -> dict[str, dict]:
+    """Revising against resampling at the same number of programs: for every arm split by --turns (`<arm>_t<K>`),
+    each K above the smallest against the smallest (with --turns=1,3: K = 3 turns with feedback against the best of 3
+    independent one-turn samples), before RL and after. Every difference is the K-turn arm minus the reference, in
+    the direction where positive means revising is better: the share of start prompts handed in valid (SE of the
+    pooled share), the paper's task score (−10 for an invalid hand-in; the evaluations' SEs), the mean score of the
+    valid hand-ins (negated when lower is better) and the share with a medal; each in SEs and whether beyond 2 SE.
+
+    arms: summary["arms"] (each "before"/"after" from `eval_summary`). Returns {"<arm>_t<K> vs <arm>_t<k0>": {...}}."""
+    sign = -1.0 if lower_is_better else 1.0
+    k0 = min(turns)
+    out = {}
+    for name in arms:
+        for k in turns:
+            suffix = f"_t{k}"
+            if k == k0 or not name.endswith(suffix) or f"{name.removesuffix(suffix)}_t{k0}" not in arms:
+                continue
+            ref_name = f"{name.removesuffix(suffix)}_t{k0}"
+            c: dict[str, Any] = {"arm": name, "reference": ref_name, "turns": k, "reference_turns": k0}
+            for when in ("before", "after"):
+                a, b = arms[name][when], arms[ref_name][when]
+                na, nb = a["samples"], b["samples"]
+                ma, mb = (a.get("medals") or {}).get("any_medal"), (b.get("medals") or {}).get("any_medal")
+                c[when] = {
+                    "valid_share": _contrast(a["valid_fraction"], None, b["valid_fraction"], None,
+                                             _pooled_se(a["valid_fraction"], b["valid_fraction"], na, nb)),
+                    "task_score": _contrast(a["task_score_mean"], a["task_score_se"], b["task_score_mean"],
+                                            b["task_score_se"]),
+                    "mean_score": _contrast(
+                        None if a["mean_score"] is None else sign * a["mean_score"], a["se_score"],
+                        None if b["mean_score"] is None else sign * b["mean_score"], b["se_score"],
+                    ),
+                    "any_medal": _contrast(ma, None, mb, None, _pooled_se(ma, mb, na, nb)),
+                }  # fmt: skip
+            out[f"{name} vs {ref_name}"] = c
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 from mle_jax.experiments.learning.plots import write_plots
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
+from mle_jax.reporting.results_tables.turns import REVISION_HEADER, revision_rows, revision_text
 
 
 def mean_reward_text(e: dict) -> str:
@@ -89,6 +90,27 @@ def ablation_lines(summary: dict) -> list[str]:
     return lines
 
 
+def revision_lines(summary: dict) -> list[str]:
+    """The report's revising-against-resampling section (summaries of --turns runs only)."""
+    if "turns" not in summary:
+        return []
+    kmax = max(summary["turns"])
+    lines = [
+        "",
+        f"Revising against resampling (--turns={','.join(map(str, summary['turns']))}): every evaluation "
+        f"runs {kmax} programs per start prompt ({summary['scale']['eval_samples']} start prompts); a K-turn "
+        f"arm's {kmax}/K episodes hand in the best by the agent's printed held-out metric, never the private "
+        "score. By turn: of the episodes that reached it; by draw: the one-turn arm's independent samples.",
+        "",
+    ]
+    lines.append(markdown_table(REVISION_HEADER, revision_rows(summary)))
+    contrasts = summary.get("turns_contrasts") or {}
+    if contrasts:
+        lines.append("")
+        lines += [f"- {revision_text(c, when)}" for c in contrasts.values() for when in ("before", "after")]
+    return lines
+
+
 def write_report(summary: dict, out: Path) -> Path:
     """out/report.md (and its plots, out/plots/) from the experiment's summary; returns the report's path."""
     plots = write_plots(summary, out / "plots")
@@ -108,6 +130,7 @@ def write_report(summary: dict, out: Path) -> Path:
     header = ["arm", "", "mean reward ± SE", "valid fraction", "mean score of valid (± SE)", "best"]
     lines += ["", markdown_table(header, rows)]
     lines += medal_lines(summary)
+    lines += revision_lines(summary)
     lines += ablation_lines(summary)
     kinds = sorted({k for arm in arms.values() for k in (*arm["before"]["kinds"], *arm["after"]["kinds"])})
     rows = [[k] + [arm[w]["kinds"].get(k, 0.0) for arm in arms.values() for w in ("before", "after")] for k in kinds]

@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from flax import nnx
 
 from mle_jax.env.evaluation import evaluate
 from mle_jax.env.rollout import Environment, InstrumentFn
-from mle_jax.experiments.learning.arms import ALGORITHMS, DEFAULT_ARMS, Arm, Scale, arm_config
+from mle_jax.env.settings import AgentSettings
+from mle_jax.experiments.learning.arms import ALGORITHMS, DEFAULT_ARMS, Arm, Scale, arm_config, eval_draws
 from mle_jax.experiments.learning.outcomes import (
     arm_contrasts,
     arm_task_scores,
@@ -25,6 +27,7 @@ from mle_jax.experiments.learning.outcomes import (
     eval_summary,
     instrument_shares,
     lag_of_kinds,
+    revision_contrasts,
     share_contrast,
     slow_and_better,
     stale_means,
@@ -62,11 +65,14 @@ def run_arm(
     base_env: Environment,
     arm_dir: Path,
     instrument_fn: InstrumentFn | None = None,
+    draws: int = 1,
 ) -> dict:
     """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. `s`: the
     arm's settings (`arm_config`, its repeat's seed); its environment is `base_env` (the experiment's task and
     fleet) with the arm's rollout settings, seed, its policy's own sampler and `instrument_fn` (default the
-    experiment's frozen instrumenter). The evaluation after RL is every arm's: `base_env`'s, a fresh sampler."""
+    experiment's frozen instrumenter). The evaluation after RL is every arm's: `base_env`'s, a fresh sampler, with
+    the arm's agent (its episodes' turns, `agent.*`) and `draws` independent episodes per start prompt
+    (`evaluate`)."""
     s = dataclasses.replace(s, workdir=str(arm_dir))
     reset_peak_rss()
     policy = nnx.clone(initial)
@@ -91,8 +97,10 @@ def run_arm(
     loop.close()
     c = loop.counters
     evaluated_here = not (arm_dir / "after.json").is_file()
-    after_env = dataclasses.replace(base_env, sampler=JaxSampler(learner.policy_model(), tokenizer))  # seeds: fresh
-    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env))
+    after_env = dataclasses.replace(  # seeds: fresh
+        with_agent(base_env, s.rollout.agent), sampler=JaxSampler(learner.policy_model(), tokenizer)
+    )
+    after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env, draws=draws))
     stats = {
         "algorithm": s.learner.algorithm,
         "duration_weights": s.learner.ppo.duration_weights,
@@ -101,6 +109,8 @@ def run_arm(
         "seed": s.seed,
         "rl_wall_s": round(c.wall_s, 1),  # the loop's own clock, checkpointed: kept across resumes
         "steps_per_hour": round(c.step * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
+        "turns": s.rollout.agent.turns,
+        "programs_sampled_per_hour": round(c.sampled * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
         # the process's, while this arm ran (its RL and evaluation; the most over the processes that ran them)
         "peak_rss_gib": arm_peak_rss(arm_dir / "peak_rss.json", c.step > resumed_at or evaluated_here),
         "samples_drawn": c.sampled,
@@ -114,6 +124,19 @@ def run_arm(
     }
     summary = eval_summary(after, task.id, s.rollout.reward.failure)
     return {"stats": stats, "after": summary, "steps": step_series(arm_dir, task.id)}
+
+
+def with_agent(env: Environment, agent: AgentSettings) -> Environment:
+    """`env` whose episodes follow `agent` (the same environment when it does already)."""
+    if env.settings.agent == agent:
+        return env
+    return dataclasses.replace(env, settings=dataclasses.replace(env.settings, agent=agent))
+
+
+def before_path(out: Path, turns: int | None) -> Path:
+    """Where the before-RL evaluation is cached: out/before.json, or with --turns one per turns value K,
+    out/before_t<K>.json."""
+    return out / ("before.json" if turns is None else f"before_t{turns}.json")
 
 
 def reset_peak_rss() -> None:
@@ -163,32 +186,54 @@ def repeat_settings(cfg: Any, arm: Arm, repeat: int, base: RunSettings, scale: S
     return dataclasses.replace(_scaled(from_config(c), Path(base.workdir), scale), eval=base.eval)
 
 
-def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DEFAULT_ARMS), seeds: int = 1) -> dict:
+def experiment(
+    cfg: Any,
+    out: Path,
+    scale: Scale,
+    arms: Sequence[Arm] = tuple(DEFAULT_ARMS),
+    seeds: int = 1,
+    turns: Sequence[int] = (),
+) -> dict:
     """Runs (or resumes) the whole experiment, `seeds` repeats of every arm; returns the summary it writes to
-    out/summary.json. A bad arm (`arm_config`) or config (ConfigError) fails before any work."""
+    out/summary.json. A bad arm (`arm_config`) or config (ConfigError) fails before any work.
+
+    `turns` (--turns; `arms` already split by `split_by_turns`): the before-RL evaluation once per turns value K with
+    K-turn episodes, and every evaluation of a K-turn arm with max(turns) // K independent episodes per start prompt
+    (the submission the best of them by the agent's printed metric), so every arm runs max(turns) programs per start
+    prompt; the summary then has `turns` and `turns_contrasts` (`revision_contrasts`)."""
     t_start = time.monotonic()
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     runs = {arm.name: [run_dir(out, arm.name, r) for r in range(seeds)] for arm in arms}
-    measures = work_left(out, [d.name for dirs in runs.values() for d in dirs])
+    measures = work_left(out, [d.name for dirs in runs.values() for d in dirs], turns)
     s = _scaled(from_config(cfg), out / "base", scale)
     arm_settings = {arm.name: [repeat_settings(cfg, arm, r, s, scale) for r in range(seeds)] for arm in arms}
+    arm_turns = {name: rs[0].rollout.agent.turns if turns else None for name, rs in arm_settings.items()}
     task, packages = environment.prepare(s)
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
     # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
     with environment.open_environment(
         s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
     ) as before_env:
-        before = eval_summary(_cached(out / "before.json", lambda: evaluate(s.eval, before_env)), task.id)
+        befores = {}
+        for k in sorted(set(arm_turns.values()), key=lambda k: -1 if k is None else k):
+            env_k = before_env if k is None else with_agent(before_env, replace(s.rollout.agent, turns=k))
+            draws = eval_draws(k, turns) if k is not None else 1
+            befores[k] = eval_summary(
+                _cached(before_path(out, k), lambda env_k=env_k, draws=draws: evaluate(s.eval, env_k, draws=draws)),
+                task.id,
+            )
         results = {}
         for arm in arms:
             repeats = []
+            k = arm_turns[arm.name]
             for rs, arm_dir in zip(arm_settings[arm.name], runs[arm.name], strict=True):
                 # an arm that instruments otherwise (say mode "off") gets its own instrumenter; the rest share one
                 own = rs.instrument != s.instrument
                 fn = builders.make_instrumenter(rs, initial, tokenizer, arm_dir) if own else None
-                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn))
-            results[arm.name] = {"before": before, **repeats[0], "overrides": dict(arm.overrides)}
+                draws = eval_draws(k, turns) if k is not None else 1
+                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn, draws))
+            results[arm.name] = {"before": befores[k], **repeats[0], "overrides": dict(arm.overrides)}
             results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
             results[arm.name]["task_score"] = arm_task_scores(repeats)
     # recorded as soon as the measuring is done, so that a failure while summarising loses no measured time
@@ -218,16 +263,20 @@ def experiment(cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm] = tuple(DE
         "arms": results,
         "contrasts": arm_contrasts(results),
     }
+    if turns:
+        summary["turns"] = list(turns)
+        summary["turns_contrasts"] = revision_contrasts(results, turns, task.lower_is_better)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(summary, out)
     return summary
 
 
-def work_left(out: Path, arm_names: list[str]) -> bool:
-    """Whether a process started on `out` measures anything: False when the before-RL evaluation and every
-    arm's after-RL evaluation are cached (each is written after the stages before it), so that the process only
-    regenerates summary.json and the report."""
-    cached = [out / "before.json", *(out / "arms" / name / "after.json" for name in arm_names)]  # a run's folder
+def work_left(out: Path, arm_names: list[str], turns: Sequence[int] = ()) -> bool:
+    """Whether a process started on `out` measures anything: False when the before-RL evaluation (one per turns
+    value with --turns) and every arm's after-RL evaluation are cached (each is written after the stages before
+    it), so that the process only regenerates summary.json and the report."""
+    befores = [before_path(out, k) for k in turns] or [before_path(out, None)]
+    cached = [*befores, *(out / "arms" / name / "after.json" for name in arm_names)]  # a run's folder
     return not all(p.is_file() for p in cached)
 
 

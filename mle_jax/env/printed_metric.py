@@ -1,0 +1,91 @@
+"""Best of K by the agent's own printed metric: which of K programs an agent that cannot see the private score hands in.
+
+The one-turn arm of the revising-against-resampling experiment (mle_jax/experiments/learning, `--turns`) draws K
+independent programs per start prompt and submits one. It chooses as an MLE-bench agent could, from what it sees of
+its runs (env/observation.py): the held-out metric its program printed, and whether its submission.csv passed the
+format check. Never the grader's score.
+
+What the programs print (checked on the warm-start corpora, mle_jax/warmstart/programs/): spooky's print
+`validation log loss: 0.53`, pizza's `validation auc: 0.61`, the task's own metric on a 20% split. The instrumenter's
+`testing loss:` print carries a value only when the program assigned the metric to a name (instrument/fallback.py);
+the corpus programs compute it inside their own print, so the instrumented line is a bare `testing loss:`. The value
+read is therefore the last of, in order of preference:
+
+1. a tagged `testing loss: <number>` line (the instrumenter's print, with the agent's value);
+2. the agent's own held-out print, a line starting `validation`, `valid`, `val`, `test`, `testing`, `holdout` or `cv`
+   with a number right after its first colon (`validation log loss: 0.53`).
+
+Both are the task's metric as the agent computed it on data it held out, so the task's direction applies (log loss
+lower, AUC higher: public, the competition's description says it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mle_jax.tasks.progress import untag
+
+if TYPE_CHECKING:
+    from mle_jax.env.rollout import Sample
+
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_HELD_OUT = re.compile(
+    r"^[ \t]*(?:validation|valid|val|test|testing|holdout|hold-out|cv)\b[^:\n]*:[ \t]*" + _NUMBER,
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def _finite(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def printed_metric(raw_output: str, tag: str | None) -> float | None:
+    """The held-out metric a run printed (see the module's docstring), or None when it printed none.
+
+    raw_output: the run's terminal output as captured, the instrumenter's lines still tagged; tag: the run's tag
+    (None: no line is the instrumenter's)."""
+    text = raw_output.replace("\r", "\n")
+    if tag:
+        tagged = re.findall(r"^" + re.escape(tag) + r" ?testing loss:[ \t]*" + _NUMBER, text, re.MULTILINE)
+        values = [v for v in map(_finite, tagged) if v is not None]
+        if values:
+            return values[-1]
+        text = untag(text, tag)
+    own = [v for v in map(_finite, _HELD_OUT.findall(text)) if v is not None]
+    return own[-1] if own else None
+
+
+def choose(metrics: Sequence[float | None], format_ok: Sequence[bool], lower_is_better: bool) -> int:
+    """The index of the program to submit among K: among those whose submission passed the format check, the best
+    printed metric (the first of equals); when none of those printed one, the last of them; when no submission
+    passed the check, the best printed metric among all, else the first program.
+
+    metrics: [K], None where nothing was printed; format_ok: [K]."""
+    if len(metrics) != len(format_ok) or not metrics:
+        raise ValueError(f"choose: {len(metrics)} metrics and {len(format_ok)} format checks (need the same, >= 1)")
+    sign = 1.0 if lower_is_better else -1.0
+
+    def best(indices: list[int]) -> int | None:
+        printed = [i for i in indices if metrics[i] is not None]
+        return min(printed, key=lambda i: (sign * metrics[i], i)) if printed else None
+
+    ok = [i for i, f in enumerate(format_ok) if f]
+    if ok:
+        chosen = best(ok)
+        return ok[-1] if chosen is None else chosen
+    chosen = best(list(range(len(metrics))))
+    return 0 if chosen is None else chosen
+
+
+def best_of_printed(samples: Sequence[Sample], lower_is_better: bool) -> Sample:
+    """The sample `choose` picks among finished samples (a run's format check is in its observation)."""
+    metrics = [printed_metric(s.raw_output, s.tag) for s in samples]
+    ok = [bool(s.observation is not None and s.observation.submission_ok) for s in samples]
+    return samples[choose(metrics, ok, lower_is_better)]

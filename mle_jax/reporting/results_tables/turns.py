@@ -1,0 +1,101 @@
+"""Revising against resampling (issue 31): the learning experiment's `--turns` arms (`<arm>_t<K>`: K-turn episodes
+with feedback against the one-turn arm's best of K independent programs, at the same programs per start prompt),
+from summaries with `turns` and `turns_contrasts`. The experiment's report.md uses these rows too."""
+
+from __future__ import annotations
+
+from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
+
+TURNS_RUNS = ("learning-spooky-turns-quick",)
+
+
+def _series(xs: list | None, digits: int) -> str:
+    return "—" if not xs else " / ".join("—" if x is None else f"{x:.{digits}f}" for x in xs)
+
+
+def _pm(x: float | None, se: float | None, digits: int = 3) -> str:
+    return "—" if x is None else plus_minus(x, se, digits, minus="-")
+
+
+def revision_rows(summary: dict) -> list[list]:
+    """Per arm split by --turns, before and after RL: turns x draws per start prompt, programs run, the share of
+    start prompts handed in valid ± SE, the mean score of the valid hand-ins ± SE and the best, the share with a
+    medal ± SE and above the median, the valid fraction and mean Δt by turn (K > 1: of the episodes that reached it)
+    or by draw (the one-turn arm's independent samples), and RL steps per hour."""
+    rows = []
+    for name, arm in summary["arms"].items():
+        for when in ("before", "after"):
+            e = arm[when]
+            ep = e.get("episodes") or {}
+            by = ep.get("by_turn") or ep.get("by_draw") or {}
+            kind = "turn" if ep.get("by_turn") else "draw" if ep.get("by_draw") else ""
+            shares = (e.get("medals") or {}).get("shares") or {}
+            rows.append([
+                f"`{name}`", when, f"{ep.get('turns', 1)} × {ep.get('draws', 1)}", ep.get("programs_run"),
+                _pm(e["valid_fraction"], ep.get("valid_share_se")),
+                _pm(e["mean_score"], e.get("se_score"), 4), number(e["best_score"], 4),
+                _pm(ep.get("any_medal"), ep.get("any_medal_se")), number(shares.get("above_median")),
+                f"{kind}: {_series(by.get('valid_fraction'), 2)}" if kind else "—",
+                f"{kind}: {_series(by.get('duration_s'), 1)}" if kind else "—",
+                number(arm["stats"].get("steps_per_hour"), 1) if when == "after" else "",
+            ])  # fmt: skip
+    return rows
+
+
+REVISION_HEADER = ["arm", "", "turns × draws per start prompt", "programs run", "valid hand-ins ± SE",
+                   "mean score of valid ± SE", "best", "medal share ± SE", "above median",
+                   "valid fraction by turn / draw", "mean Δt (s) by turn / draw", "RL steps per hour"]  # fmt: skip
+
+REVISION_PARTS = (
+    ("valid_share", "valid hand-ins", 3),
+    ("task_score", "task score", 3),
+    ("mean_score", "mean score of valid (task's direction)", 4),
+    ("any_medal", "medal share", 3),
+)
+_VERDICT = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE"}
+
+
+def revision_text(c: dict, when: str) -> str:
+    """One line: a K-turn arm minus its one-turn (best of K) reference before or after RL, each figure in SEs of the
+    difference and whether beyond 2 SE (positive: revising better)."""
+    parts = []
+    for key, label, digits in REVISION_PARTS:
+        d = c[when][key]
+        if d["difference"] is None:
+            parts.append(f"{label}: not measured")
+            continue
+        z = "no SE" if d["z"] is None else f"{d['z']:+.1f} SE"
+        parts.append(f"{label} {d['difference']:+.{digits}f} ({z}, {_VERDICT[d['beyond_2se']]})")
+    return f"{c['arm']} minus {c['reference']}, {when} RL: " + "; ".join(parts)
+
+
+def render_turns_table(*summaries: dict) -> str:
+    """Per task and arm, before and after RL, the hand-ins at the same programs per start prompt (`revision_rows`)."""
+    rows = []
+    for s in summaries:
+        for i, row in enumerate(revision_rows(s)):
+            rows.append([s["task"] if i == 0 else "", *row])
+    return markdown_table(["task", *REVISION_HEADER], rows)
+
+
+def _cell(d: dict, digits: int) -> str:
+    if d["difference"] is None:
+        return "—"
+    z = "no SE" if d["z"] is None else f"{signed(d['z'], 1)} SE"
+    return f"{signed(d['difference'], digits)} ({z})"
+
+
+def render_turns_contrasts(*summaries: dict) -> str:
+    """Per task, each K-turn arm minus its one-turn reference before and after RL (positive: revising better), each
+    figure in SEs of the difference; the last column names the figures beyond 2 SE."""
+    rows = []
+    for s in summaries:
+        for c in s["turns_contrasts"].values():
+            for when in ("before", "after"):
+                parts = c[when]
+                beyond = [label for key, label, _ in REVISION_PARTS if parts[key]["beyond_2se"]]
+                rows.append([s["task"], f"`{c['arm']}` − `{c['reference']}`", when,
+                             *(_cell(parts[key], digits) for key, _, digits in REVISION_PARTS),
+                             ", ".join(beyond) or "none"])  # fmt: skip
+    header = ["task", "contrast", "", *(label for _, label, _ in REVISION_PARTS), "beyond 2 SE"]
+    return markdown_table(header, rows)
