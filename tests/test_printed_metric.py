@@ -46,8 +46,9 @@ def test_the_printed_metric_is_the_tagged_testing_loss_value_else_the_agents_las
     # the instrumenter's print with a value wins over the program's own line
     both = f"validation auc: 0.61\n{TAG} testing loss: 0.7\n"
     assert printed_metric(both, TAG) == pytest.approx(0.7)
-    # an untagged `testing loss:` line is the agent's own text, read like any held-out print (not as the tagged one)
-    assert printed_metric("testing loss: 0.3\n", TAG) == pytest.approx(0.3)
+    # an untagged `testing loss:` line is not the instrumenter's (the agent's own progress prints are removed before
+    # its program runs) and not a validation line: it is not read
+    assert printed_metric("testing loss: 0.3\n", TAG) is None
     # nothing to read: no held-out print, a training loss only, a value on the next line, a non-finite value
     assert printed_metric(f"{TAG} testing loss:\n0.5\nTraceback ...\n", TAG) is None
     assert printed_metric("training loss: 0.2\nmodel accuracy: 0.9\n", None) is None

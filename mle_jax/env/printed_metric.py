@@ -12,8 +12,8 @@ the corpus programs compute it inside their own print, so the instrumented line 
 read is therefore the last of, in order of preference:
 
 1. a tagged `testing loss: <number>` line (the instrumenter's print, with the agent's value);
-2. the agent's own held-out print, a line starting `validation`, `valid`, `val`, `test`, `testing`, `holdout` or `cv`
-   with a number right after its first colon (`validation log loss: 0.53`).
+2. the agent's own held-out print, a line starting `validation`, `valid`, `val`, `holdout`, `cv` or `oof` with a
+   number after its colon or equals sign (`validation log loss: 0.53`): the search's reading (env/search.py).
 
 Both are the task's metric as the agent computed it on data it held out, so the task's direction applies (log loss
 lower, AUC higher: public, the competition's description says it).
@@ -21,45 +21,22 @@ lower, AUC higher: public, the competition's description says it).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mle_jax.tasks.progress import untag
+from mle_jax.env.search import node_metric
 
 if TYPE_CHECKING:
     from mle_jax.env.rollout import Sample
 
-_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_HELD_OUT = re.compile(
-    r"^[ \t]*(?:validation|valid|val|test|testing|holdout|hold-out|cv)\b[^:\n]*:[ \t]*" + _NUMBER,
-    re.IGNORECASE | re.MULTILINE,
-)
-
-
-def _finite(text: str) -> float | None:
-    try:
-        x = float(text)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
-
-
 def printed_metric(raw_output: str, tag: str | None) -> float | None:
-    """The held-out metric a run printed (see the module's docstring), or None when it printed none.
+    """The held-out metric a run printed, or None when it printed none: the reading of the test-time search
+    (`search.node_metric`: the instrumenter's tagged `testing loss:` value, else the program's own validation line),
+    one parser for both.
 
     raw_output: the run's terminal output as captured, the instrumenter's lines still tagged; tag: the run's tag
     (None: no line is the instrumenter's)."""
-    text = raw_output.replace("\r", "\n")
-    if tag:
-        tagged = re.findall(r"^" + re.escape(tag) + r" ?testing loss:[ \t]*" + _NUMBER, text, re.MULTILINE)
-        values = [v for v in map(_finite, tagged) if v is not None]
-        if values:
-            return values[-1]
-        text = untag(text, tag)
-    own = [v for v in map(_finite, _HELD_OUT.findall(text)) if v is not None]
-    return own[-1] if own else None
+    return node_metric(raw_output, tag)[0]
 
 
 def choose(metrics: Sequence[float | None], format_ok: Sequence[bool], lower_is_better: bool) -> int:
