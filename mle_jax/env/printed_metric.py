@@ -29,6 +29,7 @@ from mle_jax.env.search import node_metric
 if TYPE_CHECKING:
     from mle_jax.env.rollout import Sample
 
+
 def printed_metric(raw_output: str, tag: str | None) -> float | None:
     """The held-out metric a run printed, or None when it printed none: the reading of the test-time search
     (`search.node_metric`: the instrumenter's tagged `testing loss:` value, else the program's own validation line),
