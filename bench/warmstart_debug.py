@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/warmstart_debug.py [--config configs/spooky.py:cpu] [--turns 3]
         [--context conversation] [--debug_fraction 0.34] [--baseline] [--workdir DIR] [--out FILE.json]
+        [--set warmstart.verify_timeout_s=600 ...]
 
 Runs the warm-start stage of the config (corpus -> verify in the sandbox -> faulty corpus programs run in the
 sandbox -> task tokenizer -> SFT -> the held-out turn-2 measurement, mle_jax/warmstart/debug.py) with episodes of
@@ -16,6 +17,7 @@ is resumed or loaded, not redone) and <workdir>/baseline/warmstart; the baseline
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import datetime
 import importlib.util
@@ -70,8 +72,19 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also the stage without debug examples")
     ap.add_argument("--workdir", default="")
     ap.add_argument("--out", default="", help="write the results here as JSON")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a config override (repeatable)")
     args = ap.parse_args()
     cfg = load_config(args.config)
+    for item in args.set:
+        field, _, value = item.partition("=")
+        section, name = field.rsplit(".", 1)
+        node = cfg
+        for part in section.split("."):
+            node = node[part]
+        try:
+            node[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            node[name] = value
     cfg.agent.turns, cfg.agent.context = args.turns, args.context
     cfg.warmstart.debug_fraction = args.debug_fraction
     s = from_config(cfg)
@@ -100,6 +113,7 @@ def main() -> None:
                 "agent.turns": args.turns,
                 "agent.context": args.context,
                 "warmstart.debug_fraction": args.debug_fraction,
+                **dict(item.partition("=")[::2] for item in args.set),
             },
             "sampling": dataclasses.asdict(s.rollout.sampling),
             "arms": results,

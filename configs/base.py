@@ -257,6 +257,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
     # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
     c.warmstart.improve_fraction = 0.5
+    # improve targets of a kind of solution (model family and features) that scores better on average than the
+    # source's kind, where a better program of one exists (False: any better program, which often is of a worse kind)
+    c.warmstart.improve_to_better_kind = False
     # SFT examples on the instrumentation prompt (C.3) so the frozen warm-started model can instrument (0: none;
     # a pretrained instruct model can already)
     c.warmstart.instrument_examples = 0

@@ -61,6 +61,9 @@ class WarmStartSettings:
     verify_workers: int = 0  # 0: one per executor slot, at most one per CPU (resolved by mle_jax.run.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
+    # improve targets of a kind of solution (model family and features: programs.solution_kind) whose mean score
+    # beats the source's kind's, where one scores better than the source (else any better program, as with False)
+    improve_to_better_kind: bool = False
     # SFT examples on the instrumentation prompt (C.3), targets by the AST instrumenter (warmstart/instrumentation.py),
     # so the frozen copy of the warm-started policy can instrument; 0: none (a pretrained instruct model can)
     instrument_examples: int = 0

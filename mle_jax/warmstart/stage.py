@@ -24,6 +24,7 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from mle_jax.warmstart.debug import debug_count, debug_examples, debug_prompt, f
 from mle_jax.warmstart.faults import FaultyRun, ObserveFn, plan_faults, run_faults, sandbox_observe_fn
 from mle_jax.warmstart.improve import improve_count, improve_examples
 from mle_jax.warmstart.instrumentation import heldout_instrumentation, instrument_examples, split_programs
-from mle_jax.warmstart.programs import full_grid, generate_corpus
+from mle_jax.warmstart.programs import full_grid, generate_corpus, solution_kind
 from mle_jax.warmstart.settings import WarmStartSettings
 from mle_jax.warmstart.sft import (
     Messages,
@@ -107,6 +108,10 @@ def verify_cached(
     return out
 
 
+def _kind(task_id: str, item: CorpusItem) -> str:
+    return solution_kind(task_id, item.code)
+
+
 def _dir(workdir: Path, task: Task, tasks: Sequence[Task]) -> Path:
     """Where a task's runs are cached: the workdir, or its folder of the task's id in a mix."""
     return workdir if len(tasks) == 1 else workdir / task.id
@@ -163,7 +168,8 @@ def sft_examples(
     messages = scratch_messages(task, list(packages), settings.prompt.snippet_chars)
     examples = [(messages, v.item.response()) for v in verified]
     n_improve = improve_count(len(verified), settings.improve_fraction)
-    examples += improve_examples(task, packages, verified, n_improve, settings.seed)
+    kind_of = partial(_kind, task.id) if settings.improve_to_better_kind else None
+    examples += improve_examples(task, packages, verified, n_improve, settings.seed, kind_of)
     examples += list(debug)
     examples += instrument_examples(instrument_programs, settings.instrument_redrawn, settings.seed)
     chats = list({json.dumps(m): m for m, _ in examples}.values())
