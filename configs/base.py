@@ -257,6 +257,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.warmstart.tokenizer_max_token_length = 16  # task BPE: merges may cross words up to this many chars
     # share of SFT examples on the RL improve prompt (a verified program + its output -> a better one)
     c.warmstart.improve_fraction = 0.5
+    # improve targets of a kind of solution (model family and features) that scores better on average than the
+    # source's kind, where a better program of one exists (False: any better program, which often is of a worse kind)
+    c.warmstart.improve_to_better_kind = False
     # SFT examples on the instrumentation prompt (C.3) so the frozen warm-started model can instrument (0: none;
     # a pretrained instruct model can already)
     c.warmstart.instrument_examples = 0
@@ -266,6 +269,14 @@ def get_config() -> ml_collections.ConfigDict:
     # that never learned to copy writes back the grid's typical program when asked to instrument one); 0: none
     c.warmstart.copy_steps = 0
     c.warmstart.copy_length = 96  # tokens of each random sequence of copy_steps
+    # share of the solving SFT examples on an episode's turn 2 after a failed run: a corpus program with an injected
+    # fault (misspelt column, missing import, wrong data path, scikit-learn name that does not exist, shape mismatch),
+    # its real sandbox output -> the original program; in agent.context's form when agent.turns > 1, else on the
+    # improve prompt (mle_jax/warmstart/debug.py). 0: none, so runs that do not ask for it do not change
+    c.warmstart.debug_fraction = 0.0
+    # held-out grid programs with an injected fault on which the warm-started policy's turn 2 is run after SFT (the
+    # metric debug_heldout_fix_share); measured when debug_fraction > 0 or agent.turns > 1; 0: never
+    c.warmstart.debug_eval = 32
 
     c.eval = ml_collections.ConfigDict()  # the evaluation after RL (mle_jax/env/evaluation.py; the paper's best of 128)
     c.eval.samples = 128  # samples from the scratch prompt (0: no evaluation)

@@ -34,6 +34,10 @@ def plan_lines(s: RunSettings, devices: Sequence[str]) -> list[str]:
     warm = (
         f"{ws.corpus_size} verified programs a task, {ws.steps} SFT steps of {ws.batch_size}" if ws.enabled else "off"
     )
+    if ws.enabled and ws.debug_fraction > 0:
+        warm += f", {ws.debug_fraction:.0%} of the solving examples on turn 2 after a faulty run ({ws.debug_context})"
+    if ws.enabled and ws.measures_debug:
+        warm += f", turn-2 fixes of {ws.debug_eval} held-out faulty programs measured"
     evaluation = f"{s.eval.samples} samples" + (" and an improvement of each" if s.eval.improve else "")
     critic = "with a critic" if s.learner.objective.critic else "no critic"
     return [

@@ -230,6 +230,7 @@ def from_config(cfg: Any) -> RunSettings:
         warmstart["verify_workers"] = min(executor.slots or cpus, cpus)
     task = _build(TaskSettings, "task", _section(cfg, "task"))
     tasks, task_weights = task_mix(cfg, task)
+    agent = _build(AgentSettings, "agent", _section(cfg, "agent") if "agent" in cfg.keys() else {})
     settings = RunSettings(
         seed=seed,
         workdir=str(cfg["workdir"]),
@@ -244,7 +245,7 @@ def from_config(cfg: Any) -> RunSettings:
             sampling=sampling,
             limits=executor.limits(),
             reward=_build(RewardSettings, "reward", _section(cfg, "reward")),
-            agent=_build(AgentSettings, "agent", _section(cfg, "agent") if "agent" in cfg.keys() else {}),
+            agent=agent,
         ),
         sampler=_build(SamplerSettings, "sampler", sampler),
         instrument=instrument,
@@ -279,6 +280,8 @@ def from_config(cfg: Any) -> RunSettings:
             prompt=prompt,
             limits=executor.limits(),
             instrument=instrument,
+            agent=agent,
+            sampling=sampling,
         ),
         eval=_build(EvalSettings, "eval", _section(cfg, "eval"), seed=seed),
         report=_build(ReportSettings, "report", _section(cfg, "report")),

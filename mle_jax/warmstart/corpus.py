@@ -146,28 +146,48 @@ def verify_corpus(
             return None, grade.reason or "graded without a score"
         return VerifiedItem(it, float(grade.score), float(duration), output), ""
 
-    results: list[VerifiedItem | None] = [None] * len(items)
+    def record(it: CorpusItem, result: tuple[VerifiedItem | None, str]) -> None:
+        if on_result is not None:
+            on_result(it, *result)
+
+    results = parallel_runs(items, one, workers, progress, f"verify {task_id} corpus", on_result=record)
+    return [v for v, _ in results if v is not None]
+
+
+def parallel_runs(
+    items: Sequence[Any],
+    fn: Callable[[Any], Any],
+    workers: int = 1,
+    progress: bool = True,
+    label: str = "runs",
+    on_result: Callable[[Any, Any], None] | None = None,
+) -> list[Any]:
+    """[fn(item) for item in items], `workers` at a time in threads (each a sandbox run), in input order.
+
+    on_result(item, result) is called in this thread as each finishes (e.g. to cache it). Ctrl-C (infra.interrupt)
+    cancels the queued ones and raises once the running ones end; a progress bar shows `label` when `progress`."""
+    results: list[Any] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, contextlib.ExitStack() as stack:
-        index = {pool.submit(one, it): i for i, it in enumerate(items)}
+        index = {pool.submit(fn, it): i for i, it in enumerate(items)}
         bar = None
         if progress:
             bar = stack.enter_context(Progress(transient=True))
-            bar_task = bar.add_task(f"verify {task_id} corpus", total=len(items))
+            bar_task = bar.add_task(label, total=len(items))
         pending = set(index)
         while pending:
             if interrupt.requested():  # Ctrl-C: queued runs cancelled, running ones end (bounded by their timeout)
                 for f in pending:
                     f.cancel()
-                raise interrupt.Interrupted("stopped while verifying the warm-start corpus (finished runs are kept)")
+                raise interrupt.Interrupted(f"stopped while running the warm start's {label} (finished runs are kept)")
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for f in done:
                 i = index[f]
-                results[i], reason = f.result()
+                results[i] = f.result()
                 if on_result is not None:
-                    on_result(items[i], results[i], reason)
+                    on_result(items[i], results[i])
                 if bar is not None:
                     bar.advance(bar_task)
-    return [r for r in results if r is not None]
+    return results
 
 
 def sandbox_run_fn(

@@ -12,7 +12,7 @@ does, its plan opened by a sentence that names what changes.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mle_jax.tasks.prompts import improve_messages, parse_response
@@ -32,20 +32,36 @@ def _better(a: float, b: float, lower_is_better: bool) -> bool:
     return b < a if lower_is_better else b > a
 
 
+def kind_means(verified: Sequence[VerifiedItem], kind_of: Callable[[CorpusItem], str]) -> dict[str, float]:
+    """The mean score of each kind of solution among the verified programs."""
+    scores: dict[str, list[float]] = {}
+    for v in verified:
+        scores.setdefault(kind_of(v.item), []).append(v.score)
+    return {k: sum(s) / len(s) for k, s in scores.items()}
+
+
 def improve_pairs(
-    verified: Sequence[VerifiedItem], n: int, seed: int, lower_is_better: bool
+    verified: Sequence[VerifiedItem],
+    n: int,
+    seed: int,
+    lower_is_better: bool,
+    kind_of: Callable[[CorpusItem], str] | None = None,
 ) -> list[tuple[VerifiedItem, VerifiedItem]]:
     """n (source A, target B) pairs of different verified programs, chosen deterministically by seed.
 
     Sources go round the verified programs (reshuffled each round), so each is a source about
     n / len(verified) times. B is drawn uniformly from the programs that score better than A; for the
     best program(s), from all the others (RL shows the best ones too, and the model must still answer).
+    With `kind_of` (a program's kind of solution, e.g. `programs.solution_kind`), B is drawn first from the
+    programs that score better than A and are of a kind whose mean score beats A's kind's (a worse kind of
+    solution to a better one), then as above when there is none.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if n and len({v.item.code for v in verified}) < 2:
         raise ValueError("improve examples need at least two different verified programs")
     rng = random.Random(seed)
+    means = kind_means(verified, kind_of) if kind_of is not None else {}
     pairs: list[tuple[VerifiedItem, VerifiedItem]] = []
     order: list[VerifiedItem] = []
     while len(pairs) < n:
@@ -55,6 +71,9 @@ def improve_pairs(
         a = order.pop()
         others = [b for b in verified if b.item.code != a.item.code]
         better = [b for b in others if _better(a.score, b.score, lower_is_better)]
+        if kind_of is not None:
+            a_kind = means[kind_of(a.item)]
+            better = [b for b in better if _better(a_kind, means[kind_of(b.item)], lower_is_better)] or better
         pairs.append((a, rng.choice(better or others)))
     return pairs
 
@@ -93,12 +112,18 @@ def improve_prompt(task: Any, packages: Sequence[str], source: VerifiedItem) -> 
 
 
 def improve_examples(
-    task: Any, packages: Sequence[str], verified: Sequence[VerifiedItem], n: int, seed: int
+    task: Any,
+    packages: Sequence[str],
+    verified: Sequence[VerifiedItem],
+    n: int,
+    seed: int,
+    kind_of: Callable[[CorpusItem], str] | None = None,
 ) -> list[tuple[Messages, str]]:
-    """n (improve prompt about A, response B) SFT examples from `improve_pairs`."""
+    """n (improve prompt about A, response B) SFT examples from `improve_pairs` (kind_of: targets of a better
+    kind of solution where there is one)."""
     prompts: dict[str, Messages] = {}
     out = []
-    for a, b in improve_pairs(verified, n, seed, bool(task.lower_is_better)):
+    for a, b in improve_pairs(verified, n, seed, bool(task.lower_is_better), kind_of):
         if a.item.code not in prompts:
             prompts[a.item.code] = improve_prompt(task, packages, a)
         out.append((prompts[a.item.code], improve_response(a, b)))

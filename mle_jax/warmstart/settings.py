@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from mle_jax.env.settings import AgentSettings
 from mle_jax.executor.result import Limits
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
+from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.tasks.prompts import PromptSettings
 
 
@@ -59,6 +61,9 @@ class WarmStartSettings:
     verify_workers: int = 0  # 0: one per executor slot, at most one per CPU (resolved by mle_jax.run.settings)
     tokenizer_max_token_length: int = 16  # task BPE: merges may cross words up to this many chars
     improve_fraction: float = 0.5  # share of SFT examples on the RL improve prompt
+    # improve targets of a kind of solution (model family and features: programs.solution_kind) whose mean score
+    # beats the source's kind's, where one scores better than the source (else any better program, as with False)
+    improve_to_better_kind: bool = False
     # SFT examples on the instrumentation prompt (C.3), targets by the AST instrumenter (warmstart/instrumentation.py),
     # so the frozen copy of the warm-started policy can instrument; 0: none (a pretrained instruct model can)
     instrument_examples: int = 0
@@ -68,12 +73,39 @@ class WarmStartSettings:
     # only for a fresh model (no model.path), 0: none
     copy_steps: int = 0
     copy_length: int = 96
+    # share of the solving SFT examples (scratch, improve and these) on an episode's turn 2 after a failed run: a
+    # corpus program with an injected fault (warmstart/faults.py), its real output -> the original program, in the
+    # episode context (`debug_context`); 0: none (warmstart/debug.py)
+    debug_fraction: float = 0.0
+    # held-out grid programs with an injected fault whose turn-2 fix the warm-started policy is asked for after SFT
+    # (the metric debug_heldout_fix_share); measured when debug_fraction > 0 or agent.turns > 1; 0: never
+    debug_eval: int = 32
     # from the rest of the run config
     seed: int = 0
     model: ModelSettings = field(default_factory=ModelSettings)
     prompt: PromptSettings = field(default_factory=PromptSettings)
     limits: Limits = field(default_factory=Limits)  # the run's sandbox limits; verification has its own timeout
     instrument: InstrumentSettings = field(default_factory=InstrumentSettings)  # the run's instrumenter
+    agent: AgentSettings = field(default_factory=AgentSettings)  # the run's episodes (their turn-2 prompt)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the run's sampling (held-out turn 2)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.debug_fraction < 1.0:
+            raise ValueError(f"warmstart.debug_fraction must be in [0, 1), got {self.debug_fraction}")
+        if int(self.debug_eval) != self.debug_eval or self.debug_eval < 0:
+            raise ValueError(f"warmstart.debug_eval must be an integer >= 0, got {self.debug_eval}")
+
+    @property
+    def debug_context(self) -> str:
+        """The form of the debug examples: turn 2's prompt in the run's `agent.context` when its episodes have more
+        than one turn; with one turn, the improve prompt ("state"), the one prompt that shows such a run shows a
+        failed run's output (improve prompts about earlier solutions)."""
+        return self.agent.context if self.agent.turns > 1 else "state"
+
+    @property
+    def measures_debug(self) -> bool:
+        """Whether the stage measures turn-2 fixes of held-out faulty programs after SFT (`debug_eval`)."""
+        return self.debug_eval > 0 and (self.debug_fraction > 0 or self.agent.turns > 1)
 
     def sft(self) -> SFTSettings:
         return SFTSettings(

@@ -44,7 +44,12 @@ RenderFn = Callable[[Messages, Any, int], list[int]]
 
 
 def default_render(messages: Messages, tokenizer: Any, max_tokens: int) -> list[int]:
-    """The RL loop's own prompt renderer (chat template + generation prompt, truncated to max_tokens)."""
+    """The RL loop's own prompt renderer (chat template + generation prompt, truncated to max_tokens). A prompt that
+    renders itself (`render_ids(tokenizer, max_tokens)`: a later turn of a conversation, warmstart/debug.py, whose
+    tokens the RL loop builds by appending, not by rendering one chat) does so."""
+    render_ids = getattr(messages, "render_ids", None)
+    if render_ids is not None:
+        return list(render_ids(tokenizer, max_tokens))
     return list(render_prompt(messages, tokenizer, max_tokens))
 
 

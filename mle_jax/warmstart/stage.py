@@ -9,6 +9,9 @@ Called by the launcher before RL when `cfg.warmstart.enabled`. Everything it wri
     tokenizer/       the task BPE tokenizer (only for runs without a checkpoint, cfg.model.path == "")
     sft_ckpt/        orbax checkpoints of the SFT (params, optimizer state, grain iterator state)
     sft_metrics.jsonl  the loss curve
+    faults.jsonl     the runs of corpus and held-out programs with injected faults (warmstart.debug_fraction,
+                     debug_eval): a resumed stage runs none twice
+    debug_heldout.jsonl  the warm-started policy's turn 2 after each held-out faulty run (warmstart.debug_eval)
     policy/          the fine-tuned policy in HF safetensors form + tokenizer, and DONE when complete:
                      a later call returns it without redoing anything
 """
@@ -21,12 +24,14 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from flax import nnx
 
 from mle_jax.executor.backend import Sandbox
+from mle_jax.instrument.tagging import strip_agent_progress
 from mle_jax.models.hf import from_pretrained, save_pretrained
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.settings import ModelSettings
@@ -34,10 +39,12 @@ from mle_jax.models.tokenizer import load_tokenizer
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.prompts import scratch_messages
 from mle_jax.tasks.task import Task
-from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, verify_corpus
+from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, select_balanced, verify_corpus
+from mle_jax.warmstart.debug import debug_count, debug_examples, debug_prompt, fix_metrics, heldout_fixes
+from mle_jax.warmstart.faults import FaultyRun, ObserveFn, plan_faults, run_faults, sandbox_observe_fn
 from mle_jax.warmstart.improve import improve_count, improve_examples
 from mle_jax.warmstart.instrumentation import heldout_instrumentation, instrument_examples, split_programs
-from mle_jax.warmstart.programs import generate_corpus
+from mle_jax.warmstart.programs import full_grid, generate_corpus, solution_kind
 from mle_jax.warmstart.settings import WarmStartSettings
 from mle_jax.warmstart.sft import (
     Messages,
@@ -101,6 +108,15 @@ def verify_cached(
     return out
 
 
+def _kind(task_id: str, item: CorpusItem) -> str:
+    return solution_kind(task_id, item.code)
+
+
+def _dir(workdir: Path, task: Task, tasks: Sequence[Task]) -> Path:
+    """Where a task's runs are cached: the workdir, or its folder of the task's id in a mix."""
+    return workdir if len(tasks) == 1 else workdir / task.id
+
+
 def _timed_out(reason: str) -> bool:
     return "timeout" in reason.lower()
 
@@ -139,21 +155,65 @@ def sft_examples(
     packages: Sequence[str],
     verified: Sequence[VerifiedItem],
     instrument_programs: Sequence[str] = (),
+    debug: Sequence[tuple[Messages, str]] = (),
 ) -> tuple[list[tuple[Messages, str]], list[Messages]]:
     """The SFT set and its distinct prompt chats (what the task tokenizer is trained on with the responses).
 
     One example per verified program on the scratch prompt, then `improve_count(...)` examples on the
     improve prompt (`mle_jax.warmstart.improve`), so that `settings.improve_fraction` of the solving examples
-    teach the prompt RL uses for that share of its samples; then one instrumentation example (C.3) per
-    program of `instrument_programs` (`mle_jax.warmstart.instrumentation`). Scratch examples come first.
+    teach the prompt RL uses for that share of its samples; then the `debug` examples (turn 2 after a faulty run,
+    `mle_jax.warmstart.debug`); then one instrumentation example (C.3) per program of `instrument_programs`
+    (`mle_jax.warmstart.instrumentation`). Scratch examples come first.
     """
     messages = scratch_messages(task, list(packages), settings.prompt.snippet_chars)
     examples = [(messages, v.item.response()) for v in verified]
     n_improve = improve_count(len(verified), settings.improve_fraction)
-    examples += improve_examples(task, packages, verified, n_improve, settings.seed)
+    kind_of = partial(_kind, task.id) if settings.improve_to_better_kind else None
+    examples += improve_examples(task, packages, verified, n_improve, settings.seed, kind_of)
+    examples += list(debug)
     examples += instrument_examples(instrument_programs, settings.instrument_redrawn, settings.seed)
     chats = list({json.dumps(m): m for m, _ in examples}.values())
     return examples, chats
+
+
+def observe_fn(settings: WarmStartSettings, sandbox: Sandbox, task: Task) -> ObserveFn:
+    """Runs a program as the corpus verification runs it (its limits and instrumenter), observed as RL observes it."""
+    mode = "off" if settings.instrument.mode == "off" else "ast"
+    return sandbox_observe_fn(sandbox, task, settings.verify_limits(), mode, settings.prompt.output_tail_chars)
+
+
+def corpus_faults(
+    settings: WarmStartSettings,
+    task: Task,
+    observe: ObserveFn,
+    verified: Sequence[VerifiedItem],
+    cache: Path,
+    progress: bool = True,
+) -> tuple[int, list[FaultyRun]]:
+    """(faulty programs run, the runs that failed): `debug_count` faults injected into the verified programs
+    (`faults.plan_faults`: programs and kinds in turn), each run in the sandbox (cached in `cache`)."""
+    n_solving = len(verified) + improve_count(len(verified), settings.improve_fraction)
+    planned = plan_faults([v.item for v in verified], debug_count(n_solving, settings.debug_fraction), settings.seed)
+    runs = run_faults(planned, observe, cache, settings.verify_workers, progress, f"{task.id} faulty programs")
+    return len(planned), runs
+
+
+def heldout_faults(
+    settings: WarmStartSettings,
+    task: Task,
+    observe: ObserveFn,
+    packages: Sequence[str],
+    exclude: set[str],
+    n: int,
+    cache: Path,
+    progress: bool = True,
+) -> list[FaultyRun]:
+    """Faulty runs of up to n grid programs outside the SFT set (no program of `exclude`, agent prints stripped),
+    chosen balanced over model families, one fault each (kinds in turn), kept when they fail."""
+    rest = [it for it in full_grid(task.id, packages) if strip_agent_progress(it.code) not in exclude]
+    picked = select_balanced(rest, min(n, len(rest)), settings.seed + 2) if rest and n else []
+    planned = plan_faults(picked, len(picked), settings.seed + 3)
+    return run_faults(planned, observe, cache, settings.verify_workers, progress, f"{task.id} held-out faulty programs")
 
 
 def fresh_policy(model: ModelSettings, vocab_size: int) -> Qwen2ForCausalLM:
@@ -224,7 +284,7 @@ def warm_start(
             instrument_mode="off" if settings.instrument.mode == "off" else "ast",
             output_chars=settings.prompt.output_tail_chars,
         )
-        cache = (workdir if len(tasks) == 1 else workdir / t.id) / "verified.jsonl"
+        cache = _dir(workdir, t, tasks) / "verified.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
         verified = verify_cached(items, t, run_fn, cache, settings.verify_workers, progress)
         if len(verified) < len(items):
@@ -238,14 +298,24 @@ def warm_start(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
 
-    examples, chats, instrument_programs, held_out = [], [], [], []
+    examples, chats, instrument_programs, held_out, in_sft = [], [], [], [], []
     n_instrument = -(-settings.instrument_examples // len(tasks))  # each task's share, rounded up
+    debug_metrics: dict[str, Any] = {}
     for t, vs in zip(tasks, verified_by_task, strict=True):
         programs, held = split_programs(t.id, packages, n_instrument, settings.seed + 1, [v.item for v in vs])
-        ex, ch = sft_examples(settings, t, packages, vs, programs[:n_instrument])
+        debug: list[tuple[Messages, str]] = []
+        if settings.debug_fraction > 0:
+            tried, runs = corpus_faults(
+                settings, t, observe_fn(settings, sandbox, t), vs, _dir(workdir, t, tasks) / "faults.jsonl", progress
+            )
+            debug = debug_examples(settings.debug_context, t, packages, settings.prompt, settings.agent, runs)
+            debug_metrics["debug_faults_run"] = debug_metrics.get("debug_faults_run", 0) + tried
+            debug_metrics["debug_examples"] = debug_metrics.get("debug_examples", 0) + len(debug)
+        ex, ch = sft_examples(settings, t, packages, vs, programs[:n_instrument], debug)
         examples, chats = examples + ex, chats + ch
         instrument_programs += programs[:n_instrument]
         held_out += held
+        in_sft.append({strip_agent_progress(v.item.code) for v in vs} | set(programs[:n_instrument]))
     copy_losses: list[float] = []
     if settings.model.path:
         tokenizer = load_tokenizer(settings.model.path)
@@ -272,6 +342,36 @@ def warm_start(
         metrics["instrument_heldout"] = len(probe)
         held = heldout_instrumentation(JaxSampler(model, tokenizer), tokenizer, probe, settings.instrument)
         metrics.update({f"instrument_heldout_{k}": v for k, v in held.items()})
+    if settings.debug_fraction > 0 or settings.measures_debug:
+        metrics["debug_context"] = settings.debug_context
+    metrics.update(debug_metrics)
+    if settings.measures_debug:
+        records: list[dict] = []
+        sampler = JaxSampler(model, tokenizer, seed=settings.seed)
+        n_eval = -(-settings.debug_eval // len(tasks))  # each task's share, rounded up
+        for t, exclude in zip(tasks, in_sft, strict=True):
+            observe = observe_fn(settings, sandbox, t)
+            cache = _dir(workdir, t, tasks) / "faults.jsonl"
+            runs = heldout_faults(settings, t, observe, packages, exclude, n_eval, cache, progress)
+            prompts = [
+                debug_prompt(settings.debug_context, t, packages, settings.prompt, settings.agent, r) for r in runs
+            ]
+            recs = heldout_fixes(
+                sampler,
+                tokenizer,
+                prompts,
+                runs,
+                settings.prompt.max_prompt_tokens,
+                settings.sampling,
+                observe,
+                settings.verify_workers,
+                progress,
+            )
+            records += [{"task": t.id, **r} for r in recs]
+        (workdir / "debug_heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        metrics.update(
+            {f"debug_heldout_{k}" if k != "n" else "debug_heldout": v for k, v in fix_metrics(records).items()}
+        )
     save_pretrained(model, policy_dir)
     tokenizer.save_pretrained(str(policy_dir))
     (policy_dir / "DONE").write_text(json.dumps(metrics))

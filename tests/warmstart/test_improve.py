@@ -20,9 +20,11 @@ from mle_jax.warmstart.improve import (
     improve_examples,
     improve_pairs,
     improve_prompt,
+    kind_means,
 )
-from mle_jax.warmstart.programs import full_grid, generate_corpus
+from mle_jax.warmstart.programs import full_grid, generate_corpus, solution_kind
 from mle_jax.warmstart.programs.pizza import PIZZA
+from mle_jax.warmstart.settings import WarmStartSettings
 from mle_jax.warmstart.sft import train_task_tokenizer
 from mle_jax.warmstart.stage import sft_examples
 
@@ -122,3 +124,41 @@ def test_rendered_improve_prompts_fit_the_cpu_budget(task, tmp_path):
         lengths.append(len(whole))
     assert max(lengths) <= budget
     assert all(p in run_output(0) for p in PROGRESS_PRINTS if p != "training loss:")
+
+
+@pytest.mark.parametrize("lower_is_better", [False, True])
+def test_pairs_by_kind_go_to_a_better_kind_where_there_is_one(lower_is_better):
+    verified = verified_items(generate_corpus(PIZZA, 24, seed=0))
+    kind = lambda it: it.meta["model"]  # noqa: E731
+    means = kind_means(verified, kind)
+    better = (lambda x, y: y < x) if lower_is_better else (lambda x, y: y > x)
+    pairs = improve_pairs(verified, 48, seed=2, lower_is_better=lower_is_better, kind_of=kind)
+    moved = 0
+    for a, b in pairs:
+        up = [c for c in verified if better(a.score, c.score) and better(means[kind(a.item)], means[kind(c.item)])]
+        if up:
+            assert b in up
+            moved += 1
+        else:
+            assert b.item.code != a.item.code
+    assert moved >= len(pairs) // 2  # most sources have a better program of a better kind
+    plain = improve_pairs(verified, 48, seed=2, lower_is_better=lower_is_better)
+    plain_moved = sum(better(means[kind(a.item)], means[kind(b.item)]) for a, b in plain)
+    assert moved > plain_moved  # without kinds, many targets are better programs of a worse kind
+
+
+def test_the_stage_draws_better_kinds_when_asked(task):
+    verified = verified_items(generate_corpus(PIZZA, 16, seed=0))
+    plain, _ = sft_examples(WarmStartSettings(), task, ["numpy"], verified)
+    by_kind, _ = sft_examples(WarmStartSettings(improve_to_better_kind=True), task, ["numpy"], verified)
+    means = kind_means(verified, lambda it: solution_kind(PIZZA, it.code))
+    code_kind = {v.item.code.strip(): means[solution_kind(PIZZA, v.item.code)] for v in verified}
+
+    def to_better_kind(examples) -> int:
+        n = 0
+        for messages, response in examples[len(verified) :]:
+            source = next(c for c in code_kind if c in messages[-1]["content"])
+            n += code_kind[parse_response(response).code.strip()] > code_kind[source]
+        return n
+
+    assert to_better_kind(by_kind) > to_better_kind(plain)

@@ -56,3 +56,33 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     tokens = jnp.asarray([ws.tokenizer.encode("import numpy as np")], jnp.int32)
     np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)), rtol=1e-5, atol=1e-5)
     assert again.tokenizer.encode("train.json") == ws.tokenizer.encode("train.json")
+
+
+@pytest.mark.integration
+def test_warm_start_with_debug_examples_teaches_and_measures_turn_two(raw_data_dir: Path, tmp_path):
+    """debug_fraction > 0 in a conversation of two turns: faulty corpus programs run in bwrap become SFT examples
+    (their prompts the conversation's tokens), and held-out faulty programs measure the policy's turn-2 fixes."""
+    task = prepare(PIZZA, raw_data_dir / PIZZA, tmp_path / "pizza" / "prepared")
+    cfg = pizza_config.get_config("cpu")
+    cfg.agent.turns = 2
+    cfg.warmstart.corpus_size = 3  # + 3 improve examples; + round(6 * 0.25 / 0.75) = 2 debug examples
+    cfg.warmstart.debug_fraction, cfg.warmstart.debug_eval = 0.25, 1
+    cfg.warmstart.steps, cfg.warmstart.batch_size, cfg.warmstart.warmup_steps = 2, 2, 1
+    cfg.warmstart.instrument_examples = 0
+    cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
+    cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
+    settings = from_config(cfg).warmstart
+    packages = ["numpy", "pandas", "scipy", "scikit-learn"]
+    ws = warm_start(
+        settings, task, make_sandbox(ExecutorSettings(backend="bwrap")), packages, tmp_path / "ws", progress=False
+    )
+    m = ws.metrics
+    assert m["debug_context"] == "conversation" and m["debug_faults_run"] == 2 and m["debug_examples"] == 2
+    assert m["examples"] == 3 + 3 + 2
+    assert m["prompt_len"] > cfg.prompt.max_prompt_tokens // 2  # scratch prompt + turn 1 + observation
+    assert m["debug_heldout"] == 1 and 0.0 <= m["debug_heldout_fix_share"] <= 1.0
+    [record] = [json.loads(x) for x in (tmp_path / "ws" / "debug_heldout.jsonl").read_text().splitlines()]
+    assert record["fault_status"] == "error" and record["prompt_tokens"] > m["prompt_len"] // 2
+    runs = [json.loads(x) for x in (tmp_path / "ws" / "faults.jsonl").read_text().splitlines()]
+    assert len(runs) == 3 and all(r["run"]["observation"]["status"] == "error" for r in runs)
+    assert json.loads((ws.policy_dir / "DONE").read_text())["debug_heldout_fix_share"] == m["debug_heldout_fix_share"]
