@@ -97,6 +97,12 @@ def plot_keys(rows: list[dict]) -> dict[str, tuple[str, ...]]:
     return {**{k: v for k, v in PLOTS.items() if k != "score"}, **per_task, **by_turn}
 
 
+def submitted_rows(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The samples.jsonl rows of what the updates trained on as samples: every row of a run of one-turn episodes, the
+    submitted turn of each episode of several (its reward, validity and score are the episode's)."""
+    return [r for r in samples if r.get("submitted", True)]
+
+
 def turn_table(samples: Sequence[Mapping[str, Any]]) -> str:
     """A run of episodes: per turn, the turns run, their valid fraction, mean reward and Δt, and the share of episodes
     that submitted that turn (samples.jsonl rows with `turn`; "" for a run of one-turn episodes)."""
@@ -281,7 +287,7 @@ def write_report(
     tasks = ", ".join(run_tasks(summary, evaluation, samples)) or "?"
     write_samples_page(samples, workdir, f"Samples: {tasks}")
     parts = [f"# Run report: {tasks}", ""]
-    parts += summary_lines(summary, evaluation, samples, rows, pngs, evaluation_file)
+    parts += summary_lines(summary, evaluation, submitted_rows(samples), rows, pngs, evaluation_file)
     parts += [f"- **Samples**: [{PAGE}]({PAGE}), the {len(samples)} samples the RL steps trained on, to open in a "
               "browser: filter them by step, task, status, outcome, medal and prompt kind, and read each one's plan, "
               "program, output, score and Δt (samples.jsonl holds the same records)", "", "## Run", ""]  # fmt: skip
@@ -295,7 +301,7 @@ def write_report(
         medals = evaluation_medals({"task": summary.get("task", "?"), **evaluation})
         if medals:
             parts += ["", medals]
-    per_task = task_table(samples, evaluation)
+    per_task = task_table(submitted_rows(samples), evaluation)
     if per_task:
         parts += ["", "## Per task", "", per_task]
     by_turn = turn_table(samples)

@@ -316,3 +316,24 @@ def test_a_batch_that_does_not_split_into_mini_batches_is_refused_before_anythin
     cfg.loop.batch_size, cfg.agent.turns, cfg.agent.context = 4, 3, "state"  # 4 episodes x 3 rows: 12
     with pytest.raises(ConfigError, match=r"12 rows \(4 episodes x 3 rows\)"):
         from_config(cfg)
+
+
+@pytest.mark.unit
+def test_the_report_summary_counts_what_each_episode_submitted(tmp_path):
+    import json
+
+    from mle_jax.reporting.report import write_report
+
+    rows = [
+        {"step": 1, "episode": 0, "turn": 1, "valid": False, "reward": -9.6, "score": None, "submitted": False},
+        {"step": 1, "episode": 0, "turn": 2, "valid": True, "reward": -0.5, "score": 0.5, "submitted": True},
+        {"step": 1, "episode": 3, "turn": 1, "valid": True, "reward": -0.4, "score": 0.4, "submitted": True},
+    ]
+    for r in rows:
+        r |= {"task": "spooky-author-identification", "duration_s": 1.0, "prompt": "scratch", "status": "ok"}
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "valid_fraction": 1.0}) + "\n")
+    text = write_report(tmp_path, {"task": "spooky-author-identification"}, None, plots=False).read_text()
+    assert "**Valid fraction** (step 1 → step 1): 1.00 → 1.00" in text  # the submitted turns, not every turn
+    assert "(2 → 2 samples)" in text and "**Best score during RL**: 0.400" in text
+    assert "## By turn" in text
