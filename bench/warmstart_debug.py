@@ -58,7 +58,8 @@ def arm(s, tasks, sandbox, packages, workdir: Path) -> dict:
     out["stage_s_this_call"] = round(time.perf_counter() - t0, 1)  # a resumed or loaded stage: its remainder
     records = workdir / "debug_heldout.jsonl"
     if records.is_file():
-        keys = ("task", "kind", "fault", "fault_status", "prompt_tokens", "status", "fixed", "exact", "repeat", "score")
+        keys = ("task", "kind", "fault", "fault_status", "prompt_tokens", "status", "last_line", "fixed", "exact",
+                "repeat", "score")  # fmt: skip
         out["heldout"] = [{k: r.get(k) for k in keys} for r in map(json.loads, records.read_text().splitlines())]
     return out
 

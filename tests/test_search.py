@@ -141,6 +141,18 @@ def test_the_summary_over_seeds_counts_the_submissions_with_their_ses():
     assert s["levels"]["silver"] == pytest.approx(1 / 3) and s["levels"]["invalid"] == pytest.approx(1 / 3)
     assert s["levels"]["none"] == pytest.approx(1 / 3)
     assert s["node_valid_fraction"] == pytest.approx(3 / 5) and s["oracle_mean_score"] == pytest.approx(0.325)
+    assert s["draft_good"] == pytest.approx(3 / 5) and s["debug_good"] is None and s["copies_parent"] is None
+
+
+def test_operator_outcomes_say_whether_debugs_fixed_and_improvements_improved():
+    run = _search(SPOOKY, 0, [None, 0.5, 0.45, None, 0.6], None)
+    for i, (op, parent, code) in enumerate([("draft", None, "a"), ("debug", 0, "b"), ("improve", 1, "c"),
+                                            ("debug", 0, "a"), ("improve", 2, "e")]):  # fmt: skip
+        run["nodes"][i].update(operator=op, parent=parent, code=code)
+    out = protocols.operator_outcomes([run], lower_is_better=True)
+    assert out["draft_good"] == 0.0 and out["debug_good"] == 0.5 and out["improve_good"] == 1.0
+    assert out["improve_better_metric"] == 0.5 and out["improve_better_score"] == 0.5  # 0.45 < 0.5; 0.6 > 0.45
+    assert out["copies_parent"] == 0.25  # node 3 is node 0's program again
 
 
 def test_the_mlebench_table_has_medal_shares_and_the_lite_aggregate_over_seeds():

@@ -100,9 +100,35 @@ def search_summary(searches: Sequence[Mapping[str, Any]], lower_is_better: bool)
         # analysis only: the best node by the grader's score (what an oracle would have submitted)
         "oracle_mean_score": mean_se([x for x in oracle if x is not None])[0],
         "operators": {op: sum(1 for x in nodes if x["operator"] == op) for op in ("draft", "debug", "improve")},
+        **operator_outcomes(searches, lower_is_better),
         "programs_run": sum(s["programs_run"] for s in searches),
         "mean_wall_s": mean_se([s["wall_s"] for s in searches])[0],
     }
+
+
+def operator_outcomes(searches: Sequence[Mapping[str, Any]], lower_is_better: bool) -> dict:
+    """What each operator's nodes came to, over a task's searches: the share of the draft, debug and improve nodes
+    whose run did not fail (`good`); of the improvements of a node with a printed metric, the share that printed a
+    better one (`improve_better_metric`; public) and, for analysis, the share the grader scored better
+    (`improve_better_score`); and the share of debug and improve nodes whose program is their parent's, unchanged
+    (`copies_parent`: a policy that does not act on the prompt's output)."""
+    sign = -1.0 if lower_is_better else 1.0
+    out: dict[str, float | None] = {}
+    children = []
+    for op in ("draft", "debug", "improve"):
+        nodes = [n for s in searches for n in s["nodes"] if n["operator"] == op]
+        out[f"{op}_good"] = sum(1 for n in nodes if not n["buggy"]) / len(nodes) if nodes else None
+    for s in searches:
+        by_id = {n["id"]: n for n in s["nodes"]}
+        children += [(n, by_id[n["parent"]]) for n in s["nodes"] if n["parent"] is not None]
+    improve = [(c, p) for c, p in children if c["operator"] == "improve"]
+    for key, field in (("improve_better_metric", "metric"), ("improve_better_score", "score")):
+        pairs = [(c[field], p[field]) for c, p in improve if p[field] is not None]
+        better = sum(1 for c, p in pairs if c is not None and sign * c > sign * p)
+        out[key] = better / len(pairs) if pairs else None
+    same = [c.get("code") is not None and c.get("code") == p.get("code") for c, p in children]
+    out["copies_parent"] = sum(same) / len(same) if same else None
+    return out
 
 
 def _best(scores: Sequence[float | None], lower_is_better: bool) -> float | None:

@@ -43,8 +43,8 @@ Policies (`POLICIES`), behind one interface (`SearchPolicy.next_step`):
 Searches run on the executor fleet in rounds (`run_searches`): every search of the evaluation (each task and seed)
 proposes what it can now (drafts at once; a step that needs results waits for them), the proposals are sampled in
 one generate call, instrumented in one batch and run together on the fleet (several nodes in flight: the local
-sandboxes or a Ray fleet), and the round ends when they have all finished. The rounds make a search's tree a
-function of its seed and the sampler's stream, not of which program happened to end first.
+sandboxes or a Ray fleet), and the round ends when they have all finished. The rounds make the trees a function
+of the seeds, the sampler's stream and what the programs print, not of which program happened to end first.
 """
 
 from __future__ import annotations

@@ -133,8 +133,9 @@ def heldout_fixes(
     """How the policy behind `sampler` answers turn 2 after faulty runs it was not trained on: one response per
     prompt (prompts[i] is turn 2's prompt after runs[i]), sampled with the run's sampling settings in one generate
     call, its code run and graded by `observe_fn` (in the sandbox). One record per run (`fix_metrics` sums them up):
-    the fault, the turn-2 code, its run's status, `fixed` (it ran and graded valid), its score, `exact` (the original
-    program written back) and `repeat` (the faulty one again)."""
+    the fault, the turn-2 code, its run's status and last output line (the error, for one that failed), `fixed` (it
+    ran and graded valid), its score, `exact` (the original program written back) and `repeat` (the faulty one
+    again)."""
     if len(prompts) != len(runs):
         raise ValueError(f"{len(prompts)} prompts for {len(runs)} runs")
     if not runs:
@@ -157,6 +158,7 @@ def heldout_fixes(
                 "prompt_tokens": len(ids[i]),
                 "code": code,
                 "status": None if turn2 is None else turn2.observation.status,
+                "last_line": None if turn2 is None else _last_line(turn2.observation.output),
                 "fixed": bool(turn2 is not None and turn2.valid),
                 "score": None if turn2 is None else turn2.score,
                 "exact": code is not None and code.strip() == run.source.code.strip(),
@@ -164,6 +166,11 @@ def heldout_fixes(
             }
         )
     return records
+
+
+def _last_line(output: str) -> str:
+    lines = [x for x in output.strip().splitlines() if x.strip()]
+    return lines[-1][-300:] if lines else ""
 
 
 def fix_metrics(records: Sequence[dict]) -> dict[str, float]:

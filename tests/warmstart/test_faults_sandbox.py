@@ -109,6 +109,7 @@ def test_each_fault_kind_fails_in_bwrap_and_the_observation_says_why(raw_data_di
     assert [r["exact"] for r in records] == [True, False, False, False, False]
     assert [r["repeat"] for r in records] == [False, True, False, False, False]
     assert [r["status"] for r in records] == ["ok", "error", None, "ok", None]  # no code: nothing ran
+    assert records[1]["last_line"].startswith("NameError") and records[3]["last_line"] == "done"
     assert 0.55 < records[0]["score"] < 0.8  # the original program's real AUC
     m = fix_metrics(records)
     assert m["fix_share"] == 0.2 and m["fix_column"] == 1.0 and m["fix_import"] == 0.0 and m["no_code_share"] == 0.4

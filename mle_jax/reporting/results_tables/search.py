@@ -52,6 +52,28 @@ def render_search_evidence(*tables: dict) -> str:
     return markdown_table(header, rows)
 
 
+def render_search_operators(*tables: dict) -> str:
+    """What each operator's nodes came to (protocols.operator_outcomes), per task, policy and tree search: the share
+    of draft, debug and improve nodes whose run did not fail, the share of improvements that printed (and, for
+    analysis, scored) better than their parent, and the share of children that copied their parent's program."""
+    rows = []
+    for t in tables:
+        task, checkpoint, name = _label(t)
+        if name == "independent":
+            continue
+        s = t["summaries"][task]
+        ops = s["operators"]
+        rows.append([
+            task, checkpoint, f"`{name}`", f"{ops['draft']} / {ops['debug']} / {ops['improve']}",
+            *(number(s[k], 2) for k in ("draft_good", "debug_good", "improve_good", "improve_better_metric",
+                                        "improve_better_score", "copies_parent")),
+        ])  # fmt: skip
+    header = ["task", "policy", "search", "nodes: draft / debug / improve", "drafts that ran", "debugs that ran",
+              "improvements that ran", "improvements printing a better metric",
+              "improvements scoring better (analysis)", "children copying their parent"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
 def contrast(a: float | None, a_se: float | None, b: float | None, b_se: float | None, sign: float = 1.0) -> dict:
     """sign * (a - b), its SE (the two SEs combined as independent) and whether it is beyond 2 SE (None: no SE)."""
     if a is None or b is None:
