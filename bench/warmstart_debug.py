@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/warmstart_debug.py [--config configs/spooky.py:cpu] [--turns 3]
         [--context conversation] [--debug_fraction 0.34] [--baseline] [--workdir DIR] [--out FILE.json]
-        [--set warmstart.verify_timeout_s=600 ...]
+        [--set warmstart.verify_timeout_s=600 ...] [--remeasure]
 
 Runs the warm-start stage of the config (corpus -> verify in the sandbox -> faulty corpus programs run in the
 sandbox -> task tokenizer -> SFT -> the held-out turn-2 measurement, mle_jax/warmstart/debug.py) with episodes of
@@ -11,7 +11,8 @@ without debug examples (debug_fraction 0), measured on the same held-out faulty 
 that learned to answer an error from one that writes any valid program. The stage of an arm lives in
 <workdir>/warmstart (debug arm: the layout of a `python -m mle_jax.launch` run with the same config, so a launched run
 is resumed or loaded, not redone) and <workdir>/baseline/warmstart; the baseline reuses the debug arm's cached runs
-(the same programs). Prints each arm's metrics; --out writes them as JSON with the command and date.
+(the same programs). --remeasure runs the held-out measurement again for an arm whose stage had finished (its
+DONE metrics kept as *_at_stage). Prints each arm's metrics; --out writes them as JSON with the command and date.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.run.environment import prepare_mix
 from mle_jax.run.settings import from_config
-from mle_jax.warmstart.stage import warm_start
+from mle_jax.warmstart.stage import measure_turn_two, sft_programs, warm_start
 
 CACHES = ("verified.jsonl", "faults.jsonl")
 KEPT = (
@@ -50,16 +51,24 @@ def load_config(spec: str):
     return mod.get_config(config_arg) if config_arg else mod.get_config()
 
 
-def arm(s, tasks, sandbox, packages, workdir: Path) -> dict:
+def arm(s, tasks, sandbox, packages, workdir: Path, remeasure: bool) -> dict:
     t0 = time.perf_counter()
+    finished = (workdir / "policy" / "DONE").is_file()
     ws = warm_start(s.warmstart, tasks[0] if len(tasks) == 1 else tasks, sandbox, packages, workdir)
     m = ws.metrics
     out = {k: m[k] for k in KEPT if k in m} | {k: v for k, v in m.items() if k.startswith("debug_")}
     out["stage_s_this_call"] = round(time.perf_counter() - t0, 1)  # a resumed or loaded stage: its remainder
+    if finished and remeasure:  # the held-out turn 2 again, on the saved policy (its DONE metrics kept beside)
+        if len(tasks) != 1:
+            raise SystemExit("--remeasure takes a run of one task")
+        in_sft = sft_programs(s.warmstart, tasks, packages, [ws.verified])
+        again = measure_turn_two(s.warmstart, tasks, sandbox, packages, in_sft, ws.model, ws.tokenizer, workdir)
+        out |= {f"{k}_at_stage": v for k, v in out.items() if k.startswith("debug_heldout")} | again
+        out["remeasured"] = True
     records = workdir / "debug_heldout.jsonl"
     if records.is_file():
         keys = ("task", "kind", "fault", "fault_status", "prompt_tokens", "status", "last_line", "fixed", "exact",
-                "repeat", "score")  # fmt: skip
+                "repeat", "similarity", "same_solution", "score")  # fmt: skip
         out["heldout"] = [{k: r.get(k) for k in keys} for r in map(json.loads, records.read_text().splitlines())]
     return out
 
@@ -73,6 +82,9 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also the stage without debug examples")
     ap.add_argument("--workdir", default="")
     ap.add_argument("--out", default="", help="write the results here as JSON")
+    ap.add_argument(
+        "--remeasure", action="store_true", help="measure held-out turn 2 again for an arm whose stage had finished"
+    )
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a config override (repeatable)")
     args = ap.parse_args()
     cfg = load_config(args.config)
@@ -92,7 +104,7 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="mle-jax-warmstart-debug-"))
     tasks, packages = prepare_mix(s)
     sandbox = make_sandbox(s.executor)
-    results = {"debug": arm(s, tasks, sandbox, packages, workdir / "warmstart")}
+    results = {"debug": arm(s, tasks, sandbox, packages, workdir / "warmstart", args.remeasure)}
     if args.baseline:
         base_dir = workdir / "baseline" / "warmstart"
         base_dir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +112,9 @@ def main() -> None:
             if (workdir / "warmstart" / name).is_file() and not (base_dir / name).is_file():
                 shutil.copy(workdir / "warmstart" / name, base_dir / name)
         base = dataclasses.replace(s.warmstart, debug_fraction=0.0)
-        results["baseline"] = arm(dataclasses.replace(s, warmstart=base), tasks, sandbox, packages, base_dir)
+        results["baseline"] = arm(
+            dataclasses.replace(s, warmstart=base), tasks, sandbox, packages, base_dir, args.remeasure
+        )
     for name, r in results.items():
         shares = {k: round(v, 3) for k, v in r.items() if k.startswith("debug_heldout_")}
         print(f"{name}: {r.get('debug_examples', 0)} debug examples of {r['examples']}; held-out turn 2: {shares}")

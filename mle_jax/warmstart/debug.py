@@ -21,8 +21,9 @@ share of turn-2 responses (sampled as RL samples) that run and grade valid.
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mle_jax.env.observation import Observation, observation_ids
@@ -129,13 +130,16 @@ def heldout_fixes(
     observe_fn: ObserveFn,
     workers: int = 1,
     progress: bool = True,
+    kind_of: Callable[[str], str] | None = None,
 ) -> list[dict]:
     """How the policy behind `sampler` answers turn 2 after faulty runs it was not trained on: one response per
     prompt (prompts[i] is turn 2's prompt after runs[i]), sampled with the run's sampling settings in one generate
     call, its code run and graded by `observe_fn` (in the sandbox). One record per run (`fix_metrics` sums them up):
     the fault, the turn-2 code, its run's status and last output line (the error, for one that failed), `fixed` (it
-    ran and graded valid), its score, `exact` (the original program written back) and `repeat` (the faulty one
-    again)."""
+    ran and graded valid), its score, `exact` (the original program written back), `repeat` (the faulty one again),
+    `similarity` (difflib's ratio of the turn-2 code to the original program: 1 is the original) and, with `kind_of`
+    (code -> its kind of solution, `programs.solution_kind`), `same_solution` (turn 2 kept the original's kind: it
+    revised that program rather than writing another)."""
     if len(prompts) != len(runs):
         raise ValueError(f"{len(prompts)} prompts for {len(runs)} runs")
     if not runs:
@@ -163,9 +167,17 @@ def heldout_fixes(
                 "score": None if turn2 is None else turn2.score,
                 "exact": code is not None and code.strip() == run.source.code.strip(),
                 "repeat": code is not None and code.strip() == run.fault.code.strip(),
+                "similarity": 0.0 if code is None else _similarity(code, run.source.code),
+                "same_solution": None
+                if kind_of is None
+                else code is not None and kind_of(code) == kind_of(run.source.code),
             }
         )
     return records
+
+
+def _similarity(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio()
 
 
 def _last_line(output: str) -> str:
@@ -176,7 +188,10 @@ def _last_line(output: str) -> str:
 def fix_metrics(records: Sequence[dict]) -> dict[str, float]:
     """`heldout_fixes` records -> {"n", "fix_share": the share whose turn-2 program ran and graded valid (episodes a
     revising agent would rescue), "fix_<kind>": that share per fault kind, "exact_share": the original program
-    written back, "repeat_share": the faulty one again, "no_code_share": no code block}."""
+    written back, "repeat_share": the faulty one again, "no_code_share": no code block, "similarity_mean": the mean
+    similarity of turn 2's code to the original; with solution kinds, "same_solution_share": turn 2 of the
+    original's kind of solution, "fix_same_solution_share": fixed and of that kind (a fix of that program, not
+    another program that happens to run)}."""
     n = len(records)
     if not n:
         return {"n": 0, "fix_share": float("nan")}
@@ -186,7 +201,11 @@ def fix_metrics(records: Sequence[dict]) -> dict[str, float]:
         "exact_share": sum(r["exact"] for r in records) / n,
         "repeat_share": sum(r["repeat"] for r in records) / n,
         "no_code_share": sum(r["code"] is None for r in records) / n,
+        "similarity_mean": sum(r.get("similarity", 0.0) for r in records) / n,
     }
+    if all(r.get("same_solution") is not None for r in records):
+        metrics["same_solution_share"] = sum(r["same_solution"] for r in records) / n
+        metrics["fix_same_solution_share"] = sum(r["fixed"] and r["same_solution"] for r in records) / n
     kinds = Counter(r["kind"] for r in records)
     for kind in FAULT_KINDS:
         if kinds[kind]:

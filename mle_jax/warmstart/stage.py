@@ -216,6 +216,62 @@ def heldout_faults(
     return run_faults(planned, observe, cache, settings.verify_workers, progress, f"{task.id} held-out faulty programs")
 
 
+def sft_programs(
+    settings: WarmStartSettings,
+    tasks: Sequence[Task],
+    packages: Sequence[str],
+    verified_by_task: Sequence[Sequence[VerifiedItem]],
+) -> list[set[str]]:
+    """Each task's programs in the SFT set (corpus and instrumentation programs, agent prints stripped): what the
+    held-out turn-2 measurement leaves out."""
+    n_instrument = -(-settings.instrument_examples // len(tasks))
+    out = []
+    for t, vs in zip(tasks, verified_by_task, strict=True):
+        programs, _ = split_programs(t.id, packages, n_instrument, settings.seed + 1, [v.item for v in vs])
+        out.append({strip_agent_progress(v.item.code) for v in vs} | set(programs[:n_instrument]))
+    return out
+
+
+def measure_turn_two(
+    settings: WarmStartSettings,
+    tasks: Sequence[Task],
+    sandbox: Sandbox,
+    packages: Sequence[str],
+    in_sft: Sequence[set[str]],
+    model: Qwen2ForCausalLM,
+    tokenizer: Any,
+    workdir: Path,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The warm-started policy's turn 2 after faulty runs of held-out grid programs (`warmstart.debug_eval` of them,
+    split over the tasks; none of `in_sft`): sampled with the run's sampling settings (one seeded generate call per
+    task), run and graded in the sandbox. Writes each try to workdir/debug_heldout.jsonl; returns the
+    `debug_heldout_*` metrics (`debug.fix_metrics`)."""
+    records: list[dict] = []
+    sampler = JaxSampler(model, tokenizer, seed=settings.seed)
+    n_eval = -(-settings.debug_eval // len(tasks))  # each task's share, rounded up
+    for t, exclude in zip(tasks, in_sft, strict=True):
+        observe = observe_fn(settings, sandbox, t)
+        cache = _dir(workdir, t, tasks) / "faults.jsonl"
+        runs = heldout_faults(settings, t, observe, packages, exclude, n_eval, cache, progress)
+        prompts = [debug_prompt(settings.debug_context, t, packages, settings.prompt, settings.agent, r) for r in runs]
+        recs = heldout_fixes(
+            sampler,
+            tokenizer,
+            prompts,
+            runs,
+            settings.prompt.max_prompt_tokens,
+            settings.sampling,
+            observe,
+            settings.verify_workers,
+            progress,
+            kind_of=partial(solution_kind, t.id),
+        )
+        records += [{"task": t.id, **r} for r in recs]
+    (workdir / "debug_heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return {f"debug_heldout_{k}" if k != "n" else "debug_heldout": v for k, v in fix_metrics(records).items()}
+
+
 def fresh_policy(model: ModelSettings, vocab_size: int) -> Qwen2ForCausalLM:
     """A randomly initialised policy of the settings' shape with `vocab_size` rows."""
     config = model.architecture()
@@ -298,7 +354,7 @@ def warm_start(
             model, load_tokenizer(policy_dir), verified, json.loads((policy_dir / "DONE").read_text()), policy_dir
         )
 
-    examples, chats, instrument_programs, held_out, in_sft = [], [], [], [], []
+    examples, chats, instrument_programs, held_out = [], [], [], []
     n_instrument = -(-settings.instrument_examples // len(tasks))  # each task's share, rounded up
     debug_metrics: dict[str, Any] = {}
     for t, vs in zip(tasks, verified_by_task, strict=True):
@@ -315,7 +371,6 @@ def warm_start(
         examples, chats = examples + ex, chats + ch
         instrument_programs += programs[:n_instrument]
         held_out += held
-        in_sft.append({strip_agent_progress(v.item.code) for v in vs} | set(programs[:n_instrument]))
     copy_losses: list[float] = []
     if settings.model.path:
         tokenizer = load_tokenizer(settings.model.path)
@@ -346,31 +401,9 @@ def warm_start(
         metrics["debug_context"] = settings.debug_context
     metrics.update(debug_metrics)
     if settings.measures_debug:
-        records: list[dict] = []
-        sampler = JaxSampler(model, tokenizer, seed=settings.seed)
-        n_eval = -(-settings.debug_eval // len(tasks))  # each task's share, rounded up
-        for t, exclude in zip(tasks, in_sft, strict=True):
-            observe = observe_fn(settings, sandbox, t)
-            cache = _dir(workdir, t, tasks) / "faults.jsonl"
-            runs = heldout_faults(settings, t, observe, packages, exclude, n_eval, cache, progress)
-            prompts = [
-                debug_prompt(settings.debug_context, t, packages, settings.prompt, settings.agent, r) for r in runs
-            ]
-            recs = heldout_fixes(
-                sampler,
-                tokenizer,
-                prompts,
-                runs,
-                settings.prompt.max_prompt_tokens,
-                settings.sampling,
-                observe,
-                settings.verify_workers,
-                progress,
-            )
-            records += [{"task": t.id, **r} for r in recs]
-        (workdir / "debug_heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        in_sft = sft_programs(settings, tasks, packages, verified_by_task)
         metrics.update(
-            {f"debug_heldout_{k}" if k != "n" else "debug_heldout": v for k, v in fix_metrics(records).items()}
+            measure_turn_two(settings, tasks, sandbox, packages, in_sft, model, tokenizer, workdir, progress)
         )
     save_pretrained(model, policy_dir)
     tokenizer.save_pretrained(str(policy_dir))

@@ -3,6 +3,7 @@ observation an episode's agent reads shows why; a scripted turn 2 is run and gra
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from mle_jax.sampling.protocol import Completion, SamplingSettings
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.debug import fix_metrics, heldout_fixes
 from mle_jax.warmstart.faults import FAULT_KINDS, inject, run_faults, sandbox_observe_fn
-from mle_jax.warmstart.programs import full_grid
+from mle_jax.warmstart.programs import full_grid, solution_kind
 from mle_jax.warmstart.programs.pizza import PIZZA
 
 LIMITS = Limits(timeout_s=120.0, memory_mb=3072, cpus=1, max_procs=64, max_file_mb=256)
@@ -104,7 +105,10 @@ def test_each_fault_kind_fails_in_bwrap_and_the_observation_says_why(raw_data_di
         observe,
         workers=2,
         progress=False,
+        kind_of=partial(solution_kind, PIZZA),
     )
+    assert [r["same_solution"] for r in records] == [True, True, False, False, False]  # the faulty one: same kind
+    assert records[0]["similarity"] == 1.0 and 0.9 < records[1]["similarity"] < 1.0 and records[2]["similarity"] == 0
     assert [r["fixed"] for r in records] == [True, False, False, False, False]
     assert [r["exact"] for r in records] == [True, False, False, False, False]
     assert [r["repeat"] for r in records] == [False, True, False, False, False]
@@ -112,4 +116,5 @@ def test_each_fault_kind_fails_in_bwrap_and_the_observation_says_why(raw_data_di
     assert records[1]["last_line"].startswith("NameError") and records[3]["last_line"] == "done"
     assert 0.55 < records[0]["score"] < 0.8  # the original program's real AUC
     m = fix_metrics(records)
+    assert m["fix_same_solution_share"] == 0.2 and m["same_solution_share"] == 0.4
     assert m["fix_share"] == 0.2 and m["fix_column"] == 1.0 and m["fix_import"] == 0.0 and m["no_code_share"] == 0.4
