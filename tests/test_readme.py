@@ -37,7 +37,7 @@ def checked_form(argv: list[str]) -> list[str]:
     """How the test runs a quickstart command without starting anything: make targets with -n, the launcher with
     --dry_run, another `python -m` module with --help."""
     if argv[0] == "make":
-        return ["make", "-n", *argv[1:]]
+        return ["make", "-n", "--no-print-directory", *argv[1:]]  # under `make test` too (MAKELEVEL > 0)
     if argv[1:3] == LAUNCH:
         return argv if "--dry_run" in argv else [*argv, "--dry_run"]
     if argv[1] == "-m":
@@ -108,7 +108,7 @@ def test_the_quickstart_commands_run_as_written():
 
 def test_checked_forms_start_nothing_and_refuse_what_they_cannot_check():
     py = ".venv/bin/python"
-    assert checked_form(["make", "run"]) == ["make", "-n", "run"]
+    assert checked_form(["make", "run"]) == ["make", "-n", "--no-print-directory", "run"]
     assert checked_form([py, "-m", "mle_jax.launch", "--config=c"]) == [py, "-m", "mle_jax.launch", "--config=c",
                                                                         "--dry_run"]  # fmt: skip
     assert checked_form([py, "-m", "mle_jax.evaluate", "--workdir", "w"])[-1] == "--help"

@@ -171,13 +171,12 @@ def episode_length_problem(s: RunSettings) -> str | None:
     """One line when an episode's longest token sequence (agent.turns in a conversation) cannot fit the model's
     context (model.max_position_embeddings), else None."""
     a, need, ctx = s.rollout.agent, s.rollout.max_sequence_tokens, s.model.max_position_embeddings
-    if need <= ctx:
+    if need <= ctx or a.context != "conversation" or a.turns == 1:  # one sample's budgets are the run's own business
         return None
-    what = f"agent.turns={a.turns} in a conversation need" if a.context == "conversation" and a.turns > 1 else "needs"
     return (
-        f"an episode {what} up to {need} tokens (prompt.max_prompt_tokens + turns x sampler.max_tokens + "
-        f"(turns - 1) x agent.observation_tokens), over model.max_position_embeddings={ctx}: fewer turns, "
-        'smaller budgets, or agent.context="state"'
+        f"an episode of agent.turns={a.turns} in a conversation needs up to {need} tokens "
+        "(prompt.max_prompt_tokens + turns x sampler.max_tokens + (turns - 1) x agent.observation_tokens), over "
+        f'model.max_position_embeddings={ctx}: fewer turns, smaller budgets, or agent.context="state"'
     )
 
 
