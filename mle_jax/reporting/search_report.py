@@ -14,6 +14,7 @@ from typing import Any
 
 from mle_jax.reporting.markdown import markdown_table, plus_minus
 from mle_jax.tasks.medals import LEVELS
+from mle_jax.tasks.registry import get_spec
 
 OPERATOR_LETTERS = {"draft": "d", "debug": "b", "improve": "i"}
 OPERATOR_COLOURS = {"draft": "tab:blue", "debug": "tab:red", "improve": "tab:green"}
@@ -116,7 +117,7 @@ def protocol_markdown(table: Mapping[str, Any]) -> str:
 def write_search_plots(evaluation: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     """plots/search_<task>.png per task: each search's nodes in the order they ran (x) and the grader's score of the
     valid ones (y; analysis only: the search never saw it), coloured by operator, one marker per seed, the submitted
-    node ringed; buggy or invalid nodes as crosses on the lower edge."""
+    node ringed; buggy or invalid nodes as crosses on the worst edge."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
@@ -129,7 +130,9 @@ def write_search_plots(evaluation: Mapping[str, Any], out_dir: str | Path) -> li
         fig = Figure(figsize=(6.5, 3.8), dpi=110)
         ax = fig.subplots()
         scores = [n["score"] for rec in ev["searches"] for n in rec["nodes"] if n["score"] is not None]
-        floor = min(scores) - 0.05 * (max(scores) - min(scores) + 1e-9) if scores else 0.0
+        lower = get_spec(task).lower_is_better
+        margin = 0.05 * (max(scores) - min(scores) + 1e-9) if scores else 0.0
+        floor = (max(scores) + margin if lower else min(scores) - margin) if scores else 0.0  # the worst edge
         for k, rec in enumerate(ev["searches"]):
             m = markers[k % len(markers)]
             for n in rec["nodes"]:
@@ -147,7 +150,7 @@ def write_search_plots(evaluation: Mapping[str, Any], out_dir: str | Path) -> li
         ax.legend(handles=handles, fontsize=7)
         ax.set_xlabel("node (order run)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("score (grader; analysis only)")
+        ax.set_ylabel(f"score ({'lower' if lower else 'higher'} is better; grader, analysis only)", fontsize=8)
         ax.set_title(f"{task}: {evaluation['search']['name']} search, one marker per seed", fontsize=9)
         ax.grid(alpha=0.3)
         fig.tight_layout()

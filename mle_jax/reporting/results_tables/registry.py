@@ -39,6 +39,16 @@ from mle_jax.reporting.results_tables.learning import (
     wall_figure,
 )
 from mle_jax.reporting.results_tables.plans import render_objective_plans, render_plans
+from mle_jax.reporting.results_tables.search import (
+    EVIDENCE,
+    ML_AGENT,
+    render_search_contrasts,
+    render_search_evidence,
+    render_search_lite,
+    render_search_ml_agent,
+    render_search_operators,
+    search_wall_figure,
+)
 from mle_jax.reporting.results_tables.smollm2 import (
     SMOL,
     render_smollm2_instrument,
@@ -130,6 +140,12 @@ REGISTRY: dict[str, Entry] = {
     ),
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
+    "search_evidence": Entry(EVIDENCE, render_search_evidence),
+    "search_contrasts": Entry(EVIDENCE, render_search_contrasts),
+    "search_operators": Entry(EVIDENCE, render_search_operators),
+    "search_lite": Entry(EVIDENCE, render_search_lite),
+    "search_ml_agent": Entry(ML_AGENT, render_search_ml_agent),
+    "search_wall": Entry(EVIDENCE + ML_AGENT, search_wall_figure, inline=True),
 }
 
 # Results files written before their producing command recorded its command and date, which cannot be

@@ -86,6 +86,8 @@ def contrast(a: float | None, a_se: float | None, b: float | None, b_se: float |
 def _verdict(c: dict) -> str:
     if c["difference"] is None:
         return "—"
+    if c["se"] == 0.0:  # every seed alike in both searches
+        return f"{signed(c['difference'], 3)} (no spread across seeds)"
     if c["beyond_2se"] is None:
         return f"{signed(c['difference'], 3)} (no SE)"
     word = "beyond" if c["beyond_2se"] else "within"
