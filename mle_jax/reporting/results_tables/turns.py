@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 
-TURNS_RUNS = ("learning-spooky-turns-quick",)
+TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick")
 
 
 def _series(xs: list | None, digits: int) -> str:
