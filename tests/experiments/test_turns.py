@@ -148,6 +148,7 @@ def test_the_report_section_and_the_readme_blocks_from_a_hand_made_summary():
     assert "Revising against resampling (--turns=1,3): every evaluation runs 3 programs per start prompt" in text
     assert "| ppo_t1 | before | 1 × 3 | 11 | 0.500 ± 0.250 |" in text.replace("`", "")
     assert "| draw: 0.50 / 0.25 / 0.25 | draw: 1.0 / 2.0 / 3.0 |" in text
+    assert "| 0.6567 ± 0.0233 | 0.7000 | 0.8000 |" in text  # the 3-turn arm's best turn by the private score: 0.8
     assert "| turn: 0.25 / 0.50 / 0.75 | turn: 1.0 / 2.0 / 3.0 | 20.0 |" in text
     assert "- ppo_t3 minus ppo_t1, after RL: valid hand-ins +0.250 (+0.7 SE, within 2 SE); task score" in text
     assert revision_lines({k: v for k, v in s.items() if k != "turns"}) == []  # a run without --turns: no section

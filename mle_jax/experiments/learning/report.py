@@ -16,11 +16,15 @@ def mean_reward_text(e: dict) -> str:
 
 
 def medal_lines(summary: dict) -> list[str]:
-    """The report's MLE-bench medals of the evaluation samples: before RL (every arm's start) and after RL in each
-    arm, the best sample's level and the share at each level; then the paper's Table 1 figures with theirs."""
+    """The report's MLE-bench medals of the evaluation samples: before RL (every arm's start; with --turns each arm's
+    own, of its turns) and after RL in each arm, the best sample's level and the share at each level; then the paper's
+    Table 1 figures with theirs."""
     task, arms = summary["task"], summary["arms"]
-    evals = [("before RL", next(iter(arms.values()))["before"])] if arms else []
-    evals += [(f"{name} after RL", arm["after"]) for name, arm in arms.items()]
+    if "turns" in summary:  # --turns: each K's evaluation before RL is its own (K-turn episodes or best of draws)
+        evals = [(f"{name} {when} RL", arm[when]) for name, arm in arms.items() for when in ("before", "after")]
+    else:
+        evals = [("before RL", next(iter(arms.values()))["before"])] if arms else []
+        evals += [(f"{name} after RL", arm["after"]) for name, arm in arms.items()]
     rows = [medal_row([task, label], e["medals"]) for label, e in evals if e.get("medals")]
     if not rows:  # evaluations from before medals
         return []

@@ -23,6 +23,7 @@ files in `registry.LEGACY`, which were written before the producing commands rec
 - sources: where the results files are and how they are read
 - learning: the learning experiment's summaries, and the task mix's evidence beside them
 - ablations: the learning experiment's instrumentation and self-improvement arms (the paper's Fig. 9, Table 4)
+- turns: the learning experiment's --turns arms: revising (K-turn episodes) against resampling (best of K)
 - duration_bias: the simulated duration-bias update
 - search: search at test time against independent samples, MLE-bench's and ML-Agent's protocols
 - benchmarks: the benchmarks table (`render_benchmarks`) and the objectives' update step

@@ -61,6 +61,7 @@ from mle_jax.reporting.results_tables.smollm2 import (
 )
 from mle_jax.reporting.results_tables.sources import RESULTS, summary_path
 from mle_jax.reporting.results_tables.tiers import render_test_tiers, test_tiers_wall
+from mle_jax.reporting.results_tables.turns import TURNS_RUNS, render_turns_contrasts, render_turns_table
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ REGISTRY: dict[str, Entry] = {
     "ablation_improve_trained": Entry(
         tuple(summary_path(p) for p in ABLATION_RUNS), improve_trained_figure, inline=True
     ),
+    "turns_table": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_table),
+    "turns_contrasts": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_contrasts),
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
     "search_evidence": Entry(EVIDENCE, render_search_evidence),

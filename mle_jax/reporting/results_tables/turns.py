@@ -4,9 +4,9 @@ from summaries with `turns` and `turns_contrasts`. The experiment's report.md us
 
 from __future__ import annotations
 
-from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
+from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 
-TURNS_RUNS = ("learning-spooky-turns-quick",)
+TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick")
 
 
 def _series(xs: list | None, digits: int) -> str:
@@ -19,7 +19,8 @@ def _pm(x: float | None, se: float | None, digits: int = 3) -> str:
 
 def revision_rows(summary: dict) -> list[list]:
     """Per arm split by --turns, before and after RL: turns x draws per start prompt, programs run, the share of
-    start prompts handed in valid ± SE, the mean score of the valid hand-ins ± SE and the best, the share with a
+    start prompts handed in valid ± SE, the mean score of the valid hand-ins ± SE and the best, the mean score had the
+    best turn or draw by the private score been handed in (analysis only: no agent can choose so), the share with a
     medal ± SE and above the median, the valid fraction and mean Δt by turn (K > 1: of the episodes that reached it)
     or by draw (the one-turn arm's independent samples), and RL steps per hour."""
     rows = []
@@ -34,6 +35,7 @@ def revision_rows(summary: dict) -> list[list]:
                 f"`{name}`", when, f"{ep.get('turns', 1)} × {ep.get('draws', 1)}", ep.get("programs_run"),
                 _pm(e["valid_fraction"], ep.get("valid_share_se")),
                 _pm(e["mean_score"], e.get("se_score"), 4), number(e["best_score"], 4),
+                number((ep.get("best_private") or {}).get("mean_score"), 4),
                 _pm(ep.get("any_medal"), ep.get("any_medal_se")), number(shares.get("above_median")),
                 f"{kind}: {_series(by.get('valid_fraction'), 2)}" if kind else "—",
                 f"{kind}: {_series(by.get('duration_s'), 1)}" if kind else "—",
@@ -43,7 +45,8 @@ def revision_rows(summary: dict) -> list[list]:
 
 
 REVISION_HEADER = ["arm", "", "turns × draws per start prompt", "programs run", "valid hand-ins ± SE",
-                   "mean score of valid ± SE", "best", "medal share ± SE", "above median",
+                   "mean score of valid ± SE", "best", "mean score had the best turn / draw by the private score been "
+                   "handed in (analysis only)", "medal share ± SE", "above median",
                    "valid fraction by turn / draw", "mean Δt (s) by turn / draw", "RL steps per hour"]  # fmt: skip
 
 REVISION_PARTS = (
@@ -70,12 +73,16 @@ def revision_text(c: dict, when: str) -> str:
 
 
 def render_turns_table(*summaries: dict) -> str:
-    """Per task and arm, before and after RL, the hand-ins at the same programs per start prompt (`revision_rows`)."""
+    """Per task and arm, before and after RL, the hand-ins at the same programs per start prompt (`revision_rows`);
+    then each run's command, date and wall time as its summary records them."""
     rows = []
     for s in summaries:
         for i, row in enumerate(revision_rows(s)):
             rows.append([s["task"] if i == 0 else "", *row])
-    return markdown_table(["task", *REVISION_HEADER], rows)
+    runs = [f"`{s['command']}`: finished {s['date'][:16].replace('T', ' ')} UTC; {minutes(s['wall_s'])} of wall time "
+            f"in the {len(s.get('processes', []))} process(es) that finished (the ledger counts no process cut off "
+            "before it finished)" for s in summaries if "command" in s]  # fmt: skip
+    return markdown_table(["task", *REVISION_HEADER], rows) + "".join(f"\n\n{r}" for r in runs)
 
 
 def _cell(d: dict, digits: int) -> str:
