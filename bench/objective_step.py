@@ -47,6 +47,8 @@ flags.DEFINE_integer("layers", 0, "keep this many of the shape's layers (0: all;
 flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
 flags.DEFINE_enum("remat", "", ["", "true", "false"], "model.remat (empty: the shape's; 3b: true)")
 flags.DEFINE_integer("attn_block", -1, "model.attn_block, training attention's query block (-1: the shape's)")
+flags.DEFINE_enum("attention", "", ["", "blocked", "dot_product"], "model.attention (empty: the shape's)")
+flags.DEFINE_string("profile", "", "also trace one update into this folder and print its costliest device ops")
 flags.DEFINE_integer("logits_chunk", 512, "ppo.logits_chunk: positions of logits at a time (0: all)")
 flags.DEFINE_float("peak_tflops", 0.0, "the device's dense bf16 peak (TFLOP/s), for MFU (0: not reported)")
 flags.DEFINE_string("only", "", "internal: time this one objective in this process and print its JSON")
@@ -84,13 +86,30 @@ def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: Rollo
         learner.update(batch)
         times.append(time.perf_counter() - start)
     step_s = float(np.median(times))
+    profile = trace_update(learner, batch, FLAGS.profile) if FLAGS.profile else None
     # the policy's training FLOPs by 6·N·tokens (the critic's, the reference's and PPO's extra passes not counted)
     tflops = 6.0 * params * batch.batch_size * batch.seq_len / step_s / 1e12
     out = {"compile_s": compile_s, "step_s": step_s, "peak_gib": peak_gib(), "params": int(params),
            "policy_tflops_6n": tflops}  # fmt: skip
     if FLAGS.peak_tflops:
         out["mfu_6n"] = tflops / FLAGS.peak_tflops
+    if profile is not None:
+        out["profile"] = profile
     return out
+
+
+def trace_update(learner: Learner, batch: RolloutBatch, folder: str, top: int = 25) -> dict:
+    """One more update under `jax.profiler.trace` (a Perfetto JSON beside the TensorBoard trace); returns the device
+    ops' time by category and the `top` costliest ops by total time (`op_profile.summarize`)."""
+    from mle_jax.infra.op_profile import summarize
+
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+        learner.update(batch)
+        jax.effects_barrier()
+    traces = sorted(Path(folder).rglob("*perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    if not traces:
+        return {"error": f"no perfetto trace under {folder}"}
+    return summarize(traces[-1], top)
 
 
 def main(argv) -> None:
@@ -104,6 +123,8 @@ def main(argv) -> None:
         m.remat = FLAGS.remat == "true"
     if FLAGS.attn_block >= 0:
         m.attn_block = FLAGS.attn_block
+    if FLAGS.attention:
+        m.attention = FLAGS.attention
     cfg, dtype = Qwen2Config.from_model_config(m), jnp.bfloat16 if shape == "3b" else jnp.float32
     seq = FLAGS.seq or (2048 if shape == "3b" else 256)
     batch = RolloutBatch.random(FLAGS.batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
@@ -127,6 +148,10 @@ def main(argv) -> None:
               f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s, {r['policy_tflops_6n']:.0f} TFLOP/s by "
               f"6·N·tokens{mfu}), "
               f"peak device memory {peak}", flush=True)  # fmt: skip
+        if "profile" in r:
+            from mle_jax.infra.op_profile import render
+
+            print(render(r["profile"]), flush=True)
     peer = FLAGS.algorithms[0]
     ratios = {a: results[a]["step_s"] / results[peer]["step_s"] for a in FLAGS.algorithms[1:]}
     for algorithm, ratio in ratios.items():
@@ -135,7 +160,8 @@ def main(argv) -> None:
         setup = {"device": jax.devices()[0].device_kind, "devices": jax.device_count(), "shape": shape,
                  "layers": cfg.num_hidden_layers, "dtype": jnp.dtype(dtype).name, "batch": FLAGS.batch, "seq": seq,
                  "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps, "remat": bool(m.remat),
-                 "attn_block": int(m.attn_block), "logits_chunk": FLAGS.logits_chunk,
+                 "attn_block": int(m.attn_block), "attention": m.get("attention", "blocked"),
+                 "logits_chunk": FLAGS.logits_chunk,
                  "peak_tflops": FLAGS.peak_tflops or None}  # fmt: skip
         provenance.write_json(FLAGS.out, {**setup, "results": results, f"step_time_ratio_to_{peer}": ratios})
 

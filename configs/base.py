@@ -29,6 +29,7 @@ def tiny_model() -> ml_collections.ConfigDict:
     m.remat = False  # recompute each layer's activations in the backward pass instead of keeping them (memory)
     m.scan_layers = False  # one lax.scan over the stacked layers in training (compiles once per model, not per layer)
     m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
+    m.attention = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on a GPU)
     return m
 
 

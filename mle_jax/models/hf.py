@@ -72,9 +72,9 @@ def _weight_files(path: Path) -> dict[str, Path]:
 
 def runtime_options(model_cfg: Any) -> dict[str, Any]:
     """The run config's `model` fields that shape computation but are not in an HF config.json (remat,
-    scan_layers, attn_block), as `from_pretrained` keyword arguments; absent fields are left out."""
+    scan_layers, attn_block, attention), as `from_pretrained` keyword arguments; absent fields are left out."""
     get = model_cfg.get if hasattr(model_cfg, "get") else (lambda k, d=None: getattr(model_cfg, k, d))
-    return {k: get(k) for k in ("remat", "scan_layers", "attn_block") if get(k) is not None}
+    return {k: get(k) for k in ("remat", "scan_layers", "attn_block", "attention") if get(k) is not None}
 
 
 def from_pretrained(
@@ -86,11 +86,12 @@ def from_pretrained(
     remat: bool | None = None,
     attn_block: int | None = None,
     scan_layers: bool | None = None,
+    attention: str | None = None,
 ) -> Qwen2ForCausalLM:
     """Loads an HF Qwen2 or Llama checkpoint folder into our model.
 
-    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block / scan_layers override
-    the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
+    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block / scan_layers / attention
+    override the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
     is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through
     `rules`, default sharding.LOGICAL_RULES).
     Raises FileNotFoundError / SafetensorsError / ValueError naming the file and tensor on bad input.
@@ -105,6 +106,8 @@ def from_pretrained(
         cfg = dataclasses.replace(cfg, attn_block=attn_block)
     if scan_layers is not None:
         cfg = dataclasses.replace(cfg, scan_layers=scan_layers)
+    if attention is not None:
+        cfg = dataclasses.replace(cfg, attention=attention)
     param_dtype = param_dtype or dtype
     rules = tuple(rules or LOGICAL_RULES)
     abstract = nnx.eval_shape(lambda: Qwen2ForCausalLM(cfg, nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype))

@@ -37,6 +37,13 @@ MODEL_TYPES = ("qwen2", "llama")
 ROPE_TYPES = ("default",)  # rope scaling (linear, dynamic, yarn, llama3, ...) is not implemented
 
 
+ATTENTION = {
+    "blocked": "our causal attention in query blocks of attn_block (scores and softmax in float32)",
+    "dot_product": "jax.nn.dot_product_attention: cuDNN's flash attention on a GPU in bf16/fp16, XLA's elsewhere; "
+    "causal over each row's real tokens, which must come first (right padding, as every training batch here)",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
     """The fields of an HF Qwen2 or Llama `config.json` that define the network.
@@ -64,6 +71,7 @@ class Qwen2Config:
     remat: bool = False
     scan_layers: bool = False  # training forward as one lax.scan over the stacked layer weights (compile time)
     attn_block: int = 64  # causal attention in query blocks of this size when training (0: one block)
+    attention: str = "blocked"  # training attention: "blocked" (ours, above) or "dot_product" (see ATTENTION)
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
@@ -75,6 +83,8 @@ class Qwen2Config:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention={self.attention!r} is not one of {tuple(ATTENTION)}")
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type={self.model_type!r} is not one of {MODEL_TYPES}")
         biases = (self.attention_bias, self.attention_out_bias, self.mlp_bias)
@@ -246,6 +256,33 @@ def dense(x: Array, w: Array, preferred_element_type=None) -> Array:
     return out.reshape(*x.shape[:-1], w.shape[-1])
 
 
+@jax.custom_vjp
+def head_matmul(h: Array, w: Array) -> Array:
+    """The output head: h [..., D] @ w [D, V] -> logits [..., V] float32, accumulated in float32.
+
+    Its backward casts the float32 cotangent of the logits to h's dtype before the two matmuls: with bf16 weights
+    both then run as bf16 GEMMs (float32 accumulation) rather than float32 ones, which on an H100 took 14% of a
+    3B-shaped update (bench/objective_step.py --profile). A float32 model's gradients are unchanged.
+    """
+    return dense(h, w, preferred_element_type=jnp.float32)
+
+
+def _head_fwd(h: Array, w: Array) -> tuple[Array, tuple[Array, Array]]:
+    return head_matmul(h, w), (h, w)
+
+
+def _head_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
+    h, w = res
+    g = g.astype(h.dtype)
+    dh = dense(g, w.T, preferred_element_type=jnp.float32).astype(h.dtype)
+    h2, g2 = h.reshape(-1, h.shape[-1]), g.reshape(-1, g.shape[-1])
+    dw = jnp.matmul(h2.T, g2, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dh, dw
+
+
+head_matmul.defvjp(_head_fwd, _head_bwd)
+
+
 def gqa_attention(q: Array, k: Array, v: Array, mask: Array, causal_block: int | None = None) -> Array:
     """Grouped-query attention: q [B, T, Hq, Dh], k/v [B, S, Hkv, Dh], mask [B, T, S] bool (True = may attend)
     -> [B, T, Hq, Dh]; `gqa_attention_heads_first` with k/v transposed to its layout (scores, softmax in float32)."""
@@ -290,6 +327,20 @@ def gqa_attention_heads_first(q: Array, kt: Array, vt: Array, mask: Array, causa
         outs.append((o / denom).astype(vt.dtype).reshape(b, hkv, n, g, dh))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
     return out.transpose(0, 2, 1, 3, 4).reshape(b, t, hq, dh)
+
+
+def dot_product_attention(q: Array, k: Array, v: Array, lengths: Array) -> Array:
+    """Causal grouped-query attention by `jax.nn.dot_product_attention` over right-padded rows.
+
+    q [B, T, Hq, Dh], k/v [B, T, Hkv, Dh], lengths [B] int32 (each row's real tokens, which come first)
+    -> [B, T, Hq, Dh]. Query t sees keys s <= t with s < lengths[b]: on every position the same keys as
+    `gqa_attention` under `causal & attention_mask`. cuDNN's flash attention where the backend is a GPU and
+    the dtype half precision (it never writes the T x S scores), XLA's implementation elsewhere.
+    """
+    gpu = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+    return jax.nn.dot_product_attention(
+        q, k, v, is_causal=True, key_value_seq_lengths=lengths, implementation="cudnn" if gpu else None
+    )
 
 
 def default_positions(attention_mask: Array | None, batch: int, length: int) -> Array:
@@ -385,7 +436,8 @@ class Attention(nnx.Module):
     def __call__(
         self, x: Array, positions: Array, mask: Array, cache_kv: tuple[Array, Array] | None, index: Array | None
     ) -> tuple[Array, tuple[Array, Array] | None]:
-        """x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D] (+ updated (k, v) cache)."""
+        """x [B, T, D], positions [B, T], mask [B, T, S] bool, or [B] int32 real-token counts of right-padded rows
+        (`attention="dot_product"`, training only) -> [B, T, D] (+ updated (k, v) cache)."""
         dt = self.dtype
         x = x.astype(dt)
         q, k, v = self._qkv(x)
@@ -398,6 +450,8 @@ class Attention(nnx.Module):
             cv = jax.lax.dynamic_update_slice(cv, v.transpose(0, 2, 1, 3).astype(cv.dtype), (0, 0, index, 0))
             new_kv = (ck, cv)
             out = gqa_attention_heads_first(q, ck.astype(dt), cv.astype(dt), mask)
+        elif mask.ndim == 1:  # "dot_product": the mask is each row's count of real (leading) tokens
+            out = dot_product_attention(q, k, v, mask)
         else:
             out = gqa_attention(q, k, v, mask, self.attn_block)
         b, t, hq, dh = out.shape
@@ -501,9 +555,13 @@ class Qwen2Model(nnx.Module):
         if cache is None:
             if positions is None:
                 positions = default_positions(attention_mask, b, t)
-            causal = jnp.tril(jnp.ones((t, t), bool))[None]
-            mask = causal if attention_mask is None else causal & attention_mask[:, None, :]
-            mask = jnp.broadcast_to(mask, (b, t, t))
+            if self.config.attention == "dot_product":  # [B] real-token counts: the layers' attention reads these
+                real = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+                mask = real.sum(axis=1).astype(jnp.int32)
+            else:
+                causal = jnp.tril(jnp.ones((t, t), bool))[None]
+                mask = causal if attention_mask is None else causal & attention_mask[:, None, :]
+                mask = jnp.broadcast_to(mask, (b, t, t))
         else:
             real = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
             if positions is None:
@@ -581,7 +639,7 @@ class Qwen2ForCausalLM(nnx.Module):
             w = self.model.embed_tokens[...].astype(self.dtype).T
         else:
             w = self.lm_head[...].astype(self.dtype)
-        return dense(h, w, preferred_element_type=jnp.float32).astype(jnp.float32)
+        return head_matmul(h, w)
 
     def __call__(
         self,

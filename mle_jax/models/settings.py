@@ -34,6 +34,7 @@ class ModelSettings:
     remat: bool = False
     scan_layers: bool = False  # training forward as one scan over the stacked layers (faster compile at depth)
     attn_block: int = 64  # training attention in causal query blocks of this many tokens (0: one block)
+    attention: str = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on GPUs)
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):
@@ -53,8 +54,10 @@ class ModelSettings:
         return Qwen2Config.from_model_config(self)
 
     def runtime_options(self) -> dict[str, Any]:
-        """`from_pretrained` keyword arguments that are not in an HF config.json (remat, scan_layers, attn_block)."""
-        return {"remat": self.remat, "scan_layers": self.scan_layers, "attn_block": self.attn_block}
+        """`from_pretrained` keyword arguments that are not in an HF config.json (remat, scan_layers, attn_block,
+        attention)."""
+        return {"remat": self.remat, "scan_layers": self.scan_layers, "attn_block": self.attn_block,
+                "attention": self.attention}  # fmt: skip
 
     def checkpoint_dir(self) -> Path | None:
         return Path(self.path) if self.path else None

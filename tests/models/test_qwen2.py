@@ -108,6 +108,38 @@ def test_blocked_causal_attention_matches_transformers_and_unblocked(pair, block
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
+def test_dot_product_attention_matches_transformers_and_blocked(pair):
+    """attention="dot_product" (jax.nn.dot_product_attention over each row's real-token count; XLA's on CPU, the
+    same call cuDNN serves on a GPU) gives torch's logits on real positions, right padding included, and the
+    blocked attention's loss and gradients over every position (pad queries see the same keys)."""
+    tm, ours = pair
+    rng = np.random.RandomState(5)
+    tokens = rng.randint(0, TINY["vocab_size"], (2, 13))
+    mask = np.ones((2, 13), np.int32)
+    mask[1, 9:] = 0
+    w = jnp.asarray(rng.randn(2, 13, TINY["vocab_size"]), jnp.float32)
+
+    def loss(m):
+        return jnp.sum(m(jnp.asarray(tokens, jnp.int32), attention_mask=jnp.asarray(mask)) * w)
+
+    grad = nnx.jit(nnx.value_and_grad(loss))
+    blocked = ours.model.config
+    try:
+        ref_loss, ref_grads = grad(ours)
+        ours.model.config = dataclasses.replace(blocked, attention="dot_product")
+        got = jax_logits(ours, tokens, mask)
+        got_loss, got_grads = grad(ours)
+    finally:
+        ours.model.config = blocked
+    assert np.abs(got[0] - torch_logits(tm, tokens[:1])[0]).max() <= 1e-4
+    assert np.abs(got[1, :9] - torch_logits(tm, tokens[1:, :9])[0]).max() <= 1e-4
+    assert abs(float(got_loss) - float(ref_loss)) <= 1e-3 * max(1.0, abs(float(ref_loss)))
+    for a, b in zip(jax.tree.leaves(got_grads), jax.tree.leaves(ref_grads), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="attention='flash' is not one of"):
+        dataclasses.replace(blocked, attention="flash")
+
+
 def test_kv_cache_decoding_equals_full_recompute(pair):
     """Left-padded prefill, then one token at a time: every step's logits equal a full forward."""
     _, ours = pair

@@ -92,3 +92,44 @@ def render_micro_sweep(*files: dict) -> str:
               f"MFU of {d['peak_tflops']:.0f} TFLOP/s", "peak device GiB", "step time / first row's"]  # fmt: skip
     commands = "; ".join(f"`{f['command']}`" for f in files)
     return markdown_table(header, rows) + f"\n\nFrom {commands} ({d['date'][:10]})."
+
+
+def _device_time(profile: dict) -> dict[str, float]:
+    """A profile's device milliseconds by category, the costliest ops re-labelled by today's categories (a file's
+    own split may predate one: cuBLAS's `nvjet` kernels were "other" before they were "matmul")."""
+    from mle_jax.infra.op_profile import category
+
+    cats = dict(profile["by_category"])
+    for op in profile["top"]:
+        now = category(op["name"], op.get("hlo", ""))
+        if now != op["category"]:
+            cats[op["category"]] = cats.get(op["category"], 0.0) - op["ms"]
+            cats[now] = cats.get(now, 0.0) + op["ms"]
+    return cats
+
+
+def render_step_profile(variants: dict[str, str], *files: dict) -> str:
+    """bench/objective_step.py's files of code variants of one update on one device (`variants`: each file's label, in
+    order): step time, MFU by 6·N·tokens, peak memory, compile time and, where the file has `--profile`'s trace,
+    where the device's time went."""
+    labels = list(variants.values())
+    rows = []
+    for label, d in zip(labels, files, strict=True):
+        name, r = next(iter(d["results"].items()))
+        cats = _device_time(r["profile"]) if "profile" in r else {}
+        busy = r["profile"]["busy_ms"] if "profile" in r else None
+
+        def share(*keys: str, cats: dict = cats, busy: float | None = busy) -> str:
+            return f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" if busy else "—"
+
+        rows.append([label, f"`{name}`", d["micro_batch"], "on" if d["remat"] else "off", f"{r['step_s']:.3f} s",
+                     f"{r['mfu_6n']:.1%}", number(r["peak_gib"], 1), f"{r['compile_s']:.0f} s", share("matmul"),
+                     share("attention (cuDNN)"), share("fusion (elementwise, reduce)"),
+                     share("copy / transpose", "collective", "other")])  # fmt: skip
+    d = files[0]
+    header = [f"code ({d['device']}, {d['shape']} shape, {d['layers']} layers, {d['batch']} x {d['seq']} tokens)",
+              "objective", "micro-batch", "remat", "update step", f"MFU of {d['peak_tflops']:.0f} TFLOP/s (6·N·tokens)",
+              "peak device GiB", "compile + first step", "device time: matmuls", "cuDNN attention",
+              "fusions (elementwise, softmax, reductions)", "copies, other"]  # fmt: skip
+    commands = "; ".join(f"`{f['command']}`" for f in files)
+    return markdown_table(header, rows) + f"\n\nFrom {commands} ({d['date'][:10]}; the device time from `--profile`)."

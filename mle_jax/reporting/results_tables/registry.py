@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from mle_jax.reporting.results_tables.benchmarks import (
     render_hostile_inputs,
     render_micro_sweep,
     render_objective_step,
+    render_step_profile,
 )
 from mle_jax.reporting.results_tables.duration_bias import render_duration_bias
 from mle_jax.reporting.results_tables.learning import (
@@ -75,6 +77,15 @@ class Entry:
 
 OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
 
+# bench/objective_step.py's files of issue 37 on an H100, and the code each measured
+STEP_PROFILE_VARIANTS = {
+    "1_blocked": "our blocked attention (float32 scores), float32 head backward",
+    "2_cudnn": "`model.attention=dot_product` (cuDNN flash attention), float32 head backward",
+    "3_cudnn_bf16_head": "cuDNN attention, bf16 head backward (`qwen2.head_matmul`)",
+    "4_cudnn_bf16_head_noremat_micro4": "the same, remat off (micro-batch 8 ran out of memory)",
+    "ppo_cudnn_bf16_head": "cuDNN attention, bf16 head backward",
+}
+
 REGISTRY: dict[str, Entry] = {
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
@@ -132,6 +143,10 @@ REGISTRY: dict[str, Entry] = {
         ),
         render_micro_sweep,
     ),  # fmt: skip
+    "objective_step_h100_profile": Entry(
+        tuple(f"{RESULTS}/objective_step_h100_profile/{f}.json" for f in STEP_PROFILE_VARIANTS),
+        functools.partial(render_step_profile, STEP_PROFILE_VARIANTS),
+    ),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
     "ablation_table": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_table),
     "ablation_contrasts": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_contrasts),
