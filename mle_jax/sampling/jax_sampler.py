@@ -1,10 +1,12 @@
-"""In-process JAX sampler: batched prefill + decode over a preallocated KV cache, in one jit.
+"""In-process JAX sampler: each distinct prompt prefilled once, then its samples decoded together over a split
+KV cache (mle_jax.models.split_cache), in a jitted `lax.while_loop`.
 
-Prompts are LEFT-padded to a length bucket so every row writes the same cache slot each step
-(per-row RoPE positions and valid-slot masks live in the cache, see mle_jax.models.qwen2). One
-compiled program per (batch bucket, prompt bucket, max-tokens bucket); temperature, top-p, top-k
-and max_tokens are traced arguments, so changing them never recompiles. The decode loop is a
-`jax.lax.while_loop` that exits as soon as every row has produced a stop token.
+A call's rows (prompts x n) are laid out as grids of U distinct prompts x n samples (`plan_grids`). Each prompt's
+prefill (left-padded to a length bucket) runs once; its keys and values become the prefix of its n rows, read once
+per step for all of them, and each row's generated tokens' keys fill its own suffix, read only as far as filled.
+One compiled prefill per prompt bucket and one decode per (U bucket, n bucket, prompt bucket, max-tokens bucket);
+temperature, top-p, top-k and max_tokens are traced arguments, so changing them never recompiles. The decode loop
+exits as soon as every row has produced a stop token; it never returns to the host between tokens.
 
 Logprobs: for each sampled token, log_softmax(logits / temperature) (the full, untruncated
 distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_softmax(logits).
@@ -133,7 +135,7 @@ def compiled_programs() -> int:
 class Grid:
     """Rows of one decode call laid out as U prompts x n samples: cell u * n + j is sample j of prompt
     `prompts[u]` (an index into the call's distinct prompts) and generates row `cells[u * n + j]` of the
-    request (-1: padding)."""
+    request."""
 
     prompts: tuple[int, ...]
     n: int
@@ -144,10 +146,10 @@ def plan_grids(rows: Sequence[Sequence[int]], max_batch: int | None) -> tuple[li
     """The distinct prompts of `rows` (token-id lists) and the grids that generate every row once.
 
     Rows are split into chunks of at most `max_batch` (None: one chunk) in their order; a chunk whose distinct
-    prompts each repeat the same number of times n is one grid of its U prompts x n (no padding: a batch of n
-    samples per prompt, or of distinct prompts with n = 1). Otherwise it is a grid of its U prompts x the
-    largest repeat count when that at most doubles the rows (the rest padding), else one row per prompt
-    occurrence (a prompt's prefill still runs once; its keys are copied into each of its rows' prefixes).
+    prompts each repeat the same number of times n is one grid of its U prompts x n (a batch of n samples per
+    prompt, or of distinct prompts with n = 1). Any other chunk is a grid of one row per prompt occurrence: a
+    prompt's prefill still runs once, its keys copied into each of its rows' prefixes (padding such a chunk to a
+    U x n grid would waste rows and add decode shapes, each a compile).
     """
     distinct: dict[tuple[int, ...], int] = {}
     for r in rows:
@@ -159,10 +161,9 @@ def plan_grids(rows: Sequence[Sequence[int]], max_batch: int | None) -> tuple[li
         groups: dict[int, list[int]] = {}
         for i in idx:
             groups.setdefault(distinct[tuple(rows[i])], []).append(i)
-        n = max(len(g) for g in groups.values())
-        if len(groups) * n <= 2 * len(idx):
-            cells = tuple(c for g in groups.values() for c in g + [-1] * (n - len(g)))
-            grids.append(Grid(tuple(groups), n, cells))
+        counts = {len(g) for g in groups.values()}
+        if len(counts) == 1:
+            grids.append(Grid(tuple(groups), counts.pop(), tuple(c for g in groups.values() for c in g)))
         else:
             grids.append(Grid(tuple(distinct[tuple(rows[i])] for i in idx), 1, tuple(idx)))
     return [list(p) for p in distinct], grids
@@ -291,15 +292,18 @@ class JaxSampler:
             key = jax.random.key(seed)
         prompts, grids = plan_grids(rows, self.max_batch)
         results: list[Any] = [None] * len(rows)
-        prefilled: dict[int, Any] = {}
+        prefilled: dict[tuple[int, int], Any] = {}  # (prompt, padded length) -> its prefill
         for g, grid in enumerate(grids):
-            kept = {i: prefilled[i] for i in grid.prompts if i in prefilled}  # a prompt split across grids
-            prefilled = kept | {i: self._prefill(prompts[i], max(len(prompts[j]) for j in grid.prompts))
-                                for i in dict.fromkeys(grid.prompts) if i not in kept}  # fmt: skip
-            out = self._decode_grid(grid, prefilled, jax.random.fold_in(key, g), temperature, top_p, top_k, max_tokens)
+            p = _bucket(max(len(prompts[i]) for i in grid.prompts), self.min_prompt_bucket)
+            # this grid's prompts, each prefilled once (also one split across consecutive grids: n > max_batch)
+            kept, prefilled = prefilled, {}
+            for i in grid.prompts:
+                if (i, p) not in prefilled:
+                    prefilled[i, p] = kept[i, p] if (i, p) in kept else self._prefill(prompts[i], p)
+            parts = [prefilled[i, p] for i in grid.prompts]
+            out = self._decode_grid(grid, parts, jax.random.fold_in(key, g), temperature, top_p, top_k, max_tokens)
             for cell, row in enumerate(grid.cells):
-                if row >= 0:
-                    results[row] = tuple(x[cell] for x in out)
+                results[row] = tuple(x[cell] for x in out)
         completions = []
         for r, (tok, lp, length, stopped) in zip(rows, results, strict=True):
             ids = np.asarray(tok[:length], np.int32)
@@ -318,26 +322,25 @@ class JaxSampler:
             )
         return completions
 
-    def _prefill(self, prompt: Sequence[int], longest: int) -> tuple[Any, ...]:
-        """One prompt through the model, left-padded to the bucket of `longest` (its grid's longest prompt)."""
-        p = _bucket(longest, self.min_prompt_bucket)
+    def _prefill(self, prompt: Sequence[int], p: int) -> tuple[Any, ...]:
+        """One prompt through the model, left-padded to p tokens (`_prefill`'s outputs)."""
         tokens = np.full((1, p), self.pad_id, np.int32)
         mask = np.zeros((1, p), np.int32)
         tokens[0, p - len(prompt) :] = prompt
         mask[0, p - len(prompt) :] = 1
         return _prefill(self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(mask))
 
-    def _decode_grid(self, grid: Grid, prefilled: dict[int, Any], key, temperature, top_p, top_k, max_tokens):
-        """One compiled decode of `grid` -> numpy (tokens, logprobs, lengths, stopped), one row per cell."""
+    def _decode_grid(self, grid: Grid, parts: list[Any], key, temperature, top_p, top_k, max_tokens):
+        """One compiled decode of `grid` (parts: the prefills of its prompts, in order) -> numpy (tokens, logprobs,
+        lengths, stopped), one row per cell. The grid is padded to U and n buckets (powers of two; U * n at least
+        min_batch_bucket): padding prompts hold no valid slot, padding rows count as stopped from the start."""
         n = _bucket(grid.n, 1)
         u = _bucket(len(grid.prompts), max(1, -(-self.min_batch_bucket // n)))
         m = _bucket(max_tokens, self.min_new_bucket)
-        parts = [prefilled[i] for i in grid.prompts]
-        pad = [jax.tree.map(jnp.zeros_like, parts[0])] * (u - len(parts))  # padding prompts: nothing valid
+        pad = [jax.tree.map(jnp.zeros_like, parts[0])] * (u - len(parts))
         logits, ks, vs, valid, length = _stack(parts + pad)
         live = np.zeros((u, n), bool)
-        for c, row in enumerate(grid.cells):
-            live[c // grid.n, c % grid.n] = row >= 0
+        live[: len(grid.prompts), : grid.n] = True
         out = jax.device_get(
             _decode(
                 self.graphdef,

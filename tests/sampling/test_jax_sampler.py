@@ -86,20 +86,25 @@ def test_grids_share_a_prompt_between_its_samples():
     prompts, grids = plan_grids([a, a, b, b], None)
     assert prompts == [a, b] and grids == [Grid((0, 1), 2, (0, 1, 2, 3))]
     assert plan_grids([a, b, c], None)[1] == [Grid((0, 1, 2), 1, (0, 1, 2))]
-    # uneven counts: padded to the largest when that at most doubles the rows, else one row per occurrence
-    assert plan_grids([a, a, a, b], None)[1] == [Grid((0, 1), 3, (0, 1, 2, 3, -1, -1))]
-    assert plan_grids([a] * 5 + [b, c], None)[1] == [Grid((0, 0, 0, 0, 0, 1, 2), 1, tuple(range(7)))]
+    # uneven counts: one row per prompt occurrence
+    assert plan_grids([a, a, a, b], None)[1] == [Grid((0, 0, 0, 1), 1, (0, 1, 2, 3))]
     # chunks of max_batch rows in order: a prompt split across two chunks is one distinct prompt
     prompts, grids = plan_grids([a, a, a, b], 2)
     assert prompts == [a, b] and grids == [Grid((0,), 2, (0, 1)), Grid((0, 1), 1, (2, 3))]
 
 
-def test_repeated_prompts_decode_as_each_alone(models, sampler):
+def test_repeated_prompts_decode_as_each_alone(models, sampler, monkeypatch):
     """Rows sharing a prompt (one prefill, its keys read once per step for all of them) give each prompt's greedy
-    tokens and logprobs alone, in the padded grid of uneven counts and in the grid of n samples."""
+    tokens and logprobs alone, in the grid of n samples per prompt and in the row-per-occurrence grid of uneven
+    counts."""
     alone = [sampler.generate([p], temperature=0.0, max_tokens=12)[0] for p in PROMPTS[:2]]
+    prefills = []
+    monkeypatch.setattr(
+        sampler, "_prefill", lambda prompt, p: prefills.append(prompt) or JaxSampler._prefill(sampler, prompt, p)
+    )
     uneven = sampler.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]], temperature=0.0, max_tokens=12)
     samples = sampler.generate(PROMPTS[:2], n=3, temperature=0.0, max_tokens=12)
+    assert prefills == PROMPTS[:2] * 2  # each distinct prompt once per call
     for out, want in ((uneven, [0, 1, 0, 0]), (samples, [0, 0, 0, 1, 1, 1])):
         for c, i in zip(out, want, strict=True):
             np.testing.assert_array_equal(c.token_ids, alone[i].token_ids)
