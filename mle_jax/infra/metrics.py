@@ -3,6 +3,8 @@ resume), one line per trained sample in samples.jsonl, and TensorBoard event fil
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import math
 import threading
@@ -109,10 +111,43 @@ def _count_compile(event: str, seconds: float, **_: Any) -> None:
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]  # fmt: skip
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallinfo2") and hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _libc()
+if _LIBC is not None:
+    _LIBC.mallinfo2.restype = _MallInfo2
+
+
+def malloc_free_gib() -> float | None:
+    """GiB that glibc's malloc holds free in its arenas (freed by the program, not returned to the kernel: resident
+    until reused or trimmed); None without glibc."""
+    return None if _LIBC is None else round(_LIBC.mallinfo2().fordblks / 2**30, 3)
+
+
+def release_free_memory() -> None:
+    """Returns the free pages of glibc's malloc arenas to the kernel (malloc_trim(0)); nothing without glibc."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
 def process_metrics() -> dict[str, float | None]:
     """This process now: `process/rss_gib` its resident memory (VmRSS), `process/peak_rss_gib` the most it has held
-    (VmHWM), `process/compiles` and `process/compile_s` the XLA compiles since mle_jax.infra.metrics was imported
-    (a run logs them every step: compiles stop once its shapes have been seen, memory stays flat)."""
+    (VmHWM), `process/live_arrays_gib` the bytes of its live jax arrays, `process/malloc_free_gib` what malloc holds
+    free (`malloc_free_gib`), `process/compiles` and `process/compile_s` the XLA compiles since
+    mle_jax.infra.metrics was imported (a run logs them every step: compiles stop once its shapes have been seen,
+    memory stays flat)."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
@@ -124,6 +159,8 @@ def process_metrics() -> dict[str, float | None]:
     return {
         "process/rss_gib": round(kib["VmRSS"] / 2**20, 3) if "VmRSS" in kib else None,
         "process/peak_rss_gib": round(kib["VmHWM"] / 2**20, 3) if "VmHWM" in kib else None,
+        "process/live_arrays_gib": round(sum(x.nbytes for x in jax.live_arrays()) / 2**30, 3),
+        "process/malloc_free_gib": malloc_free_gib(),
         "process/compiles": compiles,
         "process/compile_s": round(seconds, 1),
     }
