@@ -25,6 +25,9 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               for --steps RL steps (default 5) of --batch samples: SIGKILLed (its whole process group) once
               --kill-after steps are in metrics.jsonl, started again with the same command; the second start
               must say where it resumed and finish every step (no evaluation: --config.eval.samples=0)
+  memory      `python -m mle_jax.launch --config=configs/pizza.py:smol` at --batch 4 for --steps 10 RL steps (reusing
+              `warm`'s warm start), to its end: the process's resident memory, live arrays, malloc's free bytes
+              and XLA compiles after each step (metrics.jsonl's process/*), its memory plot copied beside --out
 
 Samples are run as RL runs them (AST-instrumented, in the bwrap sandbox with the run's limits) and graded;
 "syntax error" counts programs that do not parse. The sampling stages (prompted, warm, tiny, instrument) sample
@@ -424,6 +427,48 @@ def stage_resume(a) -> dict[str, Any]:
     }
 
 
+def stage_memory(a) -> dict[str, Any]:
+    """`python -m mle_jax.launch --config=configs/pizza.py:smol` at --batch B for --steps RL steps in WORKDIR (a fresh
+    RL run over `warm`'s warm start, or a new warm start when WORKDIR has none), to the end (evaluation and report
+    included); the process's memory and XLA compiles after each step, from its metrics.jsonl; its memory plot
+    copied beside --out."""
+    workdir = Path(a.workdir)
+    for name in ("checkpoints", "metrics.jsonl", "samples.jsonl", "hf_export", "report.md", "tb", "plots"):
+        p = workdir / name  # a fresh RL run over the kept warm start
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:smol", f"--config.workdir={workdir}",
+        f"--config.loop.batch_size={a.batch}", f"--config.ppo.mini_batch_size={a.batch}",
+        f"--config.loop.steps={a.steps}",
+    ]  # fmt: skip
+    log = workdir / f"memory-b{a.batch}.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    keys = ("rss_gib", "peak_rss_gib", "live_arrays_gib", "malloc_free_gib", "compiles", "compile_s")
+    by_step = {k: [r.get(f"process/{k}") for r in rows] for k in keys}
+    plot = workdir / "plots" / "memory_gib.png"
+    copied = None
+    if plot.is_file():
+        copied = Path(a.out).parent / f"smollm2-memory-b{a.batch}.png"
+        shutil.copyfile(plot, copied)
+    rss = by_step["rss_gib"]
+    return {
+        "batch_size": a.batch,
+        "steps": a.steps,
+        "command": " ".join(["python", *cmd[1:]]),
+        "rc": rc,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "steps_logged": [r["step"] for r in rows],
+        "completed": rc == 0 and bool(rows) and rows[-1]["step"] == a.steps,
+        **{f"{k}_by_step": v for k, v in by_step.items()},
+        "rss_last_over_step3": round(rss[-1] / rss[2], 3) if len(rss) >= 3 and rss[2] else None,
+        "plot": str(copied) if copied else None,
+        "log": str(log),
+    }
+
+
 STAGES = {
     "prompted": stage_prompted,
     "warm": stage_warm,
@@ -433,6 +478,7 @@ STAGES = {
     "samplers": stage_samplers,
     "profile": stage_profile,
     "resume": stage_resume,
+    "memory": stage_memory,
 }
 
 
@@ -441,8 +487,8 @@ def main() -> None:
     # no stage (as `make bench` runs every script): the peer benchmark of the two samplers
     ap.add_argument("stage", nargs="?", default="samplers", choices=sorted(STAGES))
     ap.add_argument("--samples", type=int, default=None, help="128 (samplers: 16)")
-    ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5")
-    ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's)")
+    ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5, memory: 10")
+    ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's), memory: B (4)")
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
@@ -453,11 +499,11 @@ def main() -> None:
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")
     a = ap.parse_args()
     if a.steps is None:
-        a.steps = 5 if a.stage == "resume" else 3
+        a.steps = {"resume": 5, "memory": 10}.get(a.stage, 3)
     if a.samples is None:
         a.samples = 16 if a.stage == "samplers" else 128
     if a.batch is None:
-        a.batch = 2 if a.stage == "resume" else 8
+        a.batch = {"resume": 2, "memory": 4}.get(a.stage, 8)
     t0 = time.perf_counter()
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)
