@@ -14,6 +14,7 @@ distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_sof
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -178,6 +179,9 @@ class JaxSampler:
     min_prompt_bucket / min_batch_bucket / min_new_bucket: smallest padded prompt length / batch size /
     max-tokens (all rounded up to powers of two).
     max_batch: most rows decoded together (more are split into consecutive chunks); None = all at once.
+    prefix_cache: how many prompts' prefills to keep between calls (least recently used dropped first; all dropped
+    when `sync` changes the weights): a prompt sampled again, as the scratch prompt is at every refill of an RL
+    step, is not prefilled again (vLLM's prefix caching does the same). 0: none kept.
     copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
     donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
@@ -224,6 +228,7 @@ class JaxSampler:
         min_new_bucket: int = 16,
         copy_params: bool = True,
         max_batch: int | None = None,
+        prefix_cache: int = 2,
     ):
         self.tokenizer = tokenizer
         self.copy_params = copy_params
@@ -246,6 +251,9 @@ class JaxSampler:
         self.min_batch_bucket = min_batch_bucket
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
+        self.prefix_cache = prefix_cache
+        self._prefills: collections.OrderedDict[tuple[tuple[int, ...], int], Any] = collections.OrderedDict()
+        self._keep = 0
 
     def reseed(self, seed: int) -> None:
         """Restarts the stream of sampling keys at `seed` (a fresh sampler's stream starts at 0): runs that differ
@@ -262,6 +270,7 @@ class JaxSampler:
         nnx.update(model, params)
         self.graphdef, self.state = nnx.split(model)
         self.version = int(version)
+        self._prefills.clear()  # computed with the old weights
 
     def generate(
         self,
@@ -292,18 +301,15 @@ class JaxSampler:
             key = jax.random.key(seed)
         prompts, grids = plan_grids(rows, self.max_batch)
         results: list[Any] = [None] * len(rows)
-        prefilled: dict[tuple[int, int], Any] = {}  # (prompt, padded length) -> its prefill
         for g, grid in enumerate(grids):
             p = _bucket(max(len(prompts[i]) for i in grid.prompts), self.min_prompt_bucket)
-            # this grid's prompts, each prefilled once (also one split across consecutive grids: n > max_batch)
-            kept, prefilled = prefilled, {}
-            for i in grid.prompts:
-                if (i, p) not in prefilled:
-                    prefilled[i, p] = kept[i, p] if (i, p) in kept else self._prefill(prompts[i], p)
-            parts = [prefilled[i, p] for i in grid.prompts]
+            self._keep = len(set(grid.prompts))  # this grid's prefills stay until its decode has them all
+            parts = [self._prefill(prompts[i], p) for i in grid.prompts]
             out = self._decode_grid(grid, parts, jax.random.fold_in(key, g), temperature, top_p, top_k, max_tokens)
             for cell, row in enumerate(grid.cells):
                 results[row] = tuple(x[cell] for x in out)
+        self._keep = 0
+        self._trim_prefills()
         completions = []
         for r, (tok, lp, length, stopped) in zip(rows, results, strict=True):
             ids = np.asarray(tok[:length], np.int32)
@@ -323,12 +329,24 @@ class JaxSampler:
         return completions
 
     def _prefill(self, prompt: Sequence[int], p: int) -> tuple[Any, ...]:
-        """One prompt through the model, left-padded to p tokens (`_prefill`'s outputs)."""
+        """One prompt through the model, left-padded to p tokens (`_prefill`'s outputs): computed once per call (a
+        prompt repeated in a call's rows or grids) and kept for the next calls (the `prefix_cache` latest)."""
+        key = (tuple(prompt), p)
+        if key in self._prefills:
+            self._prefills.move_to_end(key)
+            return self._prefills[key]
         tokens = np.full((1, p), self.pad_id, np.int32)
         mask = np.zeros((1, p), np.int32)
         tokens[0, p - len(prompt) :] = prompt
         mask[0, p - len(prompt) :] = 1
-        return _prefill(self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(mask))
+        part = _prefill(self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(mask))
+        self._prefills[key] = part
+        self._trim_prefills()
+        return part
+
+    def _trim_prefills(self) -> None:
+        while len(self._prefills) > max(self.prefix_cache, self._keep):
+            self._prefills.popitem(last=False)
 
     def _decode_grid(self, grid: Grid, parts: list[Any], key, temperature, top_p, top_k, max_tokens):
         """One compiled decode of `grid` (parts: the prefills of its prompts, in order) -> numpy (tokens, logprobs,

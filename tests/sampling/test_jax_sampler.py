@@ -13,6 +13,7 @@ from mle_jax.models import hf
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.sampling import jax_sampler
 from mle_jax.sampling.jax_sampler import Grid, JaxSampler, compiled_programs, plan_grids
 from mle_jax.sampling.protocol import Sampler
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
@@ -96,19 +97,28 @@ def test_grids_share_a_prompt_between_its_samples():
 def test_repeated_prompts_decode_as_each_alone(models, sampler, monkeypatch):
     """Rows sharing a prompt (one prefill, its keys read once per step for all of them) give each prompt's greedy
     tokens and logprobs alone, in the grid of n samples per prompt and in the row-per-occurrence grid of uneven
-    counts."""
+    counts; each distinct prompt is prefilled once per call, or not at all when the last calls kept it."""
     alone = [sampler.generate([p], temperature=0.0, max_tokens=12)[0] for p in PROMPTS[:2]]
     prefills = []
+    real = jax_sampler._prefill
     monkeypatch.setattr(
-        sampler, "_prefill", lambda prompt, p: prefills.append(prompt) or JaxSampler._prefill(sampler, prompt, p)
+        jax_sampler, "_prefill", lambda gd, st, tokens, mask: prefills.append(1) or real(gd, st, tokens, mask)
     )
-    uneven = sampler.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]], temperature=0.0, max_tokens=12)
-    samples = sampler.generate(PROMPTS[:2], n=3, temperature=0.0, max_tokens=12)
-    assert prefills == PROMPTS[:2] * 2  # each distinct prompt once per call
+    s = JaxSampler(models[1], eos_ids=[], prefix_cache=0, **BUCKETS)
+    uneven = s.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]], temperature=0.0, max_tokens=12)
+    samples = s.generate(PROMPTS[:2], n=3, temperature=0.0, max_tokens=12)
+    assert len(prefills) == 4  # two distinct prompts per call
     for out, want in ((uneven, [0, 1, 0, 0]), (samples, [0, 0, 0, 1, 1, 1])):
         for c, i in zip(out, want, strict=True):
             np.testing.assert_array_equal(c.token_ids, alone[i].token_ids)
             np.testing.assert_allclose(c.logprobs, alone[i].logprobs, atol=1e-5)
+    kept = JaxSampler(models[1], eos_ids=[], prefix_cache=2, **BUCKETS)
+    for _ in range(2):
+        kept.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=4)
+    assert len(prefills) == 6  # the second call found both prompts kept
+    kept.sync(nnx.state(models[1], nnx.Param), version=1)
+    kept.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=4)
+    assert len(prefills) == 8 and len(kept._prefills) == 2  # new weights: prefilled again; at most 2 kept
 
 
 def test_top_k_1_and_tiny_top_p_are_greedy(sampler):
