@@ -18,6 +18,7 @@ from flax import nnx
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.split_cache import empty_suffix
+from mle_jax.sampling.jax_sampler import _prefill as prefill
 
 GB = 1e9
 
@@ -67,6 +68,8 @@ def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int, f
     layers_ms: the step without its LM head and with a 16-slot prompt at fill 1: the weight reads (and their
       matmuls) alone; lm_head_ms: the LM head alone (logits of every row over the vocabulary);
     sample_ms: drawing the tokens from [rows, V] logits (T = 0.7, and with top-p 0.95, which sorts the vocabulary);
+    prefill_ms: the prompt through the model once (the sampler's prefill of a distinct prompt); old_prefill_ms: the
+      sampler before issue 37's prefill of all `rows` copies of it into their caches of prompt + budget slots;
     host_round_trip_ms: one jitted call and a device_get of a [rows] array: what a decode loop that went back to
       the host for every token would pay per step (the sampler's loop is a lax.while_loop: it pays it once).
     """
@@ -109,6 +112,16 @@ def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int, f
     for name, top_p in (("sample_ms", 1.0), ("sample_top_p_ms", 0.95)):
         draw = jax.jit(lambda lg, k, p=top_p: sample_token(lg, k, jnp.float32(0.7), jnp.float32(p), jnp.int32(-1)))
         out[name] = round(best_ms(draw, logits, jax.random.key(1)), 2)
+    tokens, mask = jnp.ones((1, prompt), jnp.int32), jnp.ones((1, prompt), jnp.int32)
+    out["prefill_ms"] = round(best_ms(prefill, graphdef, state, tokens, mask, calls=2), 1)
+
+    @jax.jit
+    def old_prefill(state, tokens, mask):
+        model = nnx.merge(graphdef, state)
+        return model.hidden_states(tokens, attention_mask=mask, cache=model.init_cache(rows, prompt + budget))
+
+    tokens, mask = jnp.ones((rows, prompt), jnp.int32), jnp.ones((rows, prompt), jnp.int32)
+    out["old_prefill_ms"] = round(best_ms(old_prefill, state, tokens, mask, calls=1), 1)
     bump = jax.jit(lambda x: x + 1)
     out["host_round_trip_ms"] = round(best_ms(lambda x: jax.device_get(bump(x)), tok, calls=50), 3)
     return out

