@@ -142,25 +142,41 @@ def release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
-def process_metrics() -> dict[str, float | None]:
-    """This process now: `process/rss_gib` its resident memory (VmRSS), `process/peak_rss_gib` the most it has held
-    (VmHWM), `process/live_arrays_gib` the bytes of its live jax arrays, `process/malloc_free_gib` what malloc holds
-    free (`malloc_free_gib`), `process/compiles` and `process/compile_s` the XLA compiles since
-    mle_jax.infra.metrics was imported (a run logs them every step: compiles stop once its shapes have been seen,
-    memory stays flat)."""
+def _status_kib() -> dict[str, int]:
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
-        status = ""
+        return {}
     lines = [line.split() for line in status.splitlines() if line.startswith(("VmRSS:", "VmHWM:"))]
-    kib = {fields[0].rstrip(":"): int(fields[1]) for fields in lines}
+    return {fields[0].rstrip(":"): int(fields[1]) for fields in lines}
+
+
+def process_metrics(release: bool = True) -> dict[str, float | None]:
+    """This process now, in GiB: `process/rss_gib` its resident memory (VmRSS) and `process/peak_rss_gib` the most
+    it has held (VmHWM); `process/live_arrays_gib` its live jax arrays; `process/malloc_free_gib` what malloc holds
+    freed but not returned to the kernel; and `process/compiles`, `process/compile_s` the XLA compiles since
+    mle_jax.infra.metrics was imported. A run logs them every step: compiles stop once its shapes have been seen,
+    and its memory stays flat.
+
+    release: first return malloc's free pages to the kernel (`release_free_memory`; the RL loop does at every step):
+    `process/rss_gib` is then what the process uses, `process/released_gib` what the release gave back (the
+    freed buffers of the step's compiles, prefills, decodes and update, which glibc keeps in its arenas).
+    """
+    free = malloc_free_gib()
+    before = _status_kib().get("VmRSS")
+    if release:
+        release_free_memory()
+    kib = _status_kib()
     with _COMPILES_LOCK:
         compiles, seconds = _COMPILES["count"], _COMPILES["seconds"]
-    return {
+    out = {
         "process/rss_gib": round(kib["VmRSS"] / 2**20, 3) if "VmRSS" in kib else None,
         "process/peak_rss_gib": round(kib["VmHWM"] / 2**20, 3) if "VmHWM" in kib else None,
         "process/live_arrays_gib": round(sum(x.nbytes for x in jax.live_arrays()) / 2**30, 3),
-        "process/malloc_free_gib": malloc_free_gib(),
+        "process/malloc_free_gib": free,
         "process/compiles": compiles,
         "process/compile_s": round(seconds, 1),
     }
+    if release and before is not None and "VmRSS" in kib:
+        out["process/released_gib"] = round((before - kib["VmRSS"]) / 2**20, 3)
+    return out
