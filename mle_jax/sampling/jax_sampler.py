@@ -199,8 +199,11 @@ class JaxSampler:
         frozen: bool = False,
     ) -> JaxSampler:
         """The in-process sampler of `model` (it reads no field of the sampler section; url is not used). frozen:
-        of a clone of `model`, whose weights stay as they are while the policy's change."""
-        return cls(nnx.clone(model) if frozen else model, tokenizer)
+        of a clone of `model`, whose weights stay as they are while the policy's change (the instrumenter's, whose
+        prompts, each a different program, are never sampled twice: it keeps no prefills between calls)."""
+        if frozen:
+            return cls(nnx.clone(model), tokenizer, prefix_cache=0)
+        return cls(model, tokenizer)
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
