@@ -59,14 +59,22 @@ def weight_bytes(model: Qwen2ForCausalLM) -> dict[str, int]:
     return {"total": int(total), "lm_head": int(model.model.embed_tokens[...].nbytes)}
 
 
-def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int, fills: tuple[int, ...]) -> dict:
+def step_profile(
+    model: Qwen2ForCausalLM,
+    rows: int,
+    prompt: int,
+    budget: int,
+    fills: tuple[int, ...],
+    bf16: Qwen2ForCausalLM | None = None,
+) -> dict:
     """One decode step of `rows` samples of one prompt of `prompt` slots with `budget` generated slots, in ms:
 
     old_step_ms: the sampler before issue 37 (one KVCache of prompt + budget slots per row, every slot read)
       at each fill (generated tokens so far);
     step_ms: the split cache (the prompt once, each row's filled suffix blocks) at each fill;
     layers_ms: the step without its LM head and with a 16-slot prompt at fill 1: the weight reads (and their
-      matmuls) alone; lm_head_ms: the LM head alone (logits of every row over the vocabulary);
+      matmuls) alone, and layers_bf16_ms the same with `bf16` (the model in bfloat16, when given); lm_head_ms: the
+      LM head alone (logits of every row over the vocabulary);
     sample_ms: drawing the tokens from [rows, V] logits (T = 0.7, and with top-p 0.95, which sorts the vocabulary);
     prefill_ms: the prompt through the model once (the sampler's prefill of a distinct prompt); old_prefill_ms: the
       sampler before issue 37's prefill of all `rows` copies of it into their caches of prompt + budget slots;
@@ -106,6 +114,11 @@ def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int, f
         old.append(round(best_ms(old_step, state, cache, tok), 1))
     out["old_step_ms"] = old
     out["layers_ms"] = round(best_ms(layers, state, split_cache(16, 1), tok), 1)
+    if bf16 is not None:  # the same weights in bfloat16 (half the bytes), computed in bfloat16
+        graphdef16, state16 = nnx.split(bf16)
+        cache16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x, split_cache(16, 1))
+        step16 = jax.jit(lambda state, cache, tok: nnx.merge(graphdef16, state).model.decode(tok, cache))
+        out["layers_bf16_ms"] = round(best_ms(step16, state16, cache16, tok), 1)
     h = jnp.ones((rows, 1, cfg.hidden_size), model.dtype)
     out["lm_head_ms"] = round(best_ms(jax.jit(lambda s, h: nnx.merge(graphdef, s).logits_from_hidden(h)), state, h), 1)
     logits = jax.random.normal(jax.random.key(0), (rows, cfg.vocab_size))

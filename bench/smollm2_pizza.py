@@ -57,6 +57,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
 from configs import pizza  # noqa: E402
@@ -335,7 +337,16 @@ def stage_samplers(a) -> dict[str, Any]:
             comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
             seconds = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for c in comps)
-        out[kind] = {"seconds": round(seconds, 1), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
+        longest = max(len(c.token_ids) for c in comps)
+        out[kind] = {
+            "seconds": round(seconds, 1),
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 1),
+            "longest": longest,
+            # of the rows x steps a batch decoding to its longest row runs, the share that made a token (the JAX
+            # sampler's rows that stopped go on to the end; vLLM's leave the batch)
+            "row_steps_used": round(tokens / (a.samples * longest), 3),
+        }
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
     out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
     out["roofline"] = roofline(from_pretrained(folder), len(prompt), a.samples, out)
@@ -373,7 +384,9 @@ def stage_profile(a) -> dict[str, Any]:
         "bandwidth": memory_bandwidth(),
         "weight_bytes": weight_bytes(model),
         "kv_bytes_per_token": kv_bytes_per_token(model),
-        **step_profile(model, MAX_BATCH, 1024, 1024, (1, 384, 768)),
+        **step_profile(
+            model, MAX_BATCH, 1024, 1024, (1, 384, 768), bf16=from_pretrained(Path(s.model.path), dtype=jnp.bfloat16)
+        ),
     }
 
 
