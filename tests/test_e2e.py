@@ -65,6 +65,7 @@ def test_two_rl_steps_end_to_end(finished_run):
         assert 0.0 <= r["valid_fraction"] <= 1.0
         assert r["learner/actor/pg_loss"] == r["learner/actor/pg_loss"]  # finite, not NaN
         assert 0.0 <= r["learner_idle_fraction"] <= 1.0 and 0.0 <= r["executor_utilization"] <= 1.0
+        assert 0.1 < r["process/rss_gib"] <= r["process/peak_rss_gib"] and r["process/compiles"] > 0
     assert summary["rl/steps"] == 2 and summary["rl/samples"] >= 8
     assert summary["warmstart/corpus_verified"] >= 1  # the SFT corpus ran and graded in the sandbox
     assert 0.0 <= summary["warmstart/instrument_heldout_accept"] <= 1.0

@@ -108,6 +108,13 @@ def test_staleness_metrics_reach_the_jsonl_tensorboard_and_plots(tmp_path):
     ]  # no behaviour weights: not a decoupled run
 
 
+def test_the_process_metrics_of_each_step_are_plotted(tmp_path):
+    rows = [{"step": step, "reward/mean": -1.0, **metrics.process_metrics()} for step in (1, 2)]
+    assert rows[0]["process/rss_gib"] > 0.1 and rows[0]["process/compiles"] >= 0  # this process holds jax
+    names = {p.name for p in report.write_plots(rows, tmp_path)}
+    assert "memory_gib.png" in names
+
+
 def test_a_mix_gets_a_plot_per_metric_with_a_line_per_task(tmp_path):
     rows = [
         {"step": step, "reward/mean": -5.0, "reward/mean/a-task": -1.0 * step, "reward/mean/b-task": -9.0,

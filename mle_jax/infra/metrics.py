@@ -9,13 +9,17 @@ while the file stays within its allowance, which grows with the steps (step s of
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import math
+import threading
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from mle_jax.infra.tensorboard_events import EventFileWriter, drop_steps_after
@@ -133,3 +137,88 @@ def read_metrics(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+_COMPILES = {"count": 0, "seconds": 0.0}
+_COMPILES_LOCK = threading.Lock()
+
+
+def _count_compile(event: str, seconds: float, **_: Any) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":  # one XLA compile (cache hits do not send it)
+        with _COMPILES_LOCK:
+            _COMPILES["count"] += 1
+            _COMPILES["seconds"] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]  # fmt: skip
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallinfo2") and hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _libc()
+if _LIBC is not None:
+    _LIBC.mallinfo2.restype = _MallInfo2
+
+
+def malloc_free_gib() -> float | None:
+    """GiB that glibc's malloc holds free in its arenas (freed by the program, not returned to the kernel: resident
+    until reused or trimmed); None without glibc."""
+    return None if _LIBC is None else round(_LIBC.mallinfo2().fordblks / 2**30, 3)
+
+
+def release_free_memory() -> None:
+    """Returns the free pages of glibc's malloc arenas to the kernel (malloc_trim(0)); nothing without glibc."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _status_kib() -> dict[str, int]:
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return {}
+    lines = [line.split() for line in status.splitlines() if line.startswith(("VmRSS:", "VmHWM:"))]
+    return {fields[0].rstrip(":"): int(fields[1]) for fields in lines}
+
+
+def process_metrics(release: bool = True) -> dict[str, float | None]:
+    """This process now, in GiB: `process/rss_gib` its resident memory (VmRSS) and `process/peak_rss_gib` the most
+    it has held (VmHWM); `process/live_arrays_gib` its live jax arrays; `process/malloc_free_gib` what malloc holds
+    freed but not returned to the kernel; and `process/compiles`, `process/compile_s` the XLA compiles since
+    mle_jax.infra.metrics was imported. A run logs them every step: compiles stop once its shapes have been seen,
+    and its memory stays flat.
+
+    release: first return malloc's free pages to the kernel (`release_free_memory`; the RL loop does at every step):
+    `process/rss_gib` is then what the process uses, `process/released_gib` what the release gave back (the
+    freed buffers of the step's compiles, prefills, decodes and update, which glibc keeps in its arenas).
+    """
+    free = malloc_free_gib()
+    before = _status_kib().get("VmRSS")
+    if release:
+        release_free_memory()
+    kib = _status_kib()
+    with _COMPILES_LOCK:
+        compiles, seconds = _COMPILES["count"], _COMPILES["seconds"]
+    out = {
+        "process/rss_gib": round(kib["VmRSS"] / 2**20, 3) if "VmRSS" in kib else None,
+        "process/peak_rss_gib": round(kib["VmHWM"] / 2**20, 3) if "VmHWM" in kib else None,
+        "process/live_arrays_gib": round(sum(x.nbytes for x in jax.live_arrays()) / 2**30, 3),
+        "process/malloc_free_gib": free,
+        "process/compiles": compiles,
+        "process/compile_s": round(seconds, 1),
+    }
+    if release and before is not None and "VmRSS" in kib:
+        out["process/released_gib"] = round((before - kib["VmRSS"]) / 2**20, 3)
+    return out

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from mle_jax.models.split_cache import SplitCache, split_cache_attention
+
 Array = jax.Array
 LOGICAL_AXES = ("vocab", "embed", "q_heads", "kv_heads", "head_dim", "mlp", "norm")
 _NEG = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: a fully masked (padding) query row stays NaN-free
@@ -454,11 +456,32 @@ class Attention(nnx.Module):
             out = dot_product_attention(q, k, v, mask)
         else:
             out = gqa_attention(q, k, v, mask, self.attn_block)
+        return self._out(out), new_kv
+
+    def _out(self, out: Array) -> Array:
+        """The heads' outputs [B, T, Hq, Dh] -> [B, T, D] (o_proj, + its bias if any)."""
+        dt = self.dtype
         b, t, hq, dh = out.shape
         out = dense(out.reshape(b, t, hq * dh), self.o_proj[...].astype(dt).reshape(hq * dh, -1))
         if self.out_bias:
             out = out + self.o_bias[...].astype(dt)
-        return out, new_kv
+        return out
+
+    def decode(self, x: Array, cache: SplitCache, layer: int, block: int) -> tuple[Array, tuple[Array, Array]]:
+        """One new token per row against a SplitCache: x [R, 1, D] -> [R, 1, D], this layer's suffix (k, v) with
+        the token written at slot cache.index (its RoPE position: cache.positions)."""
+        dt = self.dtype
+        q, k, v = self._qkv(x.astype(dt))
+        cos, sin = rope_cos_sin(cache.positions[:, None], self.head_dim, self.rope_theta)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        ck, cv = cache.k[layer], cache.v[layer]
+        ck = jax.lax.dynamic_update_slice(ck, k.transpose(0, 2, 3, 1).astype(ck.dtype), (0, 0, 0, cache.index))
+        cv = jax.lax.dynamic_update_slice(cv, v.transpose(0, 2, 1, 3).astype(cv.dtype), (0, 0, cache.index, 0))
+        pk, pv = cache.prefix_k[layer].astype(dt), cache.prefix_v[layer].astype(dt)
+        out = split_cache_attention(
+            q[:, 0], pk, pv, cache.prefix_valid, ck.astype(dt), cv.astype(dt), cache.index + 1, block
+        )
+        return self._out(out[:, None]), (ck, cv)
 
 
 class MLP(nnx.Module):
@@ -494,6 +517,13 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, x, positions, mask, cache_kv=None, index=None):
         h, new_kv = self.attn(self.input_layernorm(x), positions, mask, cache_kv, index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, new_kv
+
+    def decode(self, x: Array, cache: SplitCache, layer: int, block: int) -> tuple[Array, tuple[Array, Array]]:
+        """x [R, 1, D] -> [R, 1, D] and this layer's new suffix (k, v) (Attention.decode)."""
+        h, new_kv = self.attn.decode(self.input_layernorm(x), cache, layer, block)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
@@ -595,6 +625,18 @@ class Qwen2Model(nnx.Module):
         )
         return x, new_cache
 
+    def decode(self, tokens: Array, cache: SplitCache, block: int = 128) -> tuple[Array, SplitCache]:
+        """One token per row of a SplitCache: tokens [R] int32 -> final-normed hidden states [R, D], the cache
+        with the tokens' keys and values written (index and positions advanced by one)."""
+        x = self.embed_tokens[...].astype(self.dtype)[tokens][:, None]
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            x, (k, v) = layer.decode(x, cache, i, block)
+            new_k.append(k)
+            new_v.append(v)
+        new_cache = cache.replace(k=tuple(new_k), v=tuple(new_v), index=cache.index + 1, positions=cache.positions + 1)
+        return self.norm(x)[:, 0], new_cache
+
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         """An empty cache of `max_len` slots per row (dtype defaults to the compute dtype)."""
         cfg = self.config
@@ -655,3 +697,8 @@ class Qwen2ForCausalLM(nnx.Module):
 
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         return self.model.init_cache(batch, max_len, dtype)
+
+    def decode(self, tokens: Array, cache: SplitCache, block: int = 128) -> tuple[Array, SplitCache]:
+        """tokens [R] int32 -> logits [R, V] float32 of the next token of each row of `cache`, the new cache."""
+        h, cache = self.model.decode(tokens, cache, block)
+        return self.logits_from_hidden(h[:, None])[:, 0], cache

@@ -4,8 +4,9 @@ Everything lives in the run's workdir:
   metrics.jsonl     one JSON object per RL step (appended; survives a crash and a resume)
   tb/               TensorBoard event files (a resume drops the points past its checkpoint from them too)
   samples.jsonl     one JSON object per trained sample: figures, outcome, medal, plan, program, output (capped)
-  plots/*.png       score mean/best, valid fraction, mean Δt, reward components per step (a mix: per task too);
-                    of the samples: score against Δt, medal shares and outcomes per step (reporting/sample_plots.py)
+  plots/*.png       score mean/best, valid fraction, mean Δt, reward components, memory per step (a mix: per task
+                    too); of the samples: score against Δt, medal shares and outcomes per step
+                    (reporting/sample_plots.py)
   run_summary.json  the run's figures (report.md's "Run" table), kept for `mle_jax.evaluate`'s report
   report.md         a summary to read first (reporting/report_summary.py), then the run's tables: the run's
                     figures, the evaluation, per task, per step, the plots
@@ -65,6 +66,8 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "stale_version_lag": ("learner/stale/version_lag_slow", "learner/stale/version_lag_fast"),
     "stale_clipfrac": ("learner/stale/clipfrac_slow", "learner/stale/clipfrac_fast"),
     "stale_behaviour_weight": ("learner/stale/behaviour_weight_slow", "learner/stale/behaviour_weight_fast"),
+    # the process's memory after each step (infra/metrics.process_metrics): flat once its shapes have been seen
+    "memory_gib": ("process/rss_gib", "process/live_arrays_gib", "process/malloc_free_gib"),
 }
 
 

@@ -38,7 +38,7 @@ from mle_jax.env.episodes import Episode, episode_rows
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.infra.metrics import MetricsWriter, process_metrics
 from mle_jax.reporting.sample_texts import tensorboard_samples
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
@@ -492,6 +492,7 @@ class AsyncRLLoop:
                 "time/update_s": c.update_s,
                 "time/sample_s": c.sample_s,
             }
+            | process_metrics()
         )
         self.writer.write(c.step, m)
         records = episode_records(episodes, c.version - 1, self.env, self.writer.output_chars)

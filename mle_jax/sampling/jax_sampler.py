@@ -1,10 +1,12 @@
-"""In-process JAX sampler: batched prefill + decode over a preallocated KV cache, in one jit.
+"""In-process JAX sampler: each distinct prompt prefilled once, then its samples decoded together over a split
+KV cache (mle_jax.models.split_cache), in a jitted `lax.while_loop`.
 
-Prompts are LEFT-padded to a length bucket so every row writes the same cache slot each step
-(per-row RoPE positions and valid-slot masks live in the cache, see mle_jax.models.qwen2). One
-compiled program per (batch bucket, prompt bucket, max-tokens bucket); temperature, top-p, top-k
-and max_tokens are traced arguments, so changing them never recompiles. The decode loop is a
-`jax.lax.while_loop` that exits as soon as every row has produced a stop token.
+A call's rows (prompts x n) are laid out as grids of U distinct prompts x n samples (`plan_grids`). Each prompt's
+prefill (left-padded to a length bucket) runs once; its keys and values become the prefix of its n rows, read once
+per step for all of them, and each row's generated tokens' keys fill its own suffix, read only as far as filled.
+One compiled prefill per prompt bucket and one decode per (U bucket, n bucket, prompt bucket, max-tokens bucket);
+temperature, top-p, top-k and max_tokens are traced arguments, so changing them never recompiles. The decode loop
+exits as soon as every row has produced a stop token; it never returns to the host between tokens.
 
 Logprobs: for each sampled token, log_softmax(logits / temperature) (the full, untruncated
 distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_softmax(logits).
@@ -12,6 +14,8 @@ distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_sof
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,8 +28,11 @@ from flax import nnx
 
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
+from mle_jax.models.split_cache import empty_suffix
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
+
+DECODE_BLOCK = 128  # suffix slots read per block (split_cache_attention): a step reads only the filled blocks
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -33,40 +40,55 @@ def _bucket(n: int, minimum: int) -> int:
     return max(minimum, 1 << max(0, int(n) - 1).bit_length())
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "stop_ids", "pad_id"))
-def _generate(
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _prefill(graphdef, state, tokens: jax.Array, mask: jax.Array):
+    """One prompt, tokens/mask [1, P] left-padded -> (logits [V] of its next token, per-layer keys
+    [1, Hkv, Dh, P] and values [1, Hkv, P, Dh], valid [1, P] bool, length [1] int32)."""
+    model = nnx.merge(graphdef, state)
+    h, cache = model.hidden_states(tokens, attention_mask=mask, cache=model.init_cache(1, tokens.shape[1]))
+    logits = model.logits_from_hidden(h[:, -1:])  # left padding: the last slot is the last token
+    return logits[0, 0], cache.k, cache.v, cache.valid, cache.positions
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "max_new", "stop_ids", "pad_id", "block"))
+def _decode(
     graphdef,
     state,
-    tokens: jax.Array,
-    mask: jax.Array,
+    prefix_k: tuple[jax.Array, ...],
+    prefix_v: tuple[jax.Array, ...],
+    prefix_valid: jax.Array,
+    prefix_len: jax.Array,
+    first_logits: jax.Array,
+    live: jax.Array,
     key: jax.Array,
     temperature: jax.Array,
     top_p: jax.Array,
     top_k: jax.Array,
     max_tokens: jax.Array,
     *,
+    n: int,
     max_new: int,
     stop_ids: tuple[int, ...],
     pad_id: int,
+    block: int,
 ):
-    """tokens/mask [B, P] left-padded -> (out tokens [B, max_new], logprobs [B, max_new], lengths [B],
-    stopped [B] bool). Rows whose mask is all zero are batch padding and count as stopped."""
+    """n samples of each of U prefilled prompts (prefix_* as in SplitCache, prefix_len [U] their lengths,
+    first_logits [U, V] their next-token logits), R = U * n rows, live [R] bool (False: grid padding, counted
+    as stopped) -> (out tokens [R, max_new], logprobs [R, max_new], lengths [R], stopped [R] bool)."""
     model = nnx.merge(graphdef, state)
-    b, p = tokens.shape
-    cache = model.init_cache(b, p + max_new)
-    h, cache = model.hidden_states(tokens, attention_mask=mask, cache=cache)
-    logits = model.logits_from_hidden(h[:, -1:])  # left padding: the last slot is every row's last token
+    r = live.shape[0]
+    cache = empty_suffix(prefix_k, prefix_v, prefix_valid, prefix_len, n, max_new)
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
 
     def pick(logits, key):
         return sample_token(logits, key, temperature, top_p, top_k)
 
     key, sub = jax.random.split(key)
-    tok, lp = pick(logits[:, -1], sub)
-    out_tok = jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
-    out_lp = jnp.zeros((b, max_new), jnp.float32).at[:, 0].set(lp)
-    done = jnp.isin(tok, stops) | ~mask.any(axis=1)
-    lengths = jnp.where(mask.any(axis=1), 1, 0).astype(jnp.int32)
+    tok, lp = pick(jnp.repeat(first_logits, n, axis=0), sub)
+    out_tok = jnp.full((r, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
+    out_lp = jnp.zeros((r, max_new), jnp.float32).at[:, 0].set(lp)
+    done = jnp.isin(tok, stops) | ~live
+    lengths = live.astype(jnp.int32)
 
     def cond(carry):
         step, _, _, _, _, done, _, _ = carry
@@ -74,9 +96,9 @@ def _generate(
 
     def body(carry):
         step, tok, cache, out_tok, out_lp, done, lengths, key = carry
-        logits, cache = model(tok[:, None], attention_mask=jnp.ones((b, 1), jnp.int32), cache=cache)
+        logits, cache = model.decode(tok, cache, block)
         key, sub = jax.random.split(key)
-        new, lp = pick(logits[:, 0], sub)
+        new, lp = pick(logits, sub)
         new = jnp.where(done, pad_id, new)
         lp = jnp.where(done, 0.0, lp)
         out_tok = jax.lax.dynamic_update_slice(out_tok, new[:, None], (0, step))
@@ -91,6 +113,63 @@ def _generate(
     return out_tok, out_lp, lengths, stopped & (lengths > 0)
 
 
+def _stack(parts: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """Prefills of U prompts (`_prefill`'s outputs) -> one prefix: logits [U, V], per-layer keys [U, ...] and
+    values, valid [U, P], lengths [U]."""
+    logits, ks, vs, valid, length = zip(*parts, strict=True)
+    layers = len(ks[0])
+    return (
+        jnp.stack(logits),
+        tuple(jnp.concatenate([k[i] for k in ks]) for i in range(layers)),
+        tuple(jnp.concatenate([v[i] for v in vs]) for i in range(layers)),
+        jnp.concatenate(valid),
+        jnp.concatenate(length),
+    )
+
+
+def compiled_programs() -> int:
+    """How many programs the sampler has compiled in this process (prefill and decode, every shape)."""
+    return _prefill._cache_size() + _decode._cache_size()
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """Rows of one decode call laid out as U prompts x n samples: cell u * n + j is sample j of prompt
+    `prompts[u]` (an index into the call's distinct prompts) and generates row `cells[u * n + j]` of the
+    request."""
+
+    prompts: tuple[int, ...]
+    n: int
+    cells: tuple[int, ...]
+
+
+def plan_grids(rows: Sequence[Sequence[int]], max_batch: int | None) -> tuple[list[list[int]], list[Grid]]:
+    """The distinct prompts of `rows` (token-id lists) and the grids that generate every row once.
+
+    Rows are split into chunks of at most `max_batch` (None: one chunk) in their order; a chunk whose distinct
+    prompts each repeat the same number of times n is one grid of its U prompts x n (a batch of n samples per
+    prompt, or of distinct prompts with n = 1). Any other chunk is a grid of one row per prompt occurrence: a
+    prompt's prefill still runs once, its keys copied into each of its rows' prefixes (padding such a chunk to a
+    U x n grid would waste rows and add decode shapes, each a compile).
+    """
+    distinct: dict[tuple[int, ...], int] = {}
+    for r in rows:
+        distinct.setdefault(tuple(r), len(distinct))
+    chunk = max_batch or len(rows)
+    grids = []
+    for start in range(0, len(rows), chunk):
+        idx = list(range(start, min(start + chunk, len(rows))))
+        groups: dict[int, list[int]] = {}
+        for i in idx:
+            groups.setdefault(distinct[tuple(rows[i])], []).append(i)
+        counts = {len(g) for g in groups.values()}
+        if len(counts) == 1:
+            grids.append(Grid(tuple(groups), counts.pop(), tuple(c for g in groups.values() for c in g)))
+        else:
+            grids.append(Grid(tuple(distinct[tuple(rows[i])] for i in idx), 1, tuple(idx)))
+    return [list(p) for p in distinct], grids
+
+
 class JaxSampler:
     """`Sampler` over an in-process Qwen2ForCausalLM.
 
@@ -100,6 +179,9 @@ class JaxSampler:
     min_prompt_bucket / min_batch_bucket / min_new_bucket: smallest padded prompt length / batch size /
     max-tokens (all rounded up to powers of two).
     max_batch: most rows decoded together (more are split into consecutive chunks); None = all at once.
+    prefix_cache: how many prompts' prefills to keep between calls (least recently used dropped first; all dropped
+    when `sync` changes the weights): a prompt sampled again, as the scratch prompt is at every refill of an RL
+    step, is not prefilled again (vLLM's prefix caching does the same). 0: none kept.
     copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
     donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
@@ -117,8 +199,11 @@ class JaxSampler:
         frozen: bool = False,
     ) -> JaxSampler:
         """The in-process sampler of `model` (it reads no field of the sampler section; url is not used). frozen:
-        of a clone of `model`, whose weights stay as they are while the policy's change."""
-        return cls(nnx.clone(model) if frozen else model, tokenizer)
+        of a clone of `model`, whose weights stay as they are while the policy's change (the instrumenter's, whose
+        prompts, each a different program, are never sampled twice: it keeps no prefills between calls)."""
+        if frozen:
+            return cls(nnx.clone(model), tokenizer, prefix_cache=0)
+        return cls(model, tokenizer)
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
@@ -146,6 +231,7 @@ class JaxSampler:
         min_new_bucket: int = 16,
         copy_params: bool = True,
         max_batch: int | None = None,
+        prefix_cache: int = 2,
     ):
         self.tokenizer = tokenizer
         self.copy_params = copy_params
@@ -168,6 +254,9 @@ class JaxSampler:
         self.min_batch_bucket = min_batch_bucket
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
+        self.prefix_cache = prefix_cache
+        self._prefills: collections.OrderedDict[tuple[tuple[int, ...], int], Any] = collections.OrderedDict()
+        self._keep = 0
 
     def reseed(self, seed: int) -> None:
         """Restarts the stream of sampling keys at `seed` (a fresh sampler's stream starts at 0): runs that differ
@@ -184,6 +273,7 @@ class JaxSampler:
         nnx.update(model, params)
         self.graphdef, self.state = nnx.split(model)
         self.version = int(version)
+        self._prefills.clear()  # computed with the old weights
 
     def generate(
         self,
@@ -212,58 +302,87 @@ class JaxSampler:
             self._key, key = jax.random.split(self._key)
         else:
             key = jax.random.key(seed)
-        chunk = self.max_batch or len(rows)
-        results = [
-            self._generate_rows(rows[i : i + chunk], jax.random.fold_in(key, i), temperature, top_p, top_k, max_tokens)
-            for i in range(0, len(rows), chunk)
-        ]
-        out_tok = [r for res in results for r in res[0]]
-        out_lp = [r for res in results for r in res[1]]
-        lengths = [r for res in results for r in res[2]]
-        stopped = [r for res in results for r in res[3]]
+        prompts, grids = plan_grids(rows, self.max_batch)
+        results: list[Any] = [None] * len(rows)
+        for g, grid in enumerate(grids):
+            p = _bucket(max(len(prompts[i]) for i in grid.prompts), self.min_prompt_bucket)
+            self._keep = len(set(grid.prompts))  # this grid's prefills stay until its decode has them all
+            parts = [self._prefill(prompts[i], p) for i in grid.prompts]
+            out = self._decode_grid(grid, parts, jax.random.fold_in(key, g), temperature, top_p, top_k, max_tokens)
+            for cell, row in enumerate(grid.cells):
+                results[row] = tuple(x[cell] for x in out)
+        self._keep = 0
+        self._trim_prefills()
         completions = []
-        for i, r in enumerate(rows):
-            ids = np.asarray(out_tok[i][: lengths[i]], np.int32)
+        for r, (tok, lp, length, stopped) in zip(rows, results, strict=True):
+            ids = np.asarray(tok[:length], np.int32)
             text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer else ""
             completions.append(
                 check_completion(
                     Completion(
                         prompt_ids=np.asarray(r, np.int32),
                         token_ids=ids,
-                        logprobs=np.asarray(out_lp[i][: lengths[i]], np.float32),
+                        logprobs=np.asarray(lp[:length], np.float32),
                         text=text,
-                        finish_reason="stop" if stopped[i] else "length",
+                        finish_reason="stop" if stopped else "length",
                         version=self.version,
                     )
                 )
             )
         return completions
 
-    def _generate_rows(self, rows, key, temperature, top_p, top_k, max_tokens):
-        """One compiled call over `rows` (token-id lists) -> numpy (tokens, logprobs, lengths, stopped)."""
-        b = _bucket(len(rows), self.min_batch_bucket)
-        p = _bucket(max(len(r) for r in rows), self.min_prompt_bucket)
+    def _prefill(self, prompt: Sequence[int], p: int) -> tuple[Any, ...]:
+        """One prompt through the model, left-padded to p tokens (`_prefill`'s outputs): computed once per call (a
+        prompt repeated in a call's rows or grids) and kept for the next calls (the `prefix_cache` latest)."""
+        key = (tuple(prompt), p)
+        if key in self._prefills:
+            self._prefills.move_to_end(key)
+            return self._prefills[key]
+        tokens = np.full((1, p), self.pad_id, np.int32)
+        mask = np.zeros((1, p), np.int32)
+        tokens[0, p - len(prompt) :] = prompt
+        mask[0, p - len(prompt) :] = 1
+        part = _prefill(self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(mask))
+        self._prefills[key] = part
+        self._trim_prefills()
+        return part
+
+    def _trim_prefills(self) -> None:
+        while len(self._prefills) > max(self.prefix_cache, self._keep):
+            self._prefills.popitem(last=False)
+
+    def _decode_grid(self, grid: Grid, parts: list[Any], key, temperature, top_p, top_k, max_tokens):
+        """One compiled decode of `grid` (parts: the prefills of its prompts, in order) -> numpy (tokens, logprobs,
+        lengths, stopped), one row per cell. The grid is padded to U and n buckets (powers of two; U * n at least
+        min_batch_bucket): padding prompts hold no valid slot, padding rows count as stopped from the start."""
+        n = _bucket(grid.n, 1)
+        u = _bucket(len(grid.prompts), max(1, -(-self.min_batch_bucket // n)))
         m = _bucket(max_tokens, self.min_new_bucket)
-        tokens = np.full((b, p), self.pad_id, np.int32)
-        mask = np.zeros((b, p), np.int32)
-        for i, r in enumerate(rows):
-            tokens[i, p - len(r) :] = r
-            mask[i, p - len(r) :] = 1
-        out_tok, out_lp, lengths, stopped = jax.device_get(
-            _generate(
+        pad = [jax.tree.map(jnp.zeros_like, parts[0])] * (u - len(parts))
+        logits, ks, vs, valid, length = _stack(parts + pad)
+        live = np.zeros((u, n), bool)
+        live[: len(grid.prompts), : grid.n] = True
+        out = jax.device_get(
+            _decode(
                 self.graphdef,
                 self.state,
-                jnp.asarray(tokens),
-                jnp.asarray(mask),
+                ks,
+                vs,
+                valid,
+                length,
+                logits,
+                jnp.asarray(live.reshape(-1)),
                 key,
                 jnp.float32(temperature),
                 jnp.float32(top_p),
                 jnp.int32(top_k),
                 jnp.int32(max_tokens),
+                n=n,
                 max_new=m,
                 stop_ids=self.stop_ids,
                 pad_id=self.pad_id,
+                block=min(m, DECODE_BLOCK),
             )
         )
-        n = len(rows)
-        return out_tok[:n], out_lp[:n], lengths[:n], stopped[:n]
+        cells = np.arange(u * n).reshape(u, n)[: len(grid.prompts), : grid.n].reshape(-1)
+        return tuple(x[cells] for x in out)

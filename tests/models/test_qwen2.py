@@ -14,6 +14,7 @@ from flax import nnx
 from configs import base
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from mle_jax.models.split_cache import empty_suffix, split_cache_attention
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
@@ -164,6 +165,49 @@ def test_kv_cache_decoding_equals_full_recompute(pair):
         logits, cache = step(ours, tok, jnp.ones((b, 1), jnp.int32), cache)
         assert np.abs(np.asarray(logits)[:, 0] - ref[:, p + i]).max() <= 1e-4
     np.testing.assert_array_equal(np.asarray(cache.positions), lengths + steps)
+
+
+def test_split_cache_decoding_equals_full_recompute(pair):
+    """Two left-padded prompts prefilled once each, two rows continuing each with tokens of their own, the suffix
+    read in blocks of 2 slots (filled blocks only): every step's logits equal a full forward of the row."""
+    _, ours = pair
+    rng = np.random.RandomState(4)
+    u, n, p, steps, block = 2, 2, 6, 5, 2
+    lengths = np.array([6, 2])
+    prompt = rng.randint(1, TINY["vocab_size"], (u, p)) * (np.arange(p)[None] >= (p - lengths)[:, None])
+    pmask = (prompt > 0).astype(np.int32)
+    new = rng.randint(1, TINY["vocab_size"], (u * n, steps))
+    rows = np.repeat(prompt, n, axis=0)
+    full = np.concatenate([rows, new], axis=1)
+    ref = jax_logits(ours, full, np.concatenate([np.repeat(pmask, n, axis=0), np.ones_like(new)], axis=1))
+
+    _, pre = nnx.jit(lambda m, t, mk: m(t, attention_mask=mk, cache=m.init_cache(u, p)))(ours, prompt, pmask)
+    cache = empty_suffix(pre.k, pre.v, pre.valid, pre.positions, n, 3 * block)
+    step = nnx.jit(lambda m, t, c: m.decode(t, c, block))
+    for i in range(steps):
+        logits, cache = step(ours, jnp.asarray(new[:, i], jnp.int32), cache)
+        assert np.abs(np.asarray(logits) - ref[:, p + i]).max() <= 1e-4
+    np.testing.assert_array_equal(np.asarray(cache.positions), np.repeat(lengths, n) + steps)
+
+
+def test_split_cache_attention_is_one_softmax_over_prefix_and_filled_suffix():
+    """Against softmax over the concatenated keys, for fills inside a block, at a block edge and of every slot."""
+    rng = np.random.RandomState(0)
+    u, n, hkv, g, dh, p, m, block = 2, 3, 2, 2, 8, 5, 8, 4
+    q = rng.randn(u * n, hkv * g, dh).astype(np.float32)
+    pk, pv = rng.randn(u, hkv, p, dh).astype(np.float32), rng.randn(u, hkv, p, dh).astype(np.float32)
+    sk, sv = rng.randn(u * n, hkv, m, dh).astype(np.float32), rng.randn(u * n, hkv, m, dh).astype(np.float32)
+    valid = np.arange(p)[None] >= np.array([[0], [3]])  # prompt 1 is left-padded by 3
+    for filled in (1, 4, 6, 8):
+        got = split_cache_attention(
+            jnp.asarray(q), pk.transpose(0, 1, 3, 2), pv, valid, sk.transpose(0, 1, 3, 2), sv, filled, block
+        )
+        for r in range(u * n):
+            keys = np.concatenate([pk[r // n][:, valid[r // n]], sk[r, :, :filled]], axis=1)  # [Hkv, S, Dh]
+            values = np.concatenate([pv[r // n][:, valid[r // n]], sv[r, :, :filled]], axis=1)
+            for h in range(hkv * g):
+                w = np.asarray(jax.nn.softmax(keys[h // g] @ q[r, h] / np.sqrt(dh)))
+                np.testing.assert_allclose(np.asarray(got[r, h]), w @ values[h // g], rtol=1e-5, atol=1e-5)
 
 
 def test_params_carry_logical_axes():

@@ -13,7 +13,8 @@ from mle_jax.models import hf
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
-from mle_jax.sampling.jax_sampler import JaxSampler, _generate
+from mle_jax.sampling import jax_sampler
+from mle_jax.sampling.jax_sampler import Grid, JaxSampler, compiled_programs, plan_grids
 from mle_jax.sampling.protocol import Sampler
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
 
@@ -78,6 +79,46 @@ def test_chunked_batches_give_the_same_greedy_output(models, sampler):
     for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_array_equal(a.token_ids, b.token_ids)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_grids_share_a_prompt_between_its_samples():
+    a, b, c = [1, 2], [3], [4, 5, 6]
+    # the same count for every prompt: U x n, no padding (n samples of each prompt; distinct prompts: n = 1)
+    prompts, grids = plan_grids([a, a, b, b], None)
+    assert prompts == [a, b] and grids == [Grid((0, 1), 2, (0, 1, 2, 3))]
+    assert plan_grids([a, b, c], None)[1] == [Grid((0, 1, 2), 1, (0, 1, 2))]
+    # uneven counts: one row per prompt occurrence
+    assert plan_grids([a, a, a, b], None)[1] == [Grid((0, 0, 0, 1), 1, (0, 1, 2, 3))]
+    # chunks of max_batch rows in order: a prompt split across two chunks is one distinct prompt
+    prompts, grids = plan_grids([a, a, a, b], 2)
+    assert prompts == [a, b] and grids == [Grid((0,), 2, (0, 1)), Grid((0, 1), 1, (2, 3))]
+
+
+def test_repeated_prompts_decode_as_each_alone(models, sampler, monkeypatch):
+    """Rows sharing a prompt (one prefill, its keys read once per step for all of them) give each prompt's greedy
+    tokens and logprobs alone, in the grid of n samples per prompt and in the row-per-occurrence grid of uneven
+    counts; each distinct prompt is prefilled once per call, or not at all when the last calls kept it."""
+    alone = [sampler.generate([p], temperature=0.0, max_tokens=12)[0] for p in PROMPTS[:2]]
+    prefills = []
+    real = jax_sampler._prefill
+    monkeypatch.setattr(
+        jax_sampler, "_prefill", lambda gd, st, tokens, mask: prefills.append(1) or real(gd, st, tokens, mask)
+    )
+    s = JaxSampler(models[1], eos_ids=[], prefix_cache=0, **BUCKETS)
+    uneven = s.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]], temperature=0.0, max_tokens=12)
+    samples = s.generate(PROMPTS[:2], n=3, temperature=0.0, max_tokens=12)
+    assert len(prefills) == 4  # two distinct prompts per call
+    for out, want in ((uneven, [0, 1, 0, 0]), (samples, [0, 0, 0, 1, 1, 1])):
+        for c, i in zip(out, want, strict=True):
+            np.testing.assert_array_equal(c.token_ids, alone[i].token_ids)
+            np.testing.assert_allclose(c.logprobs, alone[i].logprobs, atol=1e-5)
+    kept = JaxSampler(models[1], eos_ids=[], prefix_cache=2, **BUCKETS)
+    for _ in range(2):
+        kept.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=4)
+    assert len(prefills) == 6  # the second call found both prompts kept
+    kept.sync(nnx.state(models[1], nnx.Param), version=1)
+    kept.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=4)
+    assert len(prefills) == 8 and len(kept._prefills) == 2  # new weights: prefilled again; at most 2 kept
 
 
 def test_top_k_1_and_tiny_top_p_are_greedy(sampler):
@@ -150,12 +191,12 @@ def test_sync_swaps_weights_and_version(tmp_path):
     ref = JaxSampler(mb, eos_ids=[], **BUCKETS).generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
     s = JaxSampler(ma, eos_ids=[], **BUCKETS)
     before = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
-    compiled = _generate._cache_size()
+    compiled = compiled_programs()
     s.sync(nnx.state(mb, nnx.Param), version=5)
     mb.model.embed_tokens[...] = mb.model.embed_tokens[...] * 0  # the sampler holds its own copy
     s.generate([PROMPTS[0]], temperature=0.7, top_p=0.9, max_tokens=16, seed=0)
     after = s.generate([PROMPTS[0]], temperature=0.0, max_tokens=16)[0]
-    assert _generate._cache_size() == compiled  # new weights and sampling settings: no recompile
+    assert compiled_programs() == compiled  # new weights and sampling settings: no recompile
     np.testing.assert_array_equal(after.token_ids, ref.token_ids)
     assert not np.array_equal(before.token_ids, after.token_ids)
     assert after.version == 5 and s.version == 5

