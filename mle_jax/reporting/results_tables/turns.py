@@ -106,3 +106,29 @@ def render_turns_contrasts(*summaries: dict) -> str:
                              ", ".join(beyond) or "none"])  # fmt: skip
     header = ["task", "contrast", "", *(label for _, label, _ in REVISION_PARTS), "beyond 2 SE"]
     return markdown_table(header, rows)
+
+
+WARMSTART_DEBUG = "docs/results/warmstart-debug-spooky.json"
+
+
+def render_warmstart_debug(d: dict) -> str:
+    """bench/warmstart_debug.py's file: per arm (the warm start with debug examples, and without), its SFT set and,
+    on held-out corpus-kind programs with one injected fault each, the share whose turn 2 graded valid, per fault
+    kind, and the shares that kept the original's kind of solution (a revision rather than another program)."""
+    kinds = ("column", "import", "path", "api", "shape")
+    rows = []
+    for name, a in d["arms"].items():
+        label = "with debug examples" if name == "debug" else "without (the same SFT, no debug examples)"
+        n = a["debug_heldout"]
+        rows.append([label, a["examples"], a.get("debug_examples") or 0, n,
+                     f"{round(a['debug_heldout_fix_share'] * n)} ({a['debug_heldout_fix_share']:.0%})",
+                     " / ".join(f"{a[f'debug_heldout_fix_{k}']:.2f}" for k in kinds),
+                     f"{a['debug_heldout_same_solution_share']:.2f}",
+                     f"{a['debug_heldout_fix_same_solution_share']:.2f}",
+                     f"{a['debug_heldout_exact_share']:.2f}", f"{a['debug_heldout_similarity_mean']:.2f}"])  # fmt: skip
+    o = d["overrides"]
+    header = [f"warm start ({d['config']}, {o.get('agent.turns')} turns, context {o.get('agent.context')!r})",
+              "SFT examples", "debug examples", "held-out faulty programs", "turn 2 valid",
+              f"turn 2 valid by fault ({' / '.join(kinds)})", "kept the original's kind of solution",
+              "valid and of that kind", "wrote the original back", "similarity to the original"]  # fmt: skip
+    return markdown_table(header, rows) + f"\n\nFrom `{d['command']}` ({d['date'][:10]}, {d['machine']})."
