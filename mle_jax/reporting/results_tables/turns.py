@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 
-TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick")
+# the pizza run again, alone on the machine: its wall time is --quick's
+TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick", "learning-pizza-turns-quick-quiet")
+
+
+def _task_label(s: dict, summaries: tuple[dict, ...]) -> str:
+    """The run's task, with the run's finishing time where another run of the same task is beside it."""
+    twins = sum(x["task"] == s["task"] for x in summaries)
+    return s["task"] if twins == 1 or "date" not in s else f"{s['task']} (run of {s['date'][:16].replace('T', ' ')})"
 
 
 def _series(xs: list | None, digits: int) -> str:
@@ -78,7 +85,7 @@ def render_turns_table(*summaries: dict) -> str:
     rows = []
     for s in summaries:
         for i, row in enumerate(revision_rows(s)):
-            rows.append([s["task"] if i == 0 else "", *row])
+            rows.append([_task_label(s, summaries) if i == 0 else "", *row])
     runs = [f"`{s['command']}`: finished {s['date'][:16].replace('T', ' ')} UTC; {minutes(s['wall_s'])} of wall time "
             f"in the {len(s.get('processes', []))} process(es) that finished (the ledger counts no process cut off "
             "before it finished)" for s in summaries if "command" in s]  # fmt: skip
@@ -101,7 +108,7 @@ def render_turns_contrasts(*summaries: dict) -> str:
             for when in ("before", "after"):
                 parts = c[when]
                 beyond = [label for key, label, _ in REVISION_PARTS if parts[key]["beyond_2se"]]
-                rows.append([s["task"], f"`{c['arm']}` − `{c['reference']}`", when,
+                rows.append([_task_label(s, summaries), f"`{c['arm']}` − `{c['reference']}`", when,
                              *(_cell(parts[key], digits) for key, _, digits in REVISION_PARTS),
                              ", ".join(beyond) or "none"])  # fmt: skip
     header = ["task", "contrast", "", *(label for _, label, _ in REVISION_PARTS), "beyond 2 SE"]
