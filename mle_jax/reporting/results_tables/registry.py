@@ -68,7 +68,13 @@ from mle_jax.reporting.results_tables.smollm2 import (
 )
 from mle_jax.reporting.results_tables.sources import RESULTS, summary_path
 from mle_jax.reporting.results_tables.tiers import render_test_tiers, test_tiers_wall
-from mle_jax.reporting.results_tables.turns import TURNS_RUNS, render_turns_contrasts, render_turns_table
+from mle_jax.reporting.results_tables.turns import (
+    TURNS_RUNS,
+    WARMSTART_DEBUG,
+    render_turns_contrasts,
+    render_turns_table,
+    render_warmstart_debug,
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,7 @@ REGISTRY: dict[str, Entry] = {
         tuple(f"{RESULTS}/objective_step_h100_profile/{f}.json" for f in STEP_PROFILE_VARIANTS),
         functools.partial(render_step_profile, STEP_PROFILE_VARIANTS),
     ),
+    "warmstart_debug": Entry((WARMSTART_DEBUG,), render_warmstart_debug),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
     "ablation_table": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_table),
     "ablation_contrasts": Entry(tuple(summary_path(p) for p in ABLATION_RUNS), render_ablation_contrasts),

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 
-TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick")
+# the pizza run again, alone on the machine: its wall time is --quick's
+TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick", "learning-pizza-turns-quick-quiet")
+
+
+def _task_label(s: dict, summaries: tuple[dict, ...]) -> str:
+    """The run's task, with the run's finishing time where another run of the same task is beside it."""
+    twins = sum(x["task"] == s["task"] for x in summaries)
+    return s["task"] if twins == 1 or "date" not in s else f"{s['task']} (run of {s['date'][:16].replace('T', ' ')})"
 
 
 def _series(xs: list | None, digits: int) -> str:
@@ -78,7 +85,7 @@ def render_turns_table(*summaries: dict) -> str:
     rows = []
     for s in summaries:
         for i, row in enumerate(revision_rows(s)):
-            rows.append([s["task"] if i == 0 else "", *row])
+            rows.append([_task_label(s, summaries) if i == 0 else "", *row])
     runs = [f"`{s['command']}`: finished {s['date'][:16].replace('T', ' ')} UTC; {minutes(s['wall_s'])} of wall time "
             f"in the {len(s.get('processes', []))} process(es) that finished (the ledger counts no process cut off "
             "before it finished)" for s in summaries if "command" in s]  # fmt: skip
@@ -101,8 +108,34 @@ def render_turns_contrasts(*summaries: dict) -> str:
             for when in ("before", "after"):
                 parts = c[when]
                 beyond = [label for key, label, _ in REVISION_PARTS if parts[key]["beyond_2se"]]
-                rows.append([s["task"], f"`{c['arm']}` − `{c['reference']}`", when,
+                rows.append([_task_label(s, summaries), f"`{c['arm']}` − `{c['reference']}`", when,
                              *(_cell(parts[key], digits) for key, _, digits in REVISION_PARTS),
                              ", ".join(beyond) or "none"])  # fmt: skip
     header = ["task", "contrast", "", *(label for _, label, _ in REVISION_PARTS), "beyond 2 SE"]
     return markdown_table(header, rows)
+
+
+WARMSTART_DEBUG = "docs/results/warmstart-debug-spooky.json"
+
+
+def render_warmstart_debug(d: dict) -> str:
+    """bench/warmstart_debug.py's file: per arm (the warm start with debug examples, and without), its SFT set and,
+    on held-out corpus-kind programs with one injected fault each, the share whose turn 2 graded valid, per fault
+    kind, and the shares that kept the original's kind of solution (a revision rather than another program)."""
+    kinds = ("column", "import", "path", "api", "shape")
+    rows = []
+    for name, a in d["arms"].items():
+        label = "with debug examples" if name == "debug" else "without (the same SFT, no debug examples)"
+        n = a["debug_heldout"]
+        rows.append([label, a["examples"], a.get("debug_examples") or 0, n,
+                     f"{round(a['debug_heldout_fix_share'] * n)} ({a['debug_heldout_fix_share']:.0%})",
+                     " / ".join(f"{a[f'debug_heldout_fix_{k}']:.2f}" for k in kinds),
+                     f"{a['debug_heldout_same_solution_share']:.2f}",
+                     f"{a['debug_heldout_fix_same_solution_share']:.2f}",
+                     f"{a['debug_heldout_exact_share']:.2f}", f"{a['debug_heldout_similarity_mean']:.2f}"])  # fmt: skip
+    o = d["overrides"]
+    header = [f"warm start ({d['config']}, {o.get('agent.turns')} turns, context {o.get('agent.context')!r})",
+              "SFT examples", "debug examples", "held-out faulty programs", "turn 2 valid",
+              f"turn 2 valid by fault ({' / '.join(kinds)})", "kept the original's kind of solution",
+              "valid and of that kind", "wrote the original back", "similarity to the original"]  # fmt: skip
+    return markdown_table(header, rows) + f"\n\nFrom `{d['command']}` ({d['date'][:10]}, {d['machine']})."
