@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -117,11 +119,11 @@ def _loop(
 
 def compile_update(loop: AsyncRLLoop) -> None:
     """Compiles the learner's update for the loop's batch shape by one update on a batch of that shape, then puts
-    the learner's state back (the update does not donate it on CPU): the loop starts as it would have."""
+    the learner's state back (a copy: the update donates its state): the loop starts as it would have."""
     n = loop.settings.batch_size
     batch = RolloutBatch.from_sequences([[1, 2]] * n, [[3]] * n, [[-1.0]] * n, [0.0] * n, [1.0] * n, [0] * n,
                                         pad_to=loop.env.settings.max_sequence_tokens)  # fmt: skip
-    state = loop.learner.state
+    state = jax.tree.map(jnp.copy, loop.learner.state)
     loop.learner.update(batch)
     loop.learner.state = state
     assert loop.learner.step == 0
