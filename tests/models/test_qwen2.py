@@ -79,10 +79,12 @@ def _set_attn_block(model: Qwen2ForCausalLM, block: int | None) -> None:
         layer.attn.attn_block = block
 
 
-@pytest.mark.parametrize("block", [4, 5, 13])
-def test_blocked_causal_attention_matches_transformers_and_unblocked(pair, block):
-    """Query blocks that only score their key prefix give torch's logits and the one-block gradients,
-    also when T is not a multiple of the block and with right padding."""
+@pytest.mark.parametrize("variant", [4, 5, 13, "dot_product"])
+def test_training_attention_matches_transformers_and_unblocked(pair, variant):
+    """Query blocks that only score their key prefix (block 4, 5, 13), and attention="dot_product"
+    (jax.nn.dot_product_attention over each row's real-token count: XLA's on CPU, the same call cuDNN serves on a
+    GPU), give torch's logits on real positions, with right padding and T not a multiple of the block, and the
+    one-block loss and gradients over every position (pad queries see the same keys)."""
     tm, ours = pair
     rng = np.random.RandomState(4)
     tokens = rng.randint(0, TINY["vocab_size"], (2, 13))
@@ -94,14 +96,19 @@ def test_blocked_causal_attention_matches_transformers_and_unblocked(pair, block
         return jnp.sum(m(jnp.asarray(tokens, jnp.int32), attention_mask=jnp.asarray(mask)) * w)
 
     grad = nnx.jit(nnx.value_and_grad(loss))
+    config = ours.model.config
     try:
         _set_attn_block(ours, None)
         ref_loss, ref_grads = grad(ours)
-        _set_attn_block(ours, block)
+        if variant == "dot_product":
+            ours.model.config = dataclasses.replace(config, attention="dot_product")
+        else:
+            _set_attn_block(ours, variant)
         got = jax_logits(ours, tokens, mask)
         got_loss, got_grads = grad(ours)
     finally:
         _set_attn_block(ours, Qwen2Config().attn_block)
+        ours.model.config = config
     assert np.abs(got[0] - torch_logits(tm, tokens[:1])[0]).max() <= 1e-4
     assert np.abs(got[1, :9] - torch_logits(tm, tokens[1:, :9])[0]).max() <= 1e-4
     assert abs(float(got_loss) - float(ref_loss)) <= 1e-3 * max(1.0, abs(float(ref_loss)))
@@ -109,36 +116,9 @@ def test_blocked_causal_attention_matches_transformers_and_unblocked(pair, block
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
-def test_dot_product_attention_matches_transformers_and_blocked(pair):
-    """attention="dot_product" (jax.nn.dot_product_attention over each row's real-token count; XLA's on CPU, the
-    same call cuDNN serves on a GPU) gives torch's logits on real positions, right padding included, and the
-    blocked attention's loss and gradients over every position (pad queries see the same keys)."""
-    tm, ours = pair
-    rng = np.random.RandomState(5)
-    tokens = rng.randint(0, TINY["vocab_size"], (2, 13))
-    mask = np.ones((2, 13), np.int32)
-    mask[1, 9:] = 0
-    w = jnp.asarray(rng.randn(2, 13, TINY["vocab_size"]), jnp.float32)
-
-    def loss(m):
-        return jnp.sum(m(jnp.asarray(tokens, jnp.int32), attention_mask=jnp.asarray(mask)) * w)
-
-    grad = nnx.jit(nnx.value_and_grad(loss))
-    blocked = ours.model.config
-    try:
-        ref_loss, ref_grads = grad(ours)
-        ours.model.config = dataclasses.replace(blocked, attention="dot_product")
-        got = jax_logits(ours, tokens, mask)
-        got_loss, got_grads = grad(ours)
-    finally:
-        ours.model.config = blocked
-    assert np.abs(got[0] - torch_logits(tm, tokens[:1])[0]).max() <= 1e-4
-    assert np.abs(got[1, :9] - torch_logits(tm, tokens[1:, :9])[0]).max() <= 1e-4
-    assert abs(float(got_loss) - float(ref_loss)) <= 1e-3 * max(1.0, abs(float(ref_loss)))
-    for a, b in zip(jax.tree.leaves(got_grads), jax.tree.leaves(ref_grads), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+def test_an_unknown_attention_is_refused():
     with pytest.raises(ValueError, match="attention='flash' is not one of"):
-        dataclasses.replace(blocked, attention="flash")
+        dataclasses.replace(Qwen2Config(), attention="flash")
 
 
 def test_kv_cache_decoding_equals_full_recompute(pair):
