@@ -233,6 +233,8 @@ def episode_records(
             if only is not None and s.uid not in only:
                 continue
             row = {**s.record(output_chars), "lag": version - s.version}
+            if only is not None:
+                row["trained_as"] = "turn"  # a sample of its own ("turn" credit), whatever its episode submits
             if len(e.turns) > 1 or e.first.turn != 1 or env.settings.agent.turns > 1:
                 ended = e.ended
                 row |= {"submitted": s is submitted if ended else None, "best_private": s is best if ended else None}

@@ -3,6 +3,8 @@ program at turn 2 because the error was in what it was shown, through the real b
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,7 @@ from mle_jax.env.episodes import Episode, episode_rows
 from mle_jax.env.observation import Observation, observation_ids, user_turn_text
 from mle_jax.env.rollout import PromptItem, Sample
 from mle_jax.env.settings import AgentSettings
+from mle_jax.reporting.report import submitted_rows
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.loop import StepStats
@@ -298,7 +301,7 @@ def test_turn_credit_groups_complete_with_inert_rows_for_turns_an_episode_did_no
 
 @pytest.mark.integration
 def test_with_turn_credit_an_update_trains_on_the_first_b_finished_turns(tmp_path, pizza):
-    """"turn" credit (ML-Agent's step-wise RL), K = 2, B = 2 episodes in flight: the first update trains on the two
+    """With "turn" credit (ML-Agent's step-wise RL), K = 2, B = 2 episodes in flight: the first update trains on the two
     turn-1 runs as soon as they are graded (a batch of 2 rows), while the turn-2 programs are already sampled from what
     those runs showed; the second update trains on the turn 2s, which the grader scores."""
     loop, sampler, fleet = _loop(
@@ -326,6 +329,9 @@ def test_with_turn_credit_an_update_trains_on_the_first_b_finished_turns(tmp_pat
     assert {s.episode for s in used2} == {s.episode for s in used1}
     assert second["valid_fraction/turn2"] == 1.0 and second["episode/submitted_turn"] == 2.0
     assert loop.learner.step == 2 and not loop.finished and not loop.turn_queue
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["turn"], r["trained_as"]) for r in rows] == [(1, 1, "turn")] * 2 + [(2, 2, "turn")] * 2
+    assert len(submitted_rows(rows)) == 4  # every turn is a sample of its own
 
 
 @pytest.mark.unit
