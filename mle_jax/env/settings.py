@@ -22,8 +22,9 @@ class AgentSettings:
     context: "conversation" (one token sequence: prompt, response, observation, response, ...; earlier tokens kept as
       sampled) | "state" (ML-Agent's step-wise setting: each turn a fresh improve prompt built from the episode's
       last program and its output).
-    credit: "episode" (every policy token gets the reward of what the episode submits) | "turn" (each turn its own
-      sample with its own reward).
+    credit: "episode" (every policy token gets the reward of what the episode submits; an update trains on B finished
+      episodes) | "turn" (each turn its own sample with its own reward; an update trains on the first B finished
+      turns, ML-Agent's step-wise RL).
     observation_tokens: most tokens of one observation turn (conversation context; its output tail shrinks to fit).
     """
 
@@ -46,6 +47,18 @@ class AgentSettings:
     def rows_per_episode(self) -> int:
         """Learner rows one episode becomes: one conversation with "episode" credit, else one per turn (K)."""
         return 1 if self.context == "conversation" and self.credit == "episode" else self.turns
+
+    @property
+    def per_turn(self) -> bool:
+        """Whether a batch is made of turns (the first B finished, "turn" credit over several turns) rather than of
+        episodes."""
+        return self.credit == "turn" and self.turns > 1
+
+    @property
+    def rows_per_batch_item(self) -> int:
+        """Learner rows per unit of `loop.batch_size`: one per turn when the batch is made of turns, else an
+        episode's rows."""
+        return 1 if self.per_turn else self.rows_per_episode
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,10 @@ def make_plan(
         mesh_shape = shd.mesh_shape(s.mesh, n)
     except ValueError as e:
         raise PlanError(f"mesh: {e}") from None
-    # the learner's rows: B episodes, one row each (one turn, or a conversation with "episode" credit) or one per turn;
-    # a conversation of K turns is K responses and K - 1 observations long (agent.turns)
-    batch = s.loop.batch_size * s.rollout.agent.rows_per_episode
+    # the learner's rows: B episodes, one row each (one turn, or a conversation with "episode" credit) or one per turn
+    # ("episode" credit in the state context), or B turns ("turn" credit); a conversation of K turns is K responses and
+    # K - 1 observations long (agent.turns)
+    batch = s.loop.batch_size * s.rollout.agent.rows_per_batch_item
     seq_len = s.rollout.max_sequence_tokens
     bucket = s.learner.ppo.seq_bucket
     if bucket and seq_len % bucket:

@@ -102,8 +102,9 @@ def plot_keys(rows: list[dict]) -> dict[str, tuple[str, ...]]:
 
 def submitted_rows(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The samples.jsonl rows of what the updates trained on as samples: every row of a run of one-turn episodes, the
-    submitted turn of each episode of several (its reward, validity and score are the episode's)."""
-    return [r for r in samples if r.get("submitted", True)]
+    submitted turn of each episode of several (its reward, validity and score are the episode's), every turn with
+    "turn" credit (each turn its own sample, `trained_as`)."""
+    return [r for r in samples if r.get("trained_as") == "turn" or r.get("submitted", True)]
 
 
 def turn_table(samples: Sequence[Mapping[str, Any]]) -> str:

@@ -18,7 +18,10 @@ still queued), and an executor failure of one member drops its group (a group ca
 With `agent.turns` K > 1 (env/episodes.py) a sample is one turn of an episode: when a turn's run returns, the
 episode's next turn is sampled at once with the current weights (the observation of the run in its prompt), without
 waiting for other episodes; m·B *episodes* are in flight and an update trains on the first B finished episodes (whole
-groups of n), as learner rows (one per conversation, or one per turn). A killed run restarts its unfinished episodes.
+groups of n), as learner rows (one per conversation, or one per turn). With "turn" credit (ML-Agent's step-wise RL) an
+update trains on the first B finished *turns* instead (whole groups of n: the same turn of the episodes of one start
+prompt, where a turn an episode did not reach is an inert row), so a turn never waits for its episode's later turns.
+A killed run restarts its unfinished episodes.
 
 Ctrl-C (under `infra.interrupt.stop_on_sigint`) stops the loop between two steps, the last one checkpointed, or
 abandons a step still waiting for its runs (a resumed run samples its prompts again, as after a crash).
@@ -34,7 +37,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mle_jax.env import rollout
-from mle_jax.env.episodes import Episode, episode_rows
+from mle_jax.env.episodes import Episode, episode_rows, inert_row, turn_group, turn_row
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
@@ -188,38 +191,53 @@ def task_metrics(task: str, samples: list[rollout.Sample], failure: float = -10.
     }
 
 
-def turn_metrics(episodes: list[Episode], turns: int, c_version: int) -> dict[str, float | None]:
+def turn_metrics(
+    episodes: list[Episode], turns: int, c_version: int, samples: list[rollout.Sample] | None = None
+) -> dict[str, float | None]:
     """Episodes of several turns: per turn k (1..K) the valid fraction, mean reward and Δt of the episodes that
     reached it (`<metric>/turn<k>`), the mean number of turns, the episodes' Δt (sum of their turns'), and the version
-    lag per policy token (a later turn may be sampled after a weight sync)."""
+    lag per policy token (a later turn may be sampled after a weight sync). With `samples` (a batch of turns, "turn"
+    credit) the per-turn figures and the lag are of those turns, and the episode figures of `episodes`, the episodes
+    whose last turn trained (None when there is none)."""
     m: dict[str, float | None] = {}
+    trained = samples if samples is not None else [s for e in episodes for s in e.turns]
     for k in range(1, turns + 1):
-        at = [e.turns[k - 1] for e in episodes if len(e.turns) >= k]
+        at = [s for s in trained if s.turn == k]
         m[f"valid_fraction/turn{k}"] = float(np.mean([s.reward.valid for s in at])) if at else None
         m[f"reward/mean/turn{k}"] = float(np.mean([s.reward.total for s in at])) if at else None
         m[f"duration_s/mean/turn{k}"] = float(np.mean([s.duration_s for s in at])) if at else None
-    m["episode/turns"] = float(np.mean([len(e.turns) for e in episodes]))
-    m["episode/duration_s/mean"] = float(np.mean([e.duration_s for e in episodes]))
-    m["episode/submitted_turn"] = float(np.mean([e.submitted().turn for e in episodes]))
-    lags = [(c_version - 1 - s.version, len(s.completion.token_ids)) for e in episodes for s in e.turns]
+    m["episode/turns"] = float(np.mean([len(e.turns) for e in episodes])) if episodes else None
+    m["episode/duration_s/mean"] = float(np.mean([e.duration_s for e in episodes])) if episodes else None
+    m["episode/submitted_turn"] = float(np.mean([e.submitted().turn for e in episodes])) if episodes else None
+    lags = [(c_version - 1 - s.version, len(s.completion.token_ids)) for s in trained]
     tokens = sum(n for _, n in lags)
     m["version_lag/token_mean"] = float(sum(lag * n for lag, n in lags) / tokens) if tokens else None
     return m
 
 
 def episode_records(
-    episodes: list[Episode], version: int, env: rollout.Environment, output_chars: int | None = None
+    episodes: list[Episode],
+    version: int,
+    env: rollout.Environment,
+    output_chars: int | None = None,
+    only: set[int] | None = None,
 ) -> list[dict]:
     """samples.jsonl rows of an update: one per turn (`Sample.record`, its texts with `output_chars`), with its version
     lag, whether its episode submitted it and (for analysis only: the agent never sees it) whether it is the episode's
-    best turn by the private score."""
+    best turn by the private score. `only`: the uids of the turns to write (a batch of turns, "turn" credit); the two
+    flags are None for a turn whose episode has not ended yet."""
     out = []
     for e in episodes:
         submitted, best = e.submitted(), e.best_private(env.task_of(e.first).lower_is_better)
         for s in e.turns:
+            if only is not None and s.uid not in only:
+                continue
             row = {**s.record(output_chars), "lag": version - s.version}
+            if only is not None:
+                row["trained_as"] = "turn"  # a sample of its own ("turn" credit), whatever its episode submits
             if len(e.turns) > 1 or e.first.turn != 1 or env.settings.agent.turns > 1:
-                row |= {"submitted": s is submitted, "best_private": s is best}
+                ended = e.ended
+                row |= {"submitted": s is submitted if ended else None, "best_private": s is best if ended else None}
             out.append(row)
     return out
 
@@ -250,6 +268,11 @@ class AsyncRLLoop:
         self.finished: list[Episode] = []
         self.live: dict[int, Episode] = {}  # episodes with a turn running, by episode uid
         self.turns = env.settings.agent.turns
+        # "turn" credit: a batch is the first B finished turns. The graded turns not yet trained, in completion order,
+        # as (episode, turn, turn number); with groups (n > 1) a turn an ended episode did not reach is (episode, None,
+        # k), an inert row that completes its group. An ended episode stays in `finished` until all its turns trained.
+        self.per_turn = env.settings.agent.per_turn
+        self.turn_queue: list[tuple[Episode, rollout.Sample | None, int]] = []
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
         self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
         self.saved_step: int | None = None  # the newest step checkpointed (or resumed from)
@@ -298,9 +321,8 @@ class AsyncRLLoop:
             self.counters.instrumented_fallback += s.instrument_path == "fallback"
             self.counters.instrumented_unparsed += s.instrument_path == "unparsed"
             if s.done:
-                e.ended = True
-                self.live.pop(e.uid, None)
-                self.finished.append(e)
+                self._turn_done(e, s)
+                self._end(e)
             else:
                 self.live[e.uid] = e
                 self.in_flight.append(s)
@@ -338,12 +360,11 @@ class AsyncRLLoop:
                 self.infra_streak = 0
                 self.buffer.add(self.env.previous(s), s.reward.n_prints)
                 episode = self.live[s.episode]
+                self._turn_done(episode, s)
                 if episode.continues(self.turns):
                     continuing.append(s)
                 else:
-                    episode.ended = True
-                    del self.live[s.episode]
-                    self.finished.append(episode)
+                    self._end(episode)
             else:
                 still.append(s)
         self.in_flight = still
@@ -352,6 +373,20 @@ class AsyncRLLoop:
             continuing = [s for s in continuing if s.group not in broken]
         if continuing:
             self._next_turns(continuing)
+
+    def _turn_done(self, e: Episode, s: rollout.Sample) -> None:
+        """A turn was graded (or ended without code): with "turn" credit it may train from now on."""
+        if self.per_turn:
+            self.turn_queue.append((e, s, s.turn))
+
+    def _end(self, e: Episode) -> None:
+        """No further turn of `e` will be sampled: it joins `finished`; with "turn" credit and groups, each turn it did
+        not reach becomes an inert member of that turn's group."""
+        e.ended = True
+        self.live.pop(e.uid, None)
+        self.finished.append(e)
+        if self.per_turn and self.settings.group_size > 1:
+            self.turn_queue += [(e, None, k) for k in range(len(e.turns) + 1, self.turns + 1)]
 
     def _drop_groups(self, groups: set[int]) -> None:
         """Drops the other members of groups one of whose runs failed in the executor: their queued runs are
@@ -364,6 +399,7 @@ class AsyncRLLoop:
         self.in_flight = [s for s in self.in_flight if s.group not in groups]
         self.finished = [e for e in self.finished if e.group not in groups]
         self.live = {uid: e for uid, e in self.live.items() if e.group not in groups}
+        self.turn_queue = [x for x in self.turn_queue if x[0].group not in groups]
         self.counters.dropped_with_group += len(dropped)
 
     def _infra_failure(self, sample: rollout.Sample) -> None:
@@ -415,6 +451,46 @@ class AsyncRLLoop:
                 complete.append(members[e.group])
         return complete
 
+    def _finished_turn_groups(self, inert: bool = False) -> list[list[tuple[Episode, rollout.Sample | None, int]]]:
+        """With "turn" credit: the groups of turns (the same turn of the n episodes of one start prompt) all of whose
+        members are graded or inert, in the order they completed; those with a turn to train, or (`inert`) those of
+        inert members only (nothing to train)."""
+        n = self.settings.group_size
+        members: dict[int, list] = {}
+        complete = []
+        for entry in self.turn_queue:
+            key = turn_group(entry[0].group, entry[2], self.turns)
+            members.setdefault(key, []).append(entry)
+            if len(members[key]) == n and any(s is not None for _, s, _ in members[key]) != inert:
+                complete.append(members[key])
+        return complete
+
+    def _ready(self) -> bool:
+        """Whether B samples (episodes, or turns with "turn" credit) are finished in whole groups."""
+        n = self.settings.group_size
+        groups = self._finished_turn_groups() if self.per_turn else self._finished_groups()
+        return len(groups) * n >= self.settings.batch_size
+
+    def _take_turns(self) -> tuple[RolloutBatch, list[rollout.Sample], list[Episode], set[int]]:
+        """ "turn" credit: the first B finished turns (whole groups) as a batch of B rows, those turns, the episodes
+        whose last turn is among them (they leave `finished`), and the uids of the trained turns."""
+        n = self.settings.group_size
+        entries = [x for g in self._finished_turn_groups()[: self.settings.batch_size // n] for x in g]
+        taken = {id(x) for x in entries} | {id(x) for g in self._finished_turn_groups(inert=True) for x in g}
+        self.turn_queue = [x for x in self.turn_queue if id(x) not in taken]
+        left = {x[0].uid for x in self.turn_queue if x[1] is not None}  # ended episodes with a turn still to train
+        done = [e for e in self.finished if e.uid not in left]
+        self.finished = [e for e in self.finished if e.uid in left]
+        rows = [
+            inert_row()
+            if s is None
+            else turn_row(s, float(s.reward.total), s.duration_s, turn_group(e.group, k, self.turns))
+            for e, s, k in entries
+        ]
+        batch = RolloutBatch.from_rows(rows, pad_to=self.env.settings.max_sequence_tokens, pad_id=self.pad_id)
+        turns = [s for _, s, _ in entries if s is not None]
+        return batch, turns, done, {s.uid for s in turns}
+
     def _batch(self, episodes: list[Episode]) -> RolloutBatch:
         """The learner's rows of the episodes (env/episodes.py): one per episode of one turn (the paper's samples)
         or of a conversation with "episode" credit, else one per turn. Each row's Δt is floored by the learner
@@ -431,7 +507,7 @@ class AsyncRLLoop:
         self._resample_stale_queued()
         self._refill()
         t0 = time.monotonic()
-        while len(self._finished_groups()) * n < B:
+        while not self._ready():
             if interrupt.requested():  # the step is abandoned; a resumed run samples its prompts again
                 last = "none yet" if self.saved_step is None else f"step {self.saved_step}"
                 raise interrupt.Interrupted(
@@ -444,11 +520,17 @@ class AsyncRLLoop:
                 self._refill()
         self._collect(block=False)
         self.counters.wait_s += time.monotonic() - t0
-        episodes = [e for group in self._finished_groups()[: B // n] for e in group]
-        taken = {e.uid for e in episodes}
-        self.finished = [e for e in self.finished if e.uid not in taken]
-        used = [e.submitted() for e in episodes]  # what each episode hands in (its one sample, with one turn)
-        self.last_used = [s for e in episodes for s in e.turns]
+        only = None
+        if self.per_turn:  # the first B finished turns, each its own sample
+            batch, used, episodes, only = self._take_turns()
+            self.last_used = used
+        else:
+            episodes = [e for group in self._finished_groups()[: B // n] for e in group]
+            taken = {e.uid for e in episodes}
+            self.finished = [e for e in self.finished if e.uid not in taken]
+            used = [e.submitted() for e in episodes]  # what each episode hands in (its one sample, with one turn)
+            self.last_used = [s for e in episodes for s in e.turns]
+            batch = self._batch(episodes)
         mix = len(self.env.tasks) > 1
         stats = StepStats(
             used,
@@ -458,7 +540,6 @@ class AsyncRLLoop:
         )
 
         t0 = time.monotonic()
-        batch = self._batch(episodes)
         if self.channel is not None:
             self.channel.publish(self.counters.step + 1, batch, {"version": self.counters.version + 1})
         learner_metrics = self.learner.update(batch)
@@ -475,13 +556,15 @@ class AsyncRLLoop:
 
         m = stats.metrics()
         if self.turns > 1:
-            m.update(turn_metrics(episodes, self.turns, c_version=self.counters.version))
+            m.update(turn_metrics(episodes, self.turns, self.counters.version, used if self.per_turn else None))
         m.update({f"learner/{k}": v for k, v in learner_metrics.items()})
         c = self.counters
         slots = max(1, getattr(self.fleet, "n_slots", 1))
         m.update(
             {
-                "version_lag/mean": float(np.mean([c.version - 1 - e.first.version for e in episodes])),
+                "version_lag/mean": float(np.mean([c.version - 1 - s.version for s in used]))
+                if self.per_turn
+                else float(np.mean([c.version - 1 - e.first.version for e in episodes])),
                 "resampled_stale": c.resampled_stale,
                 "infra_failures": c.infra_failures,
                 "dropped_with_group": c.dropped_with_group,
@@ -495,7 +578,9 @@ class AsyncRLLoop:
             | process_metrics()
         )
         self.writer.write(c.step, m)
-        records = episode_records(episodes, c.version - 1, self.env, self.writer.output_chars)
+        if self.per_turn:  # the trained turns, with their episodes (ended or not)
+            episodes = list({id(e): e for e in [*episodes, *self.finished, *self.live.values()]}.values())
+        records = episode_records(episodes, c.version - 1, self.env, self.writer.output_chars, only)
         self.writer.write_samples(c.step, records, texts=rollout.TEXT_FIELDS)
         self.writer.write_texts(c.step, tensorboard_samples(records))  # the best, the worst, a failure
         if c.step % self.settings.checkpoint_every == 0 and not saved:

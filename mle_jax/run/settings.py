@@ -181,13 +181,14 @@ def episode_length_problem(s: RunSettings) -> str | None:
 
 
 def batch_split_problem(s: RunSettings) -> str | None:
-    """One line when the learner's rows (loop.batch_size episodes x agent rows per episode) do not split into
+    """One line when the learner's rows (loop.batch_size episodes x agent rows per episode, or loop.batch_size turns
+    with "turn" credit) do not split into
     ppo.mini_batch_size mini-batches of ppo.micro_batch_size micro-batches (what the learner would refuse at its first
     update), else None."""
-    rows, ppo = s.loop.batch_size * s.rollout.agent.rows_per_episode, s.learner.ppo
+    rows, ppo = s.loop.batch_size * s.rollout.agent.rows_per_batch_item, s.learner.ppo
     mini = min(ppo.mini_batch_size, rows)
     micro = min(ppo.micro_batch_size, mini)
-    per = s.rollout.agent.rows_per_episode
+    per = s.rollout.agent.rows_per_batch_item
     each = f" ({s.loop.batch_size} episodes x {per} rows)" if per > 1 else ""
     if rows % mini:
         return f"loop.batch_size: the update's {rows} rows{each} are not a multiple of ppo.mini_batch_size={mini}"

@@ -3,6 +3,8 @@ program at turn 2 because the error was in what it was shown, through the real b
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,7 @@ from mle_jax.env.episodes import Episode, episode_rows
 from mle_jax.env.observation import Observation, observation_ids, user_turn_text
 from mle_jax.env.rollout import PromptItem, Sample
 from mle_jax.env.settings import AgentSettings
+from mle_jax.reporting.report import submitted_rows
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.loop import StepStats
@@ -265,6 +268,70 @@ def test_the_agent_fixes_its_program_at_turn_2_from_what_the_run_showed(tmp_path
     b = loop._batch([Episode(used[:2], ended=True), Episode(used[2:], ended=True)])  # the rows it trained on
     spans = np.sum(np.diff(b.response_mask, axis=1) == 1, axis=1)
     assert spans.tolist() == ([2, 2] if context == "conversation" else [1, 1, 1, 1])  # a row per episode, or turn
+
+
+@pytest.mark.unit
+def test_turn_credit_groups_complete_with_inert_rows_for_turns_an_episode_did_not_reach():
+    """Groups of n = 2, K = 3, B = 4 turns: episode A ended at turn 1, B has run turns 1 and 2. Turn 1's group and turn
+    2's (B's turn 2 and an inert row for A) are complete and train; turn 3's waits for B; A leaves `finished`."""
+    from types import SimpleNamespace
+
+    from mle_jax.rl.loop import AsyncRLLoop
+
+    def sample(uid, episode, turn, valid):
+        return _sample(uid, [1, 2], [3, 4], -0.5 if valid else -10.0, valid, 1.0, group=0, episode=episode, turn=turn)
+
+    a, b = Episode([sample(1, 1, 1, False)]), Episode([sample(2, 2, 1, False), sample(3, 2, 2, True)])
+    loop = AsyncRLLoop.__new__(AsyncRLLoop)
+    loop.settings = SimpleNamespace(group_size=2, batch_size=4)
+    loop.env = SimpleNamespace(settings=SimpleNamespace(max_sequence_tokens=8))
+    loop.turns, loop.per_turn, loop.pad_id, loop.live = 3, True, 0, {}
+    loop.finished, loop.turn_queue = [], []
+    loop._turn_done(a, a.turns[0])
+    loop._end(a)  # inert members for turns 2 and 3
+    loop._turn_done(b, b.turns[0])
+    assert not loop._ready()  # one group (turn 1) of two rows
+    loop._turn_done(b, b.turns[1])
+    assert loop._ready()
+    batch, turns, done, uids = loop._take_turns()
+    assert [s.uid for s in turns] == [1, 2, 3] and uids == {1, 2, 3} and done == [a]
+    assert batch.batch_size == 4 and int(batch.response_mask.sum()) == 3 * 2  # three turns of 2 tokens, one inert row
+    assert [(e.uid, s, k) for e, s, k in loop.turn_queue] == [(1, None, 3)]  # waits for B's turn 3
+
+
+@pytest.mark.integration
+def test_with_turn_credit_an_update_trains_on_the_first_b_finished_turns(tmp_path, pizza):
+    """With "turn" credit (ML-Agent's step-wise RL), K = 2, B = 2 episodes in flight: the first update trains on the two
+    turn-1 runs as soon as they are graded (a batch of 2 rows), while the turn-2 programs are already sampled from what
+    those runs showed; the second update trains on the turn 2s, which the grader scores."""
+    loop, sampler, fleet = _loop(
+        tmp_path,
+        pizza,
+        _fixes_only_what_it_was_shown,
+        texts=(BROKEN, FIXED),
+        positions=4096,
+        sections={"prompt": {"improve_fraction": 0.0}, "agent": {"turns": 2, "context": "state", "credit": "turn"}},
+        in_flight_multiplier=1,
+    )
+    try:
+        first = loop.step()
+        used1, live = loop.last_used, len(loop.live)
+        second = loop.step()
+        used2 = loop.last_used
+    finally:
+        loop.close()
+        fleet.close()
+    assert [s.turn for s in used1] == [1, 1] and not any(s.reward.valid for s in used1)
+    assert live == 2  # both episodes still going: their turn 2 was sampled before the update
+    assert first["valid_fraction/turn1"] == 0.0 and first["valid_fraction/turn2"] is None
+    assert first["episode/submitted_turn"] is None  # no episode ended yet
+    assert [s.turn for s in used2] == [2, 2] and all(s.reward.valid for s in used2)
+    assert {s.episode for s in used2} == {s.episode for s in used1}
+    assert second["valid_fraction/turn2"] == 1.0 and second["episode/submitted_turn"] == 2.0
+    assert loop.learner.step == 2 and not loop.finished and not loop.turn_queue
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["turn"], r["trained_as"]) for r in rows] == [(1, 1, "turn")] * 2 + [(2, 2, "turn")] * 2
+    assert len(submitted_rows(rows)) == 4  # every turn is a sample of its own
 
 
 @pytest.mark.unit

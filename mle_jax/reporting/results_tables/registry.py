@@ -94,6 +94,9 @@ STEP_PROFILE_VARIANTS = {
     "2_cudnn": "`model.attention=dot_product` (cuDNN flash attention), float32 head backward",
     "3_cudnn_bf16_head": "cuDNN attention, bf16 head backward (`qwen2.head_matmul`)",
     "4_cudnn_bf16_head_noremat_micro4": "the same, remat off (micro-batch 8 ran out of memory)",
+    "5_chunk2048": "cuDNN attention, bf16 head backward, logits of 2,048 positions at a time (`ppo.logits_chunk`)",
+    "6_chunk0": "the same, the logits of every position at once (`ppo.logits_chunk=0`)",
+    "7_chunk128": "the same, 128 positions at a time (512 in the rows above)",
     "ppo_cudnn_bf16_head": "cuDNN attention, bf16 head backward",
 }
 
