@@ -354,7 +354,7 @@ def apply_cpu(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A real pretrained instruct model through every path on CPU: the embedded run (`apply_cpu`: bwrap, the
-    JAX sampler; B=2 here) with SmolLM2-135M-Instruct as the policy, the critic initialised from it with a fresh
+    JAX sampler; B=4 here) with SmolLM2-135M-Instruct as the policy, the critic initialised from it with a fresh
     head, the frozen reference and the LM instrumenter (mode "lm", the frozen initial policy), the paper's
     prompts in SmolLM2's own tokenizer and chat template.
 
@@ -372,10 +372,9 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.instrument.max_tokens = 1024
     c.instrument.max_prompt_tokens = 2048
     c.ppo.micro_batch_size = 1
-    # B = 2: the run's memory grows over its steps (12.5 GB after start-up, 21.8 GB at step 5 with B = 2); with
-    # B = 4 a resumed run was OOM-killed at 24 GB in step 5 (docs/smollm2.md)
-    c.loop.batch_size = 2
-    c.ppo.mini_batch_size = 2
+    # B = 4: the run's resident memory stays flat over its steps (docs/smollm2.md, "Memory over a :smol run")
+    c.loop.batch_size = 4
+    c.ppo.mini_batch_size = 4
     c.loop.steps = 5
     c.warmstart.max_response_tokens = 768
     # SFT sized for 2 cores: a step of 4 rows of 1792 tokens (scanned layers, one row at a time) took 52 s here

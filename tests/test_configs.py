@@ -26,7 +26,7 @@ def test_smol_config_is_the_embedded_run_with_smollm2():
     assert smol.warmstart.enabled and smol.instrument.mode == cpu.instrument.mode == "lm"
     assert (smol.instrument.decoding, cpu.instrument.decoding) == ("free", "copy")  # as docs/smollm2.md says
     assert smol.sampler.backend == cpu.sampler.backend == "jax" and smol.executor.backend == "bwrap"
-    assert smol.loop.batch_size == smol.ppo.mini_batch_size == 2  # its memory grows over a run (docs/smollm2.md)
+    assert smol.loop.batch_size == smol.ppo.mini_batch_size == 4  # its memory is flat over a run (docs/smollm2.md)
     assert smol.prompt.max_prompt_tokens == base.get_config().prompt.max_prompt_tokens
     assert smol.workdir == "runs/random-acts-of-pizza-smol"
     assert smol.warmstart.lr < cpu.warmstart.lr and smol.warmstart.steps * smol.warmstart.batch_size <= 64

@@ -127,6 +127,7 @@ def render_smollm2_profile(lines: list[dict]) -> str:
         [f"{step}: every slot of a prompt + budget cache read (before)", ms(r["old_step_ms"])],
         [f"{step}: the prompt once, the filled generated blocks (after)", ms(r["step_ms"])],
         ["of which the 30 layers' weights (their matmuls: 16-slot prompt, 1 token)", f"{r['layers_ms']:.0f}"],
+        ["the same layers with bf16 weights (XLA:CPU's bf16 matmuls)", f"{r['layers_bf16_ms']:.0f}"],
         ["of which the LM head (576 x 49152 tied embedding)", f"{r['lm_head_ms']:.1f}"],
         ["of which drawing 16 tokens at T = 0.7 (with top-p 0.95, which sorts the vocabulary)",
          f"{r['sample_ms']:.1f} ({r['sample_top_p_ms']:.0f})"],
