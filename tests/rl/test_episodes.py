@@ -228,21 +228,20 @@ def _fixes_only_what_it_was_shown(shown: str) -> str:
     return FIXED if "KeyError: 'request_idd'" in shown else BROKEN
 
 
+def _two_turn_loop(tmp_path, pizza, agent: dict):
+    """B = 2 episodes in flight of the scripted policy that fixes its program only when shown the KeyError."""
+    sections = {"prompt": {"improve_fraction": 0.0}, "agent": agent}
+    return _loop(tmp_path, pizza, _fixes_only_what_it_was_shown, texts=(BROKEN, FIXED), positions=4096,
+                 sections=sections, in_flight_multiplier=1)  # fmt: skip
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("context", ["conversation", "state"])
 def test_the_agent_fixes_its_program_at_turn_2_from_what_the_run_showed(tmp_path, pizza, context):
     """K = 2 turns, B = 2 episodes, the real bwrap sandbox and grader: turn 1's program fails with a KeyError; the
     observation shows it; the scripted policy answers it with the fixed program, which the grader scores. The learner
     trains on the episode's rows (conversation: one row, both responses as policy tokens, the observation masked)."""
-    loop, sampler, fleet = _loop(
-        tmp_path,
-        pizza,
-        _fixes_only_what_it_was_shown,
-        texts=(BROKEN, FIXED),
-        positions=4096,
-        sections={"prompt": {"improve_fraction": 0.0}, "agent": {"turns": 2, "context": context}},
-        in_flight_multiplier=1,
-    )
+    loop, sampler, fleet = _two_turn_loop(tmp_path, pizza, {"turns": 2, "context": context})
     try:
         m = loop.step()
     finally:
@@ -304,15 +303,7 @@ def test_with_turn_credit_an_update_trains_on_the_first_b_finished_turns(tmp_pat
     """With "turn" credit (ML-Agent's step-wise RL), K = 2, B = 2 episodes in flight: the first update trains on the two
     turn-1 runs as soon as they are graded (a batch of 2 rows), while the turn-2 programs are already sampled from what
     those runs showed; the second update trains on the turn 2s, which the grader scores."""
-    loop, sampler, fleet = _loop(
-        tmp_path,
-        pizza,
-        _fixes_only_what_it_was_shown,
-        texts=(BROKEN, FIXED),
-        positions=4096,
-        sections={"prompt": {"improve_fraction": 0.0}, "agent": {"turns": 2, "context": "state", "credit": "turn"}},
-        in_flight_multiplier=1,
-    )
+    loop, sampler, fleet = _two_turn_loop(tmp_path, pizza, {"turns": 2, "context": "state", "credit": "turn"})
     try:
         first = loop.step()
         used1, live = loop.last_used, len(loop.live)
