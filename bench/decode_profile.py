@@ -138,3 +138,34 @@ def step_profile(
     bump = jax.jit(lambda x: x + 1)
     out["host_round_trip_ms"] = round(best_ms(lambda x: jax.device_get(bump(x)), tok, calls=50), 3)
     return out
+
+
+def main() -> None:
+    """One decode step of a model, split into its parts, as JSON: an HF folder (`--path`), or by default a tiny random
+    Qwen2 (`configs/base.py` tiny_model: what `make bench` runs, in seconds)."""
+    import argparse
+    import json
+
+    from configs import base
+    from mle_jax.models.hf import from_pretrained
+    from mle_jax.models.qwen2 import Qwen2Config
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--path", default="", help="an HF model folder (default: a tiny random Qwen2)")
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=128, help="prompt slots")
+    ap.add_argument("--budget", type=int, default=128, help="generated slots")
+    a = ap.parse_args()
+    if a.path:
+        model = from_pretrained(a.path)
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config.from_model_config(base.tiny_model()), nnx.Rngs(0))
+    fills = (1, a.budget // 2, a.budget)
+    out = {"bandwidth": memory_bandwidth(), "weight_bytes": weight_bytes(model),
+           "kv_bytes_per_token": kv_bytes_per_token(model),
+           **step_profile(model, a.rows, a.prompt, a.budget, fills)}  # fmt: skip
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

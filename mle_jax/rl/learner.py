@@ -332,7 +332,10 @@ class Learner:
             if isinstance(x, jax.Array) and not x.is_fully_addressable:
                 return jax.jit(lambda y: y, out_shardings=sh)(x)  # reshard across processes
             if isinstance(x, jax.Array) and sh.is_fully_addressable:
-                return jax.device_put(x, sh, may_alias=False)
+                # a copy by computation: device_put(may_alias=False) can hand back the source's buffers for a
+                # replicated sharding, and the state and the reference, placed from the same arrays, then share
+                # buffers that the donating update frees
+                return jax.jit(jnp.copy, out_shardings=sh)(x)
             return shd.put_global(np.asarray(jax.device_get(x)), sh)  # host copy onto a multi-process mesh
 
         return jax.tree.map(one, tree, shardings)

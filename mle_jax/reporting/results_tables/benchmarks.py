@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from mle_jax.infra.op_profile import category
 from mle_jax.reporting.markdown import markdown_table, number
 from mle_jax.reporting.results_tables.duration_bias import bias_record
 from mle_jax.reporting.results_tables.sources import RESULTS
@@ -97,8 +98,6 @@ def render_micro_sweep(*files: dict) -> str:
 def _device_time(profile: dict) -> dict[str, float]:
     """A profile's device milliseconds by category, the costliest ops re-labelled by today's categories (a file's
     own split may predate one: cuBLAS's `nvjet` kernels were "other" before they were "matmul")."""
-    from mle_jax.infra.op_profile import category
-
     cats = dict(profile["by_category"])
     for op in profile["top"]:
         now = category(op["name"], op.get("hlo", ""))
