@@ -152,23 +152,26 @@ def _stack(
     ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
+def _draw_shares(axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int], classify: Any,
+                 categories: Sequence[str], colours: Any, title: str) -> bool:  # fmt: skip
+    """Per step, the shares of the samples in each of `categories` (by `classify`), stacked; False when no step has
+    any."""
+    steps, shares = shares_by_step(recs, classify, categories)
+    if not steps:
+        return False
+    _stack(axes[0], steps, shares, colours, span)
+    _title(axes[0], title, task)
+    return True
+
+
 def _draw_medals(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int]) -> bool:
     try:
         thresholds(task)
     except KeyError:  # a task without medal thresholds
         return False
-    steps, shares = shares_by_step(recs, sample_medal, MEDAL_CATEGORIES)
-    if not steps:
-        return False
-    _stack(axes[0], steps, shares, MEDAL_COLOURS, span)
-    _title(axes[0], "MLE-bench medal shares", task)
-    return True
+    return _draw_shares(axes, task, recs, span, sample_medal, MEDAL_CATEGORIES, MEDAL_COLOURS, "MLE-bench medal shares")
 
 
 def _draw_outcomes(fig: Any, axes: Sequence[Any], task: str, recs: Sequence[Record], span: tuple[int, int]) -> bool:
-    steps, shares = shares_by_step(recs, sample_outcome, OUTCOMES)
-    if not steps:
-        return False
-    _stack(axes[0], steps, shares, OUTCOME_COLOURS, span)
-    _title(axes[0], "outcomes: valid, or how the sample failed", task)
-    return True
+    title = "outcomes: valid, or how the sample failed"
+    return _draw_shares(axes, task, recs, span, sample_outcome, OUTCOMES, OUTCOME_COLOURS, title)
