@@ -184,7 +184,9 @@ def release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
-def _status_kib() -> dict[str, int]:
+def status_kib() -> dict[str, int]:
+    """This process's resident memory now (`VmRSS`) and at its peak (`VmHWM`), in KiB, from /proc/self/status ({}
+    where there is none)."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
@@ -197,18 +199,17 @@ def process_metrics(release: bool = True) -> dict[str, float | None]:
     """This process now, in GiB: `process/rss_gib` its resident memory (VmRSS) and `process/peak_rss_gib` the most
     it has held (VmHWM); `process/live_arrays_gib` its live jax arrays; `process/malloc_free_gib` what malloc holds
     freed but not returned to the kernel; and `process/compiles`, `process/compile_s` the XLA compiles since
-    mle_jax.infra.metrics was imported. A run logs them every step: compiles stop once its shapes have been seen,
-    and its memory stays flat.
+    mle_jax.infra.metrics was imported. A run logs them every step, so that growth in either shows.
 
     release: first return malloc's free pages to the kernel (`release_free_memory`; the RL loop does at every step):
     `process/rss_gib` is then what the process uses, `process/released_gib` what the release gave back (the
     freed buffers of the step's compiles, prefills, decodes and update, which glibc keeps in its arenas).
     """
     free = malloc_free_gib()
-    before = _status_kib().get("VmRSS")
+    before = status_kib().get("VmRSS")
     if release:
         release_free_memory()
-    kib = _status_kib()
+    kib = status_kib()
     with _COMPILES_LOCK:
         compiles, seconds = _COMPILES["count"], _COMPILES["seconds"]
     out = {

@@ -35,7 +35,7 @@ from mle_jax.experiments.learning.outcomes import (
 )
 from mle_jax.experiments.learning.report import write_report
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.infra.metrics import MetricsWriter, status_kib
 from mle_jax.reporting import provenance
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.run import builders, environment
@@ -149,11 +149,7 @@ def reset_peak_rss() -> None:
 
 def peak_rss_gib() -> float | None:
     """This process's peak resident memory (VmHWM) since it started or since `reset_peak_rss`, in GiB."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    kib = status_kib().get("VmHWM")
     return None if kib is None else round(kib / 2**20, 2)
 
 
