@@ -6,8 +6,10 @@ Every time is the best of a few calls of one compiled program on inputs already 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -15,10 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mle_jax.models import qwen2
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.split_cache import empty_suffix
 from mle_jax.sampling.jax_sampler import _prefill as prefill
+from mle_jax.sampling.jax_sampler import phase_sizes
 
 GB = 1e9
 
@@ -59,66 +63,81 @@ def weight_bytes(model: Qwen2ForCausalLM) -> dict[str, int]:
     return {"total": int(total), "lm_head": int(model.model.embed_tokens[...].nbytes)}
 
 
-def step_profile(
-    model: Qwen2ForCausalLM,
-    rows: int,
-    prompt: int,
-    budget: int,
-    fills: tuple[int, ...],
-    bf16: Qwen2ForCausalLM | None = None,
-) -> dict:
-    """One decode step of `rows` samples of one prompt of `prompt` slots with `budget` generated slots, in ms:
+@contextlib.contextmanager
+def attention_without(part: str) -> Iterator[None]:
+    """While tracing inside this block, the model's split-cache attention skips its `part` ("suffix": reads one slot
+    of each row's generated keys; "prefix": one slot of the prompt's; "both": no attention at all), for ablations:
+    a step's time with and without a part is that part's cost."""
+    full = qwen2.split_cache_attention
 
-    old_step_ms: the sampler before issue 37 (one KVCache of prompt + budget slots per row, every slot read)
-      at each fill (generated tokens so far);
-    step_ms: the split cache (the prompt once, each row's filled suffix blocks) at each fill;
-    layers_ms: the step without its LM head and with a 16-slot prompt at fill 1: the weight reads (and their
-      matmuls) alone, and layers_bf16_ms the same with `bf16` (the model in bfloat16, when given); lm_head_ms: the
-      LM head alone (logits of every row over the vocabulary);
+    def ablated(q, pk, pv, pvalid, kt, vt, filled):
+        if part == "both":
+            return q + 0 * (kt[:, :1, :1, :1].sum() + pk[:, :1, :1, :1].sum())
+        if part == "suffix":
+            return full(q, pk, pv, pvalid, kt[..., :1], vt[:, :, :1], filled)
+        return full(q, pk[..., :1], pv[:, :, :1], pvalid[:, :1], kt, vt, filled)
+
+    qwen2.split_cache_attention = ablated
+    try:
+        yield
+    finally:
+        qwen2.split_cache_attention = full
+
+
+def per_step_ms(graphdef: Any, state: Any, cache: Any, tok: jax.Array, steps: int = 8, ablate: str = "") -> float:
+    """Milliseconds per decode step of `cache` (the sampler's loop: each step's greedy token fed to the next, the
+    cache carried in place): (time of steps + 1 steps - time of 1 step) / steps, so that the copy of the
+    undonated input cache that each call makes cancels out. ablate: a part of the attention to skip
+    (`attention_without`)."""
+
+    @functools.partial(jax.jit, static_argnums=3)
+    def run(state, cache, tok, k):
+        model = nnx.merge(graphdef, state)
+
+        def body(_, carry):
+            tok, cache = carry
+            logits, cache = model.decode(tok, cache)
+            return jnp.argmax(logits, -1).astype(jnp.int32), cache
+
+        return jax.lax.fori_loop(0, k, body, (tok, cache))
+
+    with attention_without(ablate) if ablate else contextlib.nullcontext():
+        long, short = best_ms(run, state, cache, tok, steps + 1, calls=3), best_ms(run, state, cache, tok, 1, calls=3)
+    return (long - short) / steps
+
+
+def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int) -> dict:
+    """One decode step of `rows` samples of one prompt of `prompt` slots with up to `budget` generated tokens, in ms:
+
+    phase_step_ms: a step in each of the sampler's decode phases (`phase_sizes(budget)`: a suffix of that many
+      slots per row, half filled), the cache updated in place as in the sampler's loop (`per_step_ms`);
+    last_phase_without_ms: a step of the last phase without its suffix attention, without its prefix attention,
+      and without either (the weights, the LM head, norms and the token's sampling): what each part costs;
+    lm_head_ms: the LM head alone (logits of every row over the vocabulary);
     sample_ms: drawing the tokens from [rows, V] logits (T = 0.7, and with top-p 0.95, which sorts the vocabulary);
-    prefill_ms: the prompt through the model once (the sampler's prefill of a distinct prompt); old_prefill_ms: the
-      sampler before issue 37's prefill of all `rows` copies of it into their caches of prompt + budget slots;
+    prefill_ms: the prompt through the model once (the sampler's prefill of a distinct prompt);
     host_round_trip_ms: one jitted call and a device_get of a [rows] array: what a decode loop that went back to
-      the host for every token would pay per step (the sampler's loop is a lax.while_loop: it pays it once).
+      the host for every token would pay per step (the sampler's loop is a lax.while_loop: it pays it once a phase).
     """
     graphdef, state = nnx.split(model)
     cfg = model.config
     tok = jnp.ones((rows,), jnp.int32)
+    shape_k = (1, cfg.num_key_value_heads, cfg.head_dim, prompt)
+    shape_v = (1, cfg.num_key_value_heads, prompt, cfg.head_dim)
+    pk = tuple(jnp.full(shape_k, 0.01, model.dtype) for _ in range(cfg.num_hidden_layers))
+    pv = tuple(jnp.ones(shape_v, model.dtype) for _ in range(cfg.num_hidden_layers))
 
-    def split_cache(prefix_len: int, fill: int):
-        shape_k = (1, cfg.num_key_value_heads, cfg.head_dim, prefix_len)
-        shape_v = (1, cfg.num_key_value_heads, prefix_len, cfg.head_dim)
-        pk = tuple(jnp.full(shape_k, 0.01, model.dtype) for _ in range(cfg.num_hidden_layers))
-        pv = tuple(jnp.ones(shape_v, model.dtype) for _ in range(cfg.num_hidden_layers))
-        cache = empty_suffix(pk, pv, jnp.ones((1, prefix_len), bool), jnp.full((1,), prefix_len), rows, budget)
-        return cache.replace(index=jnp.int32(fill - 1))
+    def cache(size: int):
+        c = empty_suffix(pk, pv, jnp.ones((1, prompt), bool), jnp.full((1,), prompt), rows, size)
+        return c.replace(index=jnp.int32(size // 2))
 
-    @jax.jit
-    def step(state, cache, tok):
-        return nnx.merge(graphdef, state).decode(tok, cache)
-
-    @jax.jit
-    def layers(state, cache, tok):
-        return nnx.merge(graphdef, state).model.decode(tok, cache)
-
-    @jax.jit
-    def old_step(state, cache, tok):
-        return nnx.merge(graphdef, state)(tok[:, None], attention_mask=jnp.ones((rows, 1), jnp.int32), cache=cache)
-
-    out: dict[str, Any] = {"rows": rows, "prompt_slots": prompt, "budget_slots": budget, "fills": list(fills)}
-    out["step_ms"] = [round(best_ms(step, state, split_cache(prompt, f), tok), 1) for f in fills]
-    old = []
-    for f in fills:
-        cache = model.init_cache(rows, prompt + budget)
-        cache = cache.replace(index=jnp.int32(prompt + f - 1), valid=jnp.ones((rows, prompt + budget), bool))
-        old.append(round(best_ms(old_step, state, cache, tok), 1))
-    out["old_step_ms"] = old
-    out["layers_ms"] = round(best_ms(layers, state, split_cache(16, 1), tok), 1)
-    if bf16 is not None:  # the same weights in bfloat16 (half the bytes), computed in bfloat16
-        graphdef16, state16 = nnx.split(bf16)
-        cache16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x, split_cache(16, 1))
-        step16 = jax.jit(lambda state, cache, tok: nnx.merge(graphdef16, state).model.decode(tok, cache))
-        out["layers_bf16_ms"] = round(best_ms(step16, state16, cache16, tok), 1)
+    sizes = phase_sizes(budget)
+    out: dict[str, Any] = {"rows": rows, "prompt_slots": prompt, "budget_slots": budget, "phases": sizes}
+    out["phase_step_ms"] = [round(per_step_ms(graphdef, state, cache(n), tok), 1) for n in sizes]
+    out["last_phase_without_ms"] = {
+        part: round(per_step_ms(graphdef, state, cache(sizes[-1]), tok, ablate=part), 1)
+        for part in ("suffix", "prefix", "both")
+    }
     h = jnp.ones((rows, 1, cfg.hidden_size), model.dtype)
     out["lm_head_ms"] = round(best_ms(jax.jit(lambda s, h: nnx.merge(graphdef, s).logits_from_hidden(h)), state, h), 1)
     logits = jax.random.normal(jax.random.key(0), (rows, cfg.vocab_size))
@@ -127,14 +146,6 @@ def step_profile(
         out[name] = round(best_ms(draw, logits, jax.random.key(1)), 2)
     tokens, mask = jnp.ones((1, prompt), jnp.int32), jnp.ones((1, prompt), jnp.int32)
     out["prefill_ms"] = round(best_ms(prefill, graphdef, state, tokens, mask, calls=2), 1)
-
-    @jax.jit
-    def old_prefill(state, tokens, mask):
-        model = nnx.merge(graphdef, state)
-        return model.hidden_states(tokens, attention_mask=mask, cache=model.init_cache(rows, prompt + budget))
-
-    tokens, mask = jnp.ones((rows, prompt), jnp.int32), jnp.ones((rows, prompt), jnp.int32)
-    out["old_prefill_ms"] = round(best_ms(old_prefill, state, tokens, mask, calls=1), 1)
     bump = jax.jit(lambda x: x + 1)
     out["host_round_trip_ms"] = round(best_ms(lambda x: jax.device_get(bump(x)), tok, calls=50), 3)
     return out
@@ -160,10 +171,9 @@ def main() -> None:
         model = from_pretrained(a.path)
     else:
         model = Qwen2ForCausalLM(Qwen2Config.from_model_config(base.tiny_model()), nnx.Rngs(0))
-    fills = (1, a.budget // 2, a.budget)
     out = {"bandwidth": memory_bandwidth(), "weight_bytes": weight_bytes(model),
            "kv_bytes_per_token": kv_bytes_per_token(model),
-           **step_profile(model, a.rows, a.prompt, a.budget, fills)}  # fmt: skip
+           **step_profile(model, a.rows, a.prompt, a.budget)}  # fmt: skip
     print(json.dumps(out))
 
 

@@ -57,8 +57,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
 from configs import pizza  # noqa: E402
@@ -331,8 +329,12 @@ def stage_samplers(a) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": a.samples}
     for kind in ("jax", "vllm"):
         with folder_sampler(kind, folder, tok) as sampler:
-            # warm-up: the same rows, 8 tokens (the JAX sampler compiles its decode for these shapes)
-            sampler.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
+            # warm-up: the JAX sampler compiles its prefill and every decode phase of these rows' shapes; vLLM (no
+            # compiles: --enforce-eager) draws 8 tokens of them
+            if kind == "jax":
+                sampler.warm_up([prompt] * a.samples, n=1, max_tokens=kwargs["max_tokens"])
+            else:
+                sampler.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
             t0 = time.perf_counter()
             comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
             seconds = time.perf_counter() - t0
@@ -377,16 +379,15 @@ def roofline(model, prompt_tokens: int, rows: int, measured: dict[str, Any]) -> 
 
 def stage_profile(a) -> dict[str, Any]:
     """One decode step of SmolLM2 for the `samplers` stage's shapes (16 rows of the pizza scratch prompt, its
-    1024-slot prompt bucket and 1024-slot budget bucket), split into its parts (bench/decode_profile.py)."""
+    1024-slot prompt bucket and 1024-token budget bucket), in each decode phase and split into its parts
+    (bench/decode_profile.py)."""
     s = settings("smol", Path(a.workdir), warm=False)
     model = from_pretrained(Path(s.model.path))
     return {
         "bandwidth": memory_bandwidth(),
         "weight_bytes": weight_bytes(model),
         "kv_bytes_per_token": kv_bytes_per_token(model),
-        **step_profile(
-            model, MAX_BATCH, 1024, 1024, (1, 384, 768), bf16=from_pretrained(Path(s.model.path), dtype=jnp.bfloat16)
-        ),
+        **step_profile(model, MAX_BATCH, 1024, 1024),
     }
 
 

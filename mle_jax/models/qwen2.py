@@ -467,7 +467,7 @@ class Attention(nnx.Module):
             out = out + self.o_bias[...].astype(dt)
         return out
 
-    def decode(self, x: Array, cache: SplitCache, layer: int, block: int) -> tuple[Array, tuple[Array, Array]]:
+    def decode(self, x: Array, cache: SplitCache, layer: int) -> tuple[Array, tuple[Array, Array]]:
         """One new token per row against a SplitCache: x [R, 1, D] -> [R, 1, D], this layer's suffix (k, v) with
         the token written at slot cache.index (its RoPE position: cache.positions)."""
         dt = self.dtype
@@ -478,9 +478,7 @@ class Attention(nnx.Module):
         ck = jax.lax.dynamic_update_slice(ck, k.transpose(0, 2, 3, 1).astype(ck.dtype), (0, 0, 0, cache.index))
         cv = jax.lax.dynamic_update_slice(cv, v.transpose(0, 2, 1, 3).astype(cv.dtype), (0, 0, cache.index, 0))
         pk, pv = cache.prefix_k[layer].astype(dt), cache.prefix_v[layer].astype(dt)
-        out = split_cache_attention(
-            q[:, 0], pk, pv, cache.prefix_valid, ck.astype(dt), cv.astype(dt), cache.index + 1, block
-        )
+        out = split_cache_attention(q[:, 0], pk, pv, cache.prefix_valid, ck.astype(dt), cv.astype(dt), cache.index + 1)
         return self._out(out[:, None]), (ck, cv)
 
 
@@ -521,9 +519,9 @@ class DecoderLayer(nnx.Module):
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
 
-    def decode(self, x: Array, cache: SplitCache, layer: int, block: int) -> tuple[Array, tuple[Array, Array]]:
+    def decode(self, x: Array, cache: SplitCache, layer: int) -> tuple[Array, tuple[Array, Array]]:
         """x [R, 1, D] -> [R, 1, D] and this layer's new suffix (k, v) (Attention.decode)."""
-        h, new_kv = self.attn.decode(self.input_layernorm(x), cache, layer, block)
+        h, new_kv = self.attn.decode(self.input_layernorm(x), cache, layer)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
@@ -625,13 +623,13 @@ class Qwen2Model(nnx.Module):
         )
         return x, new_cache
 
-    def decode(self, tokens: Array, cache: SplitCache, block: int = 128) -> tuple[Array, SplitCache]:
+    def decode(self, tokens: Array, cache: SplitCache) -> tuple[Array, SplitCache]:
         """One token per row of a SplitCache: tokens [R] int32 -> final-normed hidden states [R, D], the cache
         with the tokens' keys and values written (index and positions advanced by one)."""
         x = self.embed_tokens[...].astype(self.dtype)[tokens][:, None]
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
-            x, (k, v) = layer.decode(x, cache, i, block)
+            x, (k, v) = layer.decode(x, cache, i)
             new_k.append(k)
             new_v.append(v)
         new_cache = cache.replace(k=tuple(new_k), v=tuple(new_v), index=cache.index + 1, positions=cache.positions + 1)
@@ -698,7 +696,7 @@ class Qwen2ForCausalLM(nnx.Module):
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         return self.model.init_cache(batch, max_len, dtype)
 
-    def decode(self, tokens: Array, cache: SplitCache, block: int = 128) -> tuple[Array, SplitCache]:
+    def decode(self, tokens: Array, cache: SplitCache) -> tuple[Array, SplitCache]:
         """tokens [R] int32 -> logits [R, V] float32 of the next token of each row of `cache`, the new cache."""
-        h, cache = self.model.decode(tokens, cache, block)
+        h, cache = self.model.decode(tokens, cache)
         return self.logits_from_hidden(h[:, None])[:, 0], cache

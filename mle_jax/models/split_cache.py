@@ -5,8 +5,13 @@ A prompt's keys and values are written once, by its prefill, and only read while
 are its own. Attention of a row's new token is one softmax over its prompt's valid prefix slots and its filled
 suffix slots; the prefix scores of the n rows of a prompt are one matmul of their n * G query heads against the
 prompt's keys, so the prompt is read once per step for all its rows (as vLLM's prefix caching shares a prompt's
-blocks), and the suffix is read only as far as it is filled, in blocks (a step early in a 1024-token budget reads
-one block, not 1024 slots).
+blocks).
+
+The suffix is read whole, masked to its filled slots: one static-shape matmul, which XLA:CPU runs at the speed of
+memory. Its length grows with the response (`grow`, in doubling phases: the JAX sampler's decode starts with a
+short suffix and pads it when full), so a step early in a 1024-token budget reads a few hundred slots, not 1024.
+Reading a filled block at a time instead (a loop over dynamic slices) measured 2-3x slower on CPU: each slice is
+a copy.
 """
 
 from __future__ import annotations
@@ -74,6 +79,18 @@ def empty_suffix(
     )
 
 
+def grow(k: tuple[Array, ...], v: tuple[Array, ...], max_len: int) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    """A suffix (per layer k [R, Hkv, Dh, M], v [R, Hkv, M, Dh]) padded to `max_len` >= M slots per row: the filled
+    slots kept, the new ones empty."""
+    extra = max_len - v[0].shape[2]
+    if extra < 0:
+        raise ValueError(f"cannot shrink a suffix of {v[0].shape[2]} slots to {max_len}")
+    return (
+        tuple(jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, extra))) for x in k),
+        tuple(jnp.pad(x, ((0, 0), (0, 0), (0, extra), (0, 0))) for x in v),
+    )
+
+
 def split_cache_attention(
     q: Array,
     prefix_kt: Array,
@@ -82,24 +99,20 @@ def split_cache_attention(
     kt: Array,
     vt: Array,
     filled: Array,
-    block: int,
 ) -> Array:
     """One query per row against its prompt's prefix and its own suffix.
 
     q [R, Hq, Dh] (R = U * n rows, row u * n + j continues prompt u), prefix_kt [U, Hkv, Dh, P],
     prefix_vt [U, Hkv, P, Dh], prefix_valid [U, P] bool, kt [R, Hkv, Dh, M], vt [R, Hkv, M, Dh],
-    filled [] int32 (suffix slots [0, filled) hold keys; M a multiple of `block`) -> [R, Hq, Dh].
+    filled [] int32 (suffix slots [0, filled) hold keys) -> [R, Hq, Dh].
 
-    softmax over the valid prefix slots and the filled suffix slots together (scores and sums in float32):
-    the prefix part gives the running (max, sum, weighted values) that the suffix blocks then update, as in
-    flash attention; only the ceil(filled / block) suffix blocks that hold keys are read.
+    softmax over the valid prefix slots and the filled suffix slots together (scores and sums in float32): the
+    prefix part and the suffix part each give a (max, sum, weighted values), merged as in flash attention.
     """
     r, hq, dh = q.shape
     u, hkv = prefix_kt.shape[:2]
     n, g = r // u, hq // hkv
     m_len = vt.shape[2]
-    if m_len % block:
-        raise ValueError(f"suffix length {m_len} is not a multiple of block {block}")
     scale = dh**-0.5
     # prefix: the n rows' G query heads of each kv head side by side: one [n*G, Dh] x [Dh, P] matmul per (u, kv head)
     qp = q.reshape(u, n, hkv, g, dh).transpose(0, 2, 1, 3, 4).reshape(u, hkv, n * g, dh)
@@ -112,22 +125,14 @@ def split_cache_attention(
     def rows(x: Array) -> Array:  # [U, Hkv, n*G, X] -> [R, Hkv, G, X]
         return x.reshape(u, hkv, n, g, -1).transpose(0, 2, 1, 3, 4).reshape(r, hkv, g, -1)
 
-    carry = (rows(peak), rows(e.sum(axis=-1, keepdims=True)), rows(acc))
-    qr = q.reshape(r, hkv, g, dh)
-    slots = jnp.arange(block)
-
-    def suffix_block(j: Array, carry: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
-        peak, total, acc = carry
-        kb = jax.lax.dynamic_slice_in_dim(kt, j * block, block, axis=3)
-        vb = jax.lax.dynamic_slice_in_dim(vt, j * block, block, axis=2)
-        s = jnp.einsum("rkgd,rkds->rkgs", qr, kb, preferred_element_type=jnp.float32) * scale
-        s = jnp.where(j * block + slots < filled, s, _NEG)
-        new_peak = jnp.maximum(peak, s.max(axis=-1, keepdims=True))
-        e = jnp.exp(s - new_peak)
-        shrink = jnp.exp(peak - new_peak)
-        pv = jnp.einsum("rkgs,rksd->rkgd", e.astype(vb.dtype), vb, preferred_element_type=jnp.float32)
-        return new_peak, total * shrink + e.sum(axis=-1, keepdims=True), acc * shrink + pv
-
-    blocks = jnp.minimum((filled + block - 1) // block, m_len // block)
-    _, total, acc = jax.lax.fori_loop(0, blocks, suffix_block, carry)
+    peak, total, acc = rows(peak), rows(e.sum(axis=-1, keepdims=True)), rows(acc)
+    # suffix: every slot of each row's own keys, the unfilled ones masked
+    s = jnp.einsum("rkgd,rkds->rkgs", q.reshape(r, hkv, g, dh), kt, preferred_element_type=jnp.float32) * scale
+    s = jnp.where(jnp.arange(m_len) < filled, s, _NEG)
+    new_peak = jnp.maximum(peak, s.max(axis=-1, keepdims=True))
+    e = jnp.exp(s - new_peak)
+    shrink = jnp.exp(peak - new_peak)
+    pv = jnp.einsum("rkgs,rksd->rkgd", e.astype(vt.dtype), vt, preferred_element_type=jnp.float32)
+    total = total * shrink + e.sum(axis=-1, keepdims=True)
+    acc = acc * shrink + pv
     return (acc / total).astype(vt.dtype).reshape(r, hq, dh)

@@ -28,11 +28,11 @@ from flax import nnx
 
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
-from mle_jax.models.split_cache import empty_suffix
+from mle_jax.models.split_cache import SplitCache, empty_suffix, grow
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
 
-DECODE_BLOCK = 128  # suffix slots read per block (split_cache_attention): a step reads only the filled blocks
+SUFFIX_PHASE = 256  # suffix slots of a decode's first phase (`phase_sizes`)
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -50,10 +50,22 @@ def _prefill(graphdef, state, tokens: jax.Array, mask: jax.Array):
     return logits[0, 0], cache.k, cache.v, cache.valid, cache.positions
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "max_new", "stop_ids", "pad_id", "block"))
-def _decode(
-    graphdef,
-    state,
+def phase_sizes(max_new: int, first: int = SUFFIX_PHASE) -> list[int]:
+    """The suffix lengths of the phases of a decode of up to `max_new` tokens: `first` slots, growing by `first`
+    up to 4 * first, then doubling, up to max_new. A phase's steps read its whole suffix (masked to the filled
+    slots), so a step reads at most `first` slots more than it needs up to 4 * first, and at most twice the filled
+    ones past that; each size is one compiled program (4 for 1024 tokens, 5 for 2048)."""
+    if first < 1:
+        raise ValueError(f"the first decode phase needs at least one slot, got {first}")
+    sizes = [min(max_new, first)]
+    while sizes[-1] < max_new:
+        step = first if sizes[-1] < 4 * first else sizes[-1]
+        sizes.append(min(max_new, sizes[-1] + step))
+    return sizes
+
+
+@functools.partial(jax.jit, static_argnames=("n", "max_new", "size", "stop_ids", "pad_id"))
+def _start(
     prefix_k: tuple[jax.Array, ...],
     prefix_v: tuple[jax.Array, ...],
     prefix_valid: jax.Array,
@@ -64,41 +76,69 @@ def _decode(
     temperature: jax.Array,
     top_p: jax.Array,
     top_k: jax.Array,
-    max_tokens: jax.Array,
     *,
     n: int,
     max_new: int,
+    size: int,
     stop_ids: tuple[int, ...],
     pad_id: int,
-    block: int,
-):
-    """n samples of each of U prefilled prompts (prefix_* as in SplitCache, prefix_len [U] their lengths,
-    first_logits [U, V] their next-token logits), R = U * n rows, live [R] bool (False: grid padding, counted
-    as stopped) -> (out tokens [R, max_new], logprobs [R, max_new], lengths [R], stopped [R] bool)."""
-    model = nnx.merge(graphdef, state)
+) -> tuple[jax.Array, ...]:
+    """The decode's first token of each row, drawn from its prompt's prefill logits (first_logits [U, V]), and
+    the carry of `_phase`: (step, tok [R], suffix keys and values of `size` empty slots per row, index, positions
+    [R], out tokens [R, max_new], out logprobs [R, max_new], done [R], lengths [R], key). live [R] bool: False
+    rows (grid padding) count as stopped."""
     r = live.shape[0]
-    cache = empty_suffix(prefix_k, prefix_v, prefix_valid, prefix_len, n, max_new)
+    cache = empty_suffix(prefix_k, prefix_v, prefix_valid, prefix_len, n, size)
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
-
-    def pick(logits, key):
-        return sample_token(logits, key, temperature, top_p, top_k)
-
     key, sub = jax.random.split(key)
-    tok, lp = pick(jnp.repeat(first_logits, n, axis=0), sub)
+    tok, lp = sample_token(jnp.repeat(first_logits, n, axis=0), sub, temperature, top_p, top_k)
     out_tok = jnp.full((r, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
     out_lp = jnp.zeros((r, max_new), jnp.float32).at[:, 0].set(lp)
     done = jnp.isin(tok, stops) | ~live
     lengths = live.astype(jnp.int32)
+    step = jnp.ones((), jnp.int32)
+    return (step, tok, cache.k, cache.v, cache.index, cache.positions, out_tok, out_lp, done, lengths, key)
 
-    def cond(carry):
-        step, _, _, _, _, done, _, _ = carry
-        return (step < max_tokens) & ~jnp.all(done)
 
-    def body(carry):
-        step, tok, cache, out_tok, out_lp, done, lengths, key = carry
-        logits, cache = model.decode(tok, cache, block)
+@functools.partial(jax.jit, static_argnames=("size",))
+def _grow(carry: tuple[jax.Array, ...], *, size: int) -> tuple[jax.Array, ...]:
+    """The carry (`_start`) with its suffix keys and values padded to `size` slots per row (split_cache.grow)."""
+    return (*carry[:2], *grow(carry[2], carry[3], size), *carry[4:])
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "stop_ids", "pad_id"), donate_argnames=("carry",))
+def _phase(
+    graphdef,
+    state,
+    prefix_k: tuple[jax.Array, ...],
+    prefix_v: tuple[jax.Array, ...],
+    prefix_valid: jax.Array,
+    carry: tuple[jax.Array, ...],
+    temperature: jax.Array,
+    top_p: jax.Array,
+    top_k: jax.Array,
+    max_tokens: jax.Array,
+    *,
+    stop_ids: tuple[int, ...],
+    pad_id: int,
+) -> tuple[jax.Array, ...]:
+    """One phase of the decode: tokens drawn in a `lax.while_loop` until the carry's suffix (`_start`, `_grow`) is
+    full, every row has stopped, or max_tokens are out -> the carry (updated in place: it is donated)."""
+    model = nnx.merge(graphdef, state)
+    step, tok, k, v, index, positions, out_tok, out_lp, done, lengths, key = carry
+    cache = SplitCache(prefix_k, prefix_v, prefix_valid, k, v, index, positions)
+    size = cache.max_len
+    stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+
+    def cond(c):
+        step, _, cache, _, _, done, _, _ = c
+        return (step < max_tokens) & ~jnp.all(done) & (cache.index < size)
+
+    def body(c):
+        step, tok, cache, out_tok, out_lp, done, lengths, key = c
+        logits, cache = model.decode(tok, cache)
         key, sub = jax.random.split(key)
-        new, lp = pick(logits, sub)
+        new, lp = sample_token(logits, sub, temperature, top_p, top_k)
         new = jnp.where(done, pad_id, new)
         lp = jnp.where(done, 0.0, lp)
         out_tok = jax.lax.dynamic_update_slice(out_tok, new[:, None], (0, step))
@@ -107,10 +147,9 @@ def _decode(
         done = done | jnp.isin(new, stops)
         return step + 1, new, cache, out_tok, out_lp, done, lengths, key
 
-    carry = (jnp.ones((), jnp.int32), tok, cache, out_tok, out_lp, done, lengths, key)
-    _, _, _, out_tok, out_lp, done, lengths, _ = jax.lax.while_loop(cond, body, carry)
-    stopped = jnp.isin(jnp.take_along_axis(out_tok, jnp.maximum(lengths - 1, 0)[:, None], 1)[:, 0], stops)
-    return out_tok, out_lp, lengths, stopped & (lengths > 0)
+    c = jax.lax.while_loop(cond, body, (step, tok, cache, out_tok, out_lp, done, lengths, key))
+    step, tok, cache, out_tok, out_lp, done, lengths, key = c
+    return (step, tok, cache.k, cache.v, cache.index, cache.positions, out_tok, out_lp, done, lengths, key)
 
 
 def _stack(parts: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -129,7 +168,7 @@ def _stack(parts: list[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 def compiled_programs() -> int:
     """How many programs the sampler has compiled in this process (prefill and decode, every shape)."""
-    return _prefill._cache_size() + _decode._cache_size()
+    return sum(f._cache_size() for f in (_prefill, _start, _grow, _phase))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +221,8 @@ class JaxSampler:
     prefix_cache: how many prompts' prefills to keep between calls (least recently used dropped first; all dropped
     when `sync` changes the weights): a prompt sampled again, as the scratch prompt is at every refill of an RL
     step, is not prefilled again (vLLM's prefix caching does the same). 0: none kept.
+    suffix_phase: generated slots per row of a decode's first phase (`phase_sizes`): a step reads its phase's whole
+    suffix, so smaller phases read less and compile more programs.
     copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
     donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
@@ -232,6 +273,7 @@ class JaxSampler:
         copy_params: bool = True,
         max_batch: int | None = None,
         prefix_cache: int = 2,
+        suffix_phase: int = SUFFIX_PHASE,
     ):
         self.tokenizer = tokenizer
         self.copy_params = copy_params
@@ -255,6 +297,8 @@ class JaxSampler:
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
         self.prefix_cache = prefix_cache
+        self.suffix_phase = suffix_phase
+        phase_sizes(1, suffix_phase)  # validates
         self._prefills: collections.OrderedDict[tuple[tuple[int, ...], int], Any] = collections.OrderedDict()
         self._keep = 0
 
@@ -289,15 +333,7 @@ class JaxSampler:
         if not prompts:
             return []
         SamplingSettings(temperature, top_p, top_k, max_tokens)  # validates
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        rows = [list(p) for p in prompts for _ in range(n)]
-        if any(len(r) == 0 for r in rows):
-            raise ValueError("every prompt needs at least one token")
-        vocab = self.config.vocab_size
-        bad = [t for r in rows for t in r if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+        rows = self._rows(prompts, n)
         if seed is None:
             self._key, key = jax.random.split(self._key)
         else:
@@ -305,9 +341,7 @@ class JaxSampler:
         prompts, grids = plan_grids(rows, self.max_batch)
         results: list[Any] = [None] * len(rows)
         for g, grid in enumerate(grids):
-            p = _bucket(max(len(prompts[i]) for i in grid.prompts), self.min_prompt_bucket)
-            self._keep = len(set(grid.prompts))  # this grid's prefills stay until its decode has them all
-            parts = [self._prefill(prompts[i], p) for i in grid.prompts]
+            parts = self._grid_prefills(prompts, grid)
             out = self._decode_grid(grid, parts, jax.random.fold_in(key, g), temperature, top_p, top_k, max_tokens)
             for cell, row in enumerate(grid.cells):
                 results[row] = tuple(x[cell] for x in out)
@@ -331,6 +365,40 @@ class JaxSampler:
             )
         return completions
 
+    def warm_up(self, prompts: Sequence[Sequence[int]], n: int = 1, max_tokens: int = 256) -> int:
+        """Compiles what `generate(prompts, n, max_tokens=max_tokens)` runs: the prompts' prefills and every decode
+        phase of each grid (none of which draws a token), so that a timed call holds no compile -> the programs
+        compiled by this call."""
+        SamplingSettings(max_tokens=max_tokens)
+        before = compiled_programs()
+        prompts_, grids = plan_grids(self._rows(prompts, n), self.max_batch)
+        for grid in grids:
+            parts = self._grid_prefills(prompts_, grid)
+            self._decode_grid(grid, parts, jax.random.key(0), 1.0, 1.0, -1, max_tokens, warm=True)
+        self._keep = 0
+        self._trim_prefills()
+        return compiled_programs() - before
+
+    def _rows(self, prompts: Sequence[Sequence[int]], n: int) -> list[list[int]]:
+        """Each prompt n times (the rows of a call), checked: n >= 1, no empty prompt, ids inside the vocabulary."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        rows = [list(p) for p in prompts for _ in range(n)]
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("every prompt needs at least one token")
+        vocab = self.config.vocab_size
+        bad = [t for r in rows for t in r if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+        return rows
+
+    def _grid_prefills(self, prompts: list[list[int]], grid: Grid) -> list[Any]:
+        """The prefills of a grid's prompts, left-padded to the bucket of its longest; they stay cached until its
+        decode has them all."""
+        p = _bucket(max(len(prompts[i]) for i in grid.prompts), self.min_prompt_bucket)
+        self._keep = len(set(grid.prompts))
+        return [self._prefill(prompts[i], p) for i in grid.prompts]
+
     def _prefill(self, prompt: Sequence[int], p: int) -> tuple[Any, ...]:
         """One prompt through the model, left-padded to p tokens (`_prefill`'s outputs): computed once per call (a
         prompt repeated in a call's rows or grids) and kept for the next calls (the `prefix_cache` latest)."""
@@ -351,10 +419,11 @@ class JaxSampler:
         while len(self._prefills) > max(self.prefix_cache, self._keep):
             self._prefills.popitem(last=False)
 
-    def _decode_grid(self, grid: Grid, parts: list[Any], key, temperature, top_p, top_k, max_tokens):
-        """One compiled decode of `grid` (parts: the prefills of its prompts, in order) -> numpy (tokens, logprobs,
-        lengths, stopped), one row per cell. The grid is padded to U and n buckets (powers of two; U * n at least
-        min_batch_bucket): padding prompts hold no valid slot, padding rows count as stopped from the start."""
+    def _decode_grid(self, grid: Grid, parts: list[Any], key, temperature, top_p, top_k, max_tokens, warm=False):
+        """The decode of `grid` (parts: the prefills of its prompts, in order), phase by phase (`phase_sizes`) ->
+        numpy (tokens, logprobs, lengths, stopped), one row per cell. The grid is padded to U and n buckets (powers
+        of two; U * n at least min_batch_bucket): padding prompts hold no valid slot, padding rows count as stopped
+        from the start. warm: run every phase for no step (compiles them all) and return nothing."""
         n = _bucket(grid.n, 1)
         u = _bucket(len(grid.prompts), max(1, -(-self.min_batch_bucket // n)))
         m = _bucket(max_tokens, self.min_new_bucket)
@@ -362,27 +431,25 @@ class JaxSampler:
         logits, ks, vs, valid, length = _stack(parts + pad)
         live = np.zeros((u, n), bool)
         live[: len(grid.prompts), : grid.n] = True
-        out = jax.device_get(
-            _decode(
-                self.graphdef,
-                self.state,
-                ks,
-                vs,
-                valid,
-                length,
-                logits,
-                jnp.asarray(live.reshape(-1)),
-                key,
-                jnp.float32(temperature),
-                jnp.float32(top_p),
-                jnp.int32(top_k),
-                jnp.int32(max_tokens),
-                n=n,
-                max_new=m,
-                stop_ids=self.stop_ids,
-                pad_id=self.pad_id,
-                block=min(m, DECODE_BLOCK),
-            )
+        sampling = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k))
+        static = dict(stop_ids=self.stop_ids, pad_id=self.pad_id)
+        sizes = phase_sizes(m, self.suffix_phase)
+        live_rows = jnp.asarray(live.reshape(-1))
+        carry = _start(
+            ks, vs, valid, length, logits, live_rows, key, *sampling, n=n, max_new=m, size=sizes[0], **static
         )
+        for i, size in enumerate(sizes):
+            if i:
+                carry = _grow(carry, size=size)
+            limit = jnp.int32(0 if warm else max_tokens)
+            carry = _phase(self.graphdef, self.state, ks, vs, valid, carry, *sampling, limit, **static)
+            step, done = jax.device_get((carry[0], carry[8]))
+            if not warm and (step >= max_tokens or done.all()):
+                break
+        if warm:
+            return None
+        out_tok, out_lp, lengths = jax.device_get((carry[6], carry[7], carry[9]))
+        last = np.take_along_axis(out_tok, np.maximum(lengths - 1, 0)[:, None], 1)[:, 0]
+        stopped = np.isin(last, self.stop_ids) & (lengths > 0)
         cells = np.arange(u * n).reshape(u, n)[: len(grid.prompts), : grid.n].reshape(-1)
-        return tuple(x[cells] for x in out)
+        return tuple(x[cells] for x in (out_tok, out_lp, lengths, stopped))

@@ -14,7 +14,7 @@ from flax import nnx
 from configs import base
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
-from mle_jax.models.split_cache import empty_suffix, split_cache_attention
+from mle_jax.models.split_cache import empty_suffix, grow, split_cache_attention
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_logits, torch_qwen2
 
 pytestmark = pytest.mark.model
@@ -149,10 +149,11 @@ def test_kv_cache_decoding_equals_full_recompute(pair):
 
 def test_split_cache_decoding_equals_full_recompute(pair):
     """Two left-padded prompts prefilled once each, two rows continuing each with tokens of their own, the suffix
-    read in blocks of 2 slots (filled blocks only): every step's logits equal a full forward of the row."""
+    grown when full (2 slots, then 4, then 8, as the sampler's phases): every step's logits equal a full forward of
+    the row."""
     _, ours = pair
     rng = np.random.RandomState(4)
-    u, n, p, steps, block = 2, 2, 6, 5, 2
+    u, n, p, steps = 2, 2, 6, 5
     lengths = np.array([6, 2])
     prompt = rng.randint(1, TINY["vocab_size"], (u, p)) * (np.arange(p)[None] >= (p - lengths)[:, None])
     pmask = (prompt > 0).astype(np.int32)
@@ -162,25 +163,27 @@ def test_split_cache_decoding_equals_full_recompute(pair):
     ref = jax_logits(ours, full, np.concatenate([np.repeat(pmask, n, axis=0), np.ones_like(new)], axis=1))
 
     _, pre = nnx.jit(lambda m, t, mk: m(t, attention_mask=mk, cache=m.init_cache(u, p)))(ours, prompt, pmask)
-    cache = empty_suffix(pre.k, pre.v, pre.valid, pre.positions, n, 3 * block)
-    step = nnx.jit(lambda m, t, c: m.decode(t, c, block))
+    cache = empty_suffix(pre.k, pre.v, pre.valid, pre.positions, n, 2)
+    step = nnx.jit(lambda m, t, c: m.decode(t, c))
     for i in range(steps):
+        if i == cache.max_len:
+            cache = cache.replace(**dict(zip(("k", "v"), grow(cache.k, cache.v, 2 * i), strict=True)))
         logits, cache = step(ours, jnp.asarray(new[:, i], jnp.int32), cache)
         assert np.abs(np.asarray(logits) - ref[:, p + i]).max() <= 1e-4
     np.testing.assert_array_equal(np.asarray(cache.positions), np.repeat(lengths, n) + steps)
 
 
 def test_split_cache_attention_is_one_softmax_over_prefix_and_filled_suffix():
-    """Against softmax over the concatenated keys, for fills inside a block, at a block edge and of every slot."""
+    """Against softmax over the concatenated keys, for one filled slot, some and every slot."""
     rng = np.random.RandomState(0)
-    u, n, hkv, g, dh, p, m, block = 2, 3, 2, 2, 8, 5, 8, 4
+    u, n, hkv, g, dh, p, m = 2, 3, 2, 2, 8, 5, 8
     q = rng.randn(u * n, hkv * g, dh).astype(np.float32)
     pk, pv = rng.randn(u, hkv, p, dh).astype(np.float32), rng.randn(u, hkv, p, dh).astype(np.float32)
     sk, sv = rng.randn(u * n, hkv, m, dh).astype(np.float32), rng.randn(u * n, hkv, m, dh).astype(np.float32)
     valid = np.arange(p)[None] >= np.array([[0], [3]])  # prompt 1 is left-padded by 3
     for filled in (1, 4, 6, 8):
         got = split_cache_attention(
-            jnp.asarray(q), pk.transpose(0, 1, 3, 2), pv, valid, sk.transpose(0, 1, 3, 2), sv, filled, block
+            jnp.asarray(q), pk.transpose(0, 1, 3, 2), pv, valid, sk.transpose(0, 1, 3, 2), sv, filled
         )
         for r in range(u * n):
             keys = np.concatenate([pk[r // n][:, valid[r // n]], sk[r, :, :filled]], axis=1)  # [Hkv, S, Dh]

@@ -81,6 +81,30 @@ def test_chunked_batches_give_the_same_greedy_output(models, sampler):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
+def test_phases_grow_the_suffix_and_warm_up_compiles_them_all(models, sampler):
+    """A decode whose suffix grows (4, 8, 12, 16, then 32 slots per row) gives transformers' greedy tokens, and the
+    tokens and logprobs that one phase of 32 slots draws with the same key; after `warm_up`, generate compiles
+    nothing."""
+    tm, ours = models
+    assert jax_sampler.phase_sizes(32, 4) == [4, 8, 12, 16, 32]
+    assert jax_sampler.phase_sizes(2048) == [256, 512, 768, 1024, 2048]
+    phased = JaxSampler(ours, eos_ids=[], suffix_phase=4, **BUCKETS)
+    assert phased.warm_up(PROMPTS, n=2, max_tokens=30) >= 5 + 4  # the phases and the growths between them
+    before = compiled_programs()
+    greedy = phased.generate(PROMPTS, n=2, temperature=0.0, max_tokens=30)
+    drawn = phased.generate(PROMPTS, n=2, temperature=1.0, max_tokens=30, seed=3)
+    assert compiled_programs() == before
+    for i, prompt in enumerate(PROMPTS):
+        ref = tm.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
+        for c in greedy[2 * i : 2 * i + 2]:
+            np.testing.assert_array_equal(c.token_ids, ref[0, len(prompt) :].numpy())
+    for a, b in zip(drawn, sampler.generate(PROMPTS, n=2, temperature=1.0, max_tokens=30, seed=3), strict=True):
+        np.testing.assert_array_equal(a.token_ids, b.token_ids)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    with pytest.raises(ValueError, match="at least one slot"):
+        JaxSampler(ours, suffix_phase=0)
+
+
 def test_grids_share_a_prompt_between_its_samples():
     a, b, c = [1, 2], [3], [4, 5, 6]
     # the same count for every prompt: U x n, no padding (n samples of each prompt; distinct prompts: n = 1)

