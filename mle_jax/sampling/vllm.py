@@ -121,6 +121,8 @@ class VLLMSampler:
     background_sync: `sync` returns once the weights are in host memory; the export and the reload run in a
     thread (a request meanwhile is served by the previous weights and tagged with their version). The next
     `sync` or `wait_sync()` waits for it and raises its error, if any.
+    ignore_eos: every completion runs to max_tokens, stop tokens ignored (vLLM's ignore_eos): equal work for a
+    throughput benchmark, never for sampling a policy.
     """
 
     name = "vllm"  # its sampler.backend (sampling/registry.py)
@@ -173,6 +175,7 @@ class VLLMSampler:
         request_timeout_s: float = 3600.0,
         max_concurrent_requests: int = 64,
         background_sync: bool = True,
+        ignore_eos: bool = False,
     ) -> None:
         if eos_ids is None:
             eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
@@ -189,6 +192,7 @@ class VLLMSampler:
         self.background_sync = background_sync
         self._sync_thread: threading.Thread | None = None
         self._sync_error: BaseException | None = None
+        self.ignore_eos = ignore_eos  # every completion runs to max_tokens: a throughput benchmark's equal work
 
     def generate(
         self,
@@ -229,7 +233,8 @@ class VLLMSampler:
             "max_tokens": int(max_tokens),
             "logprobs": 0,  # the sampled token's logprob only
             "return_token_ids": True,
-            "stop_token_ids": self.eos_ids,
+            "stop_token_ids": [] if self.ignore_eos else self.eos_ids,
+            "ignore_eos": self.ignore_eos,
             "skip_special_tokens": True,
         }
 

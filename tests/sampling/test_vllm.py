@@ -135,6 +135,9 @@ def test_stops_on_eos_and_keeps_it(server):
     stopped = VLLMSampler(server, eos_ids=[first]).generate([PROMPTS[0]], temperature=0.0, max_tokens=4)[0]
     assert stopped.token_ids.tolist() == [first]
     assert stopped.finish_reason == "stop" and stopped.logprobs.shape == (1,)
+    # ignore_eos (a throughput benchmark's equal work): the same stop id no longer stops it
+    whole = VLLMSampler(server, eos_ids=[first], ignore_eos=True).generate([PROMPTS[0]], temperature=0.0, max_tokens=4)
+    assert whole[0].token_ids.tolist() == greedy.token_ids.tolist() and whole[0].finish_reason == "length"
 
 
 def test_logprobs_match_jax_model_and_follow_syncs(server, checkpoints, jax_models, tmp_path):

