@@ -53,6 +53,7 @@ from mle_jax.reporting.results_tables.search import (
 )
 from mle_jax.reporting.results_tables.smollm2 import (
     SMOL,
+    render_compile_counts,
     render_smollm2_instrument,
     render_smollm2_memory,
     render_smollm2_profile,
@@ -138,6 +139,7 @@ REGISTRY: dict[str, Entry] = {
     "smollm2_profile": Entry((SMOL,), render_smollm2_profile),
     "smollm2_roofline": Entry((SMOL,), render_smollm2_roofline),
     "smollm2_memory": Entry((SMOL,), render_smollm2_memory),
+    "compile_counts_cpu": Entry((f"{RESULTS}/compiles-cpu.json",), render_compile_counts),
     "smollm2_memory_figure": Entry((SMOL,), smollm2_memory, inline=True),
     "smollm2_sft_step": Entry((SMOL,), smollm2_sft_step, inline=True),
     "smollm2_resume": Entry((SMOL,), smollm2_resume, inline=True),

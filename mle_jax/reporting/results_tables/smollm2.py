@@ -194,3 +194,12 @@ def smollm2_resume(lines: list[dict]) -> str:
     return (f"the first run was killed after {r['killed_after_s']:.0f} s; the second said \"{r['second_run_says']}\", "
             f"logged steps {r['steps_logged'][0]} to {r['steps_logged'][-1]} and exited {r['second_run_rc']} after "
             f"{r['second_run_s']:.0f} s")  # fmt: skip
+
+
+def render_compile_counts(r: dict) -> str:
+    """bench/compile_counts.py: the steps of a run that compiled anything, and how many steps compiled nothing
+    after the last of them."""
+    by_step = zip(r["steps_logged"], r["new_compiles_by_step"], r["compiles_by_step"], strict=True)
+    rows = [[step, new, total] for step, new, total in by_step if new]
+    rows.append([f"{r['last_step_with_a_compile'] + 1}-{r['steps_logged'][-1]}", 0, r["compiles_by_step"][-1]])
+    return markdown_table([f"step of `{r['config']}`", "XLA compiles in the step", "so far"], rows)
