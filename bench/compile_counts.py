@@ -7,7 +7,7 @@ its metrics.jsonl.
 
 --reuse reads WORKDIR's finished run instead of launching one (the launch command it records is the one this
 script would have run). The summary: the compiles of each step, the last step that compiled anything, and the
-steps after it that compiled nothing.
+steps after it that compiled nothing; the run's plot of its compiles is copied beside --out.
 """
 
 from __future__ import annotations
@@ -70,8 +70,12 @@ def main() -> None:
     rows = read_metrics(workdir / "metrics.jsonl")
     if not rows:
         raise SystemExit(f"{workdir / 'metrics.jsonl'}: no steps logged")
+    plot, copied = workdir / "plots" / "compiles.png", None
+    if plot.is_file():  # the run's report plots process/compiles per step
+        copied = Path(a.out).with_suffix(".png")
+        shutil.copyfile(plot, copied)
     out = {"launch": " ".join(["python", *cmd[1:]]), "config": a.config, "steps": a.steps, "wall_s": wall,
-           **summarize(rows)}  # fmt: skip
+           "plot": str(copied) if copied else None, **summarize(rows)}  # fmt: skip
     provenance.write_json(a.out, out)
     print(
         f"{a.out}: last compile at step {out['last_step_with_a_compile']}, "
