@@ -1,12 +1,15 @@
 """In-process JAX sampler: each distinct prompt prefilled once, then its samples decoded together over a split
-KV cache (mle_jax.models.split_cache), in a jitted `lax.while_loop`.
+KV cache (mle_jax.models.split_cache), in jitted `lax.while_loop`s.
 
 A call's rows (prompts x n) are laid out as grids of U distinct prompts x n samples (`plan_grids`). Each prompt's
 prefill (left-padded to a length bucket) runs once; its keys and values become the prefix of its n rows, read once
-per step for all of them, and each row's generated tokens' keys fill its own suffix, read only as far as filled.
-One compiled prefill per prompt bucket and one decode per (U bucket, n bucket, prompt bucket, max-tokens bucket);
-temperature, top-p, top-k and max_tokens are traced arguments, so changing them never recompiles. The decode loop
-exits as soon as every row has produced a stop token; it never returns to the host between tokens.
+per step for all of them, and each row's generated tokens' keys fill its own suffix. The decode runs in phases
+(`phase_sizes`): each phase's steps read a suffix of a fixed length, masked to its filled slots, and the suffix
+grows between phases, so a step reads about as many slots as are filled, with static shapes (no slicing copies).
+One compiled prefill per prompt bucket and one program per decode phase of each (U bucket, n bucket, prompt bucket,
+max-tokens bucket); temperature, top-p, top-k and max_tokens are traced arguments, so changing them never
+recompiles (`warm_up` compiles them ahead). The decode exits as soon as every row has produced a stop token; it
+returns to the host once per phase, never per token.
 
 Logprobs: for each sampled token, log_softmax(logits / temperature) (the full, untruncated
 distribution: PPO's behaviour logprobs); with temperature == 0 (greedy), log_softmax(logits).
