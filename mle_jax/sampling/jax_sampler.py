@@ -53,11 +53,14 @@ def _prefill(graphdef, state, tokens: jax.Array, mask: jax.Array):
     return logits[0, 0], cache.k, cache.v, cache.valid, cache.positions
 
 
-def phase_sizes(max_new: int, first: int = SUFFIX_PHASE) -> list[int]:
+def phase_sizes(max_new: int, first: int | None = SUFFIX_PHASE) -> list[int]:
     """The suffix lengths of the phases of a decode of up to `max_new` tokens: `first` slots, growing by `first`
     up to 4 * first, then doubling, up to max_new. A phase's steps read its whole suffix (masked to the filled
     slots), so a step reads at most `first` slots more than it needs up to 4 * first, and at most twice the filled
-    ones past that; each size is one compiled program (4 for 1024 tokens, 5 for 2048)."""
+    ones past that; each size is one compiled program (4 for 1024 tokens, 5 for 2048). first None: one phase of
+    max_new slots (one program, every step reading the whole budget)."""
+    if first is None:
+        return [max_new]
     if first < 1:
         raise ValueError(f"the first decode phase needs at least one slot, got {first}")
     sizes = [min(max_new, first)]
@@ -225,7 +228,8 @@ class JaxSampler:
     when `sync` changes the weights): a prompt sampled again, as the scratch prompt is at every refill of an RL
     step, is not prefilled again (vLLM's prefix caching does the same). 0: none kept.
     suffix_phase: generated slots per row of a decode's first phase (`phase_sizes`): a step reads its phase's whole
-    suffix, so smaller phases read less and compile more programs.
+    suffix, so smaller phases read less and compile more programs (each holds its memory for the run); None: one
+    phase of the whole budget.
     copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
     donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
@@ -245,8 +249,8 @@ class JaxSampler:
         """The in-process sampler of `model` (it reads no field of the sampler section; url is not used). frozen:
         of a clone of `model`, whose weights stay as they are while the policy's change (the instrumenter's, whose
         prompts, each a different program, are never sampled twice: it keeps no prefills between calls)."""
-        if frozen:
-            return cls(nnx.clone(model), tokenizer, prefix_cache=0)
+        if frozen:  # one decode phase: its grids (programs x 1) rarely repeat a shape, and each phase is a program
+            return cls(nnx.clone(model), tokenizer, prefix_cache=0, suffix_phase=None)
         return cls(model, tokenizer)
 
     @classmethod
@@ -276,7 +280,7 @@ class JaxSampler:
         copy_params: bool = True,
         max_batch: int | None = None,
         prefix_cache: int = 2,
-        suffix_phase: int = SUFFIX_PHASE,
+        suffix_phase: int | None = SUFFIX_PHASE,
     ):
         self.tokenizer = tokenizer
         self.copy_params = copy_params

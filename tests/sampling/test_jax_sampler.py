@@ -88,6 +88,8 @@ def test_phases_grow_the_suffix_and_warm_up_compiles_them_all(models, sampler):
     tm, ours = models
     assert jax_sampler.phase_sizes(32, 4) == [4, 8, 12, 16, 32]
     assert jax_sampler.phase_sizes(2048) == [256, 512, 768, 1024, 2048]
+    assert jax_sampler.phase_sizes(1024, None) == [1024]  # one phase: the frozen instrumenter's (fewest programs)
+    assert JaxSampler.from_settings(None, ours, None, None, frozen=True).suffix_phase is None
     phased = JaxSampler(ours, eos_ids=[], suffix_phase=4, **BUCKETS)
     assert phased.warm_up(PROMPTS, n=2, max_tokens=30) >= 5 + 4  # the phases and the growths between them
     before = compiled_programs()
