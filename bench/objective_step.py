@@ -46,6 +46,8 @@ flags.DEFINE_integer("reps", 3, "timed updates after the compile")
 flags.DEFINE_integer("layers", 0, "keep this many of the shape's layers (0: all; 3B PPO's state exceeds one GPU)")
 flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
 flags.DEFINE_enum("remat", "", ["", "true", "false"], "model.remat (empty: the shape's; 3b: true)")
+flags.DEFINE_enum("remat_policy", "", ["", "full", "dots"], "model.remat_policy (empty: the shape's)")
+flags.DEFINE_enum("fused", "true", ["true", "false"], "ppo.fused_logprobs: the logprobs' hand-written backward")
 flags.DEFINE_integer("attn_block", -1, "model.attn_block, training attention's query block (-1: the shape's)")
 flags.DEFINE_enum("attention", "", ["", "blocked", "dot_product"], "model.attention (empty: the shape's)")
 flags.DEFINE_string("profile", "", "also trace one update into this folder and print its costliest device ops")
@@ -71,10 +73,15 @@ def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: Rollo
             seq_bucket=0,
             temperature=0.7,
             logits_chunk=FLAGS.logits_chunk,
+            fused_logprobs=FLAGS.fused == "true",
         ),
         optim=OptimSettings(master_dtype="float32"),
     )
     params = sum(x.size for x in jax.tree.leaves(nnx.state(policy, nnx.Param)))
+    # the critic's matmul weights: its embedding is a lookup, not a GEMM (the policy's is its tied head)
+    critic = 0
+    if value is not None:
+        critic = sum(x.size for x in jax.tree.leaves(nnx.state(value, nnx.Param))) - cfg.vocab_size * cfg.hidden_size
     learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
     del policy, value
     start = time.perf_counter()
@@ -87,12 +94,19 @@ def time_update(algorithm: str, cfg: Qwen2Config, dtype: jnp.dtype, batch: Rollo
         times.append(time.perf_counter() - start)
     step_s = float(np.median(times))
     profile = trace_update(learner, batch, FLAGS.profile) if FLAGS.profile else None
+    tokens = batch.batch_size * batch.seq_len
     # the policy's training FLOPs by 6·N·tokens (the critic's, the reference's and PPO's extra passes not counted)
-    tflops = 6.0 * params * batch.batch_size * batch.seq_len / step_s / 1e12
+    tflops = 6.0 * params * tokens / step_s / 1e12
+    # every pass the update needs, by 2·N·tokens a forward and 4·N·tokens a backward (attention's score FLOPs and
+    # remat's recomputation not counted): the reference's forward (the KL) and the policy's forward and backward;
+    # with a critic, its forward (the values) and its forward and backward
+    model_flops = (2 + 6) * params * tokens + (2 + 6) * critic * tokens
     out = {"compile_s": compile_s, "step_s": step_s, "peak_gib": peak_gib(), "params": int(params),
-           "policy_tflops_6n": tflops}  # fmt: skip
+           "critic_matmul_params": int(critic), "policy_tflops_6n": tflops,
+           "model_tflops": model_flops / step_s / 1e12}  # fmt: skip
     if FLAGS.peak_tflops:
         out["mfu_6n"] = tflops / FLAGS.peak_tflops
+        out["mfu_model"] = out["model_tflops"] / FLAGS.peak_tflops
     if profile is not None:
         out["profile"] = profile
     return out
@@ -121,6 +135,8 @@ def main(argv) -> None:
         m.num_hidden_layers = FLAGS.layers
     if FLAGS.remat:
         m.remat = FLAGS.remat == "true"
+    if FLAGS.remat_policy:
+        m.remat_policy = FLAGS.remat_policy
     if FLAGS.attn_block >= 0:
         m.attn_block = FLAGS.attn_block
     if FLAGS.attention:
@@ -143,7 +159,7 @@ def main(argv) -> None:
             sys.exit(f"{algorithm}: exit {done.returncode}\n{done.stderr[-3000:]}")
         r = results[algorithm] = json.loads(done.stdout.strip().splitlines()[-1])
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f} GiB"
-        mfu = f", MFU {r['mfu_6n']:.1%}" if "mfu_6n" in r else ""
+        mfu = f", MFU {r['mfu_6n']:.1%}; every pass: MFU {r['mfu_model']:.1%}" if "mfu_6n" in r else ""
         print(f"{algorithm}: compile+first {r['compile_s']:.1f} s, step {r['step_s']:.3f} s "
               f"({FLAGS.batch * seq / r['step_s']:.0f} tokens/s, {r['policy_tflops_6n']:.0f} TFLOP/s by "
               f"6·N·tokens{mfu}), "
@@ -160,6 +176,7 @@ def main(argv) -> None:
         setup = {"device": jax.devices()[0].device_kind, "devices": jax.device_count(), "shape": shape,
                  "layers": cfg.num_hidden_layers, "dtype": jnp.dtype(dtype).name, "batch": FLAGS.batch, "seq": seq,
                  "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps, "remat": bool(m.remat),
+                 "remat_policy": m.get("remat_policy", "full"), "fused_logprobs": FLAGS.fused == "true",
                  "attn_block": int(m.attn_block), "attention": m.get("attention", "blocked"),
                  "logits_chunk": FLAGS.logits_chunk,
                  "peak_tflops": FLAGS.peak_tflops or None}  # fmt: skip

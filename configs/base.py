@@ -27,6 +27,7 @@ def tiny_model() -> ml_collections.ConfigDict:
     m.dtype = "float32"  # dtype of the activations (the compute)
     m.param_dtype = "float32"  # dtype of the weights (the learner's copies: optim.master_dtype)
     m.remat = False  # recompute each layer's activations in the backward pass instead of keeping them (memory)
+    m.remat_policy = "full"  # with remat, what the backward keeps: full (nothing) | dots (the projections' outputs)
     m.scan_layers = False  # one lax.scan over the stacked layers in training (compiles once per model, not per layer)
     m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
     m.attention = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on a GPU)
@@ -200,6 +201,8 @@ def get_config() -> ml_collections.ConfigDict:
     # logprobs and entropy over this many positions at a time: the [micro, T, V] logits (10 GB in fp32 for the
     # paper's micro-batch) are never live at once (0: all positions at once)
     c.ppo.logits_chunk = 512
+    # their backward written by hand (recomputes each chunk's logits, one pass for their cotangent); False: autodiff
+    c.ppo.fused_logprobs = True
     # AReaL's decoupled loss (valid for every learner.algorithm): the clip around the proximal policy (the params at
     # the start of the update, one more forward pass), each token's loss times min(π_prox / π_behaviour, cap)
     c.ppo.decoupled = False

@@ -72,9 +72,11 @@ def _weight_files(path: Path) -> dict[str, Path]:
 
 def runtime_options(model_cfg: Any) -> dict[str, Any]:
     """The run config's `model` fields that shape computation but are not in an HF config.json (remat,
-    scan_layers, attn_block, attention), as `from_pretrained` keyword arguments; absent fields are left out."""
+    remat_policy, scan_layers, attn_block, attention), as `from_pretrained` keyword arguments; absent fields are
+    left out."""
     get = model_cfg.get if hasattr(model_cfg, "get") else (lambda k, d=None: getattr(model_cfg, k, d))
-    return {k: get(k) for k in ("remat", "scan_layers", "attn_block", "attention") if get(k) is not None}
+    names = ("remat", "remat_policy", "scan_layers", "attn_block", "attention")
+    return {k: get(k) for k in names if get(k) is not None}
 
 
 def from_pretrained(
@@ -84,16 +86,17 @@ def from_pretrained(
     mesh: Mesh | None = None,
     rules: Sequence[tuple[str, Any]] | None = None,
     remat: bool | None = None,
+    remat_policy: str | None = None,
     attn_block: int | None = None,
     scan_layers: bool | None = None,
     attention: str | None = None,
 ) -> Qwen2ForCausalLM:
     """Loads an HF Qwen2 or Llama checkpoint folder into our model.
 
-    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / attn_block / scan_layers / attention
-    override the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every tensor
-    is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through
-    `rules`, default sharding.LOGICAL_RULES).
+    dtype: compute dtype; param_dtype: storage dtype (defaults to dtype). remat / remat_policy / attn_block /
+    scan_layers / attention override the non-HF fields of `Qwen2Config` (see `runtime_options`). With `mesh`, every
+    tensor is placed directly onto its NamedSharding (sharding.variable_sharding: its logical axes through `rules`,
+    default sharding.LOGICAL_RULES).
     Raises FileNotFoundError / SafetensorsError / ValueError naming the file and tensor on bad input.
     """
     path = Path(path)
@@ -102,6 +105,8 @@ def from_pretrained(
     cfg = read_config(path)
     if remat is not None:
         cfg = dataclasses.replace(cfg, remat=remat)
+    if remat_policy is not None:
+        cfg = dataclasses.replace(cfg, remat_policy=remat_policy)
     if attn_block is not None:
         cfg = dataclasses.replace(cfg, attn_block=attn_block)
     if scan_layers is not None:

@@ -45,6 +45,18 @@ ATTENTION = {
     "causal over each row's real tokens, which must come first (right padding, as every training batch here)",
 }
 
+# what `remat` keeps from a layer's forward for its backward (jax.checkpoint policies)
+REMAT_POLICIES = {
+    "full": "nothing: the backward recomputes the whole layer (least memory)",
+    "dots": "the outputs of the layer's projections (matmuls without batch dims): the backward recomputes only "
+    "the norms, activations, RoPE and attention, not the projection matmuls (more memory, fewer FLOPs)",
+}
+
+
+def remat_policy(name: str) -> Any:
+    """`REMAT_POLICIES` name -> the jax.checkpoint policy (None: save nothing)."""
+    return {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}[name]
+
 
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
@@ -71,6 +83,7 @@ class Qwen2Config:
     attention_out_bias: bool = False
     mlp_bias: bool = False
     remat: bool = False
+    remat_policy: str = "full"  # with remat: what the backward keeps from the forward (REMAT_POLICIES)
     scan_layers: bool = False  # training forward as one lax.scan over the stacked layer weights (compile time)
     attn_block: int = 64  # causal attention in query blocks of this size when training (0: one block)
     attention: str = "blocked"  # training attention: "blocked" (ours, above) or "dot_product" (see ATTENTION)
@@ -87,6 +100,8 @@ class Qwen2Config:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention={self.attention!r} is not one of {tuple(ATTENTION)}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r} is not one of {tuple(REMAT_POLICIES)}")
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type={self.model_type!r} is not one of {MODEL_TYPES}")
         biases = (self.attention_bias, self.attention_out_bias, self.mlp_bias)
@@ -531,17 +546,20 @@ def _layer_forward(layer: DecoderLayer, x: Array, positions: Array, mask: Array)
     return layer(x, positions, mask)[0]
 
 
-_remat_layer_forward = nnx.remat(_layer_forward)
+_remat_layer_forward = {name: nnx.remat(_layer_forward, policy=remat_policy(name)) for name in REMAT_POLICIES}
 
 
-def scan_layer_stack(layers: nnx.List, x: Array, positions: Array, mask: Array, dtype: Any, remat: bool) -> Array:
+def scan_layer_stack(
+    layers: nnx.List, x: Array, positions: Array, mask: Array, dtype: Any, remat: bool, policy: str = "full"
+) -> Array:
     """The decoder layers as one `lax.scan` over their weights stacked on a leading layer axis (MaxText's
     scan_layers): the compiled program holds one layer body instead of L copies, so compile time stops
     growing with depth. Weights stay stored per layer (checkpoints, HF import/export and shardings are
     unchanged); the stack is built inside the traced program, cast to the compute dtype first, as every
     layer casts its weights before use, so the numerics are those of the unrolled loop.
 
-    x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D]. remat: recompute each layer in the backward.
+    x [B, T, D], positions [B, T], mask [B, T, S] -> [B, T, D]. remat: recompute each layer in the backward,
+    keeping what `policy` (REMAT_POLICIES) names.
     """
     graphdef, _ = nnx.split(layers[0])
     states = [nnx.state(layer) for layer in layers]
@@ -554,7 +572,7 @@ def scan_layer_stack(layers: nnx.List, x: Array, positions: Array, mask: Array, 
     def body(h: Array, state: Any) -> tuple[Array, None]:
         return nnx.merge(graphdef, state)(h, positions, mask)[0], None
 
-    x, _ = jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)
+    x, _ = jax.lax.scan(jax.checkpoint(body, policy=remat_policy(policy)) if remat else body, x, stacked)
     return x
 
 
@@ -601,11 +619,13 @@ class Qwen2Model(nnx.Module):
         x = self.embed_tokens[...].astype(self.dtype)[tokens]
         new_k, new_v = [], []
         if cache is None and self.config.scan_layers:
-            x = scan_layer_stack(self.layers, x, positions, mask, self.dtype, self.config.remat)
+            x = scan_layer_stack(
+                self.layers, x, positions, mask, self.dtype, self.config.remat, self.config.remat_policy
+            )
         else:  # decoding stays unrolled: the per-layer cache is updated in place
             for i, layer in enumerate(self.layers):
                 if cache is None:
-                    fwd = _remat_layer_forward if self.config.remat else _layer_forward
+                    fwd = _remat_layer_forward[self.config.remat_policy] if self.config.remat else _layer_forward
                     x = fwd(layer, x, positions, mask)
                 else:
                     x, (k, v) = layer(x, positions, mask, (cache.k[i], cache.v[i]), cache.index)
@@ -673,13 +693,15 @@ class Qwen2ForCausalLM(nnx.Module):
         """tokens [B, T] -> final-normed hidden states [B, T, D], new cache (None without cache)."""
         return self.model(tokens, positions, attention_mask, cache)
 
+    def head_weight(self) -> Array:
+        """The output head [D, V] in the compute dtype: the input embedding transposed when tied."""
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens[...].astype(self.dtype).T
+        return self.lm_head[...].astype(self.dtype)
+
     def logits_from_hidden(self, h: Array) -> Array:
         """h [B, T, D] -> logits [B, T, V] float32."""
-        if self.config.tie_word_embeddings:
-            w = self.model.embed_tokens[...].astype(self.dtype).T
-        else:
-            w = self.lm_head[...].astype(self.dtype)
-        return head_matmul(h, w)
+        return head_matmul(h, self.head_weight())
 
     def __call__(
         self,

@@ -32,6 +32,7 @@ class ModelSettings:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat: bool = False
+    remat_policy: str = "full"  # with remat, what the backward keeps: full (nothing) | dots (projection outputs)
     scan_layers: bool = False  # training forward as one scan over the stacked layers (faster compile at depth)
     attn_block: int = 64  # training attention in causal query blocks of this many tokens (0: one block)
     attention: str = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on GPUs)
@@ -54,10 +55,10 @@ class ModelSettings:
         return Qwen2Config.from_model_config(self)
 
     def runtime_options(self) -> dict[str, Any]:
-        """`from_pretrained` keyword arguments that are not in an HF config.json (remat, scan_layers, attn_block,
-        attention)."""
-        return {"remat": self.remat, "scan_layers": self.scan_layers, "attn_block": self.attn_block,
-                "attention": self.attention}  # fmt: skip
+        """`from_pretrained` keyword arguments that are not in an HF config.json (remat, remat_policy, scan_layers,
+        attn_block, attention)."""
+        return {"remat": self.remat, "remat_policy": self.remat_policy, "scan_layers": self.scan_layers,
+                "attn_block": self.attn_block, "attention": self.attention}  # fmt: skip
 
     def checkpoint_dir(self) -> Path | None:
         return Path(self.path) if self.path else None

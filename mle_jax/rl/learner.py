@@ -231,9 +231,9 @@ class UpdateProgram:
         model = self._model(self.policy_graph, self.policy_tree, self.policy_rest, params)
         return model.hidden_states(tokens, attention_mask=attention_mask)[0]
 
-    def _policy_head(self, params: Nested, h: jax.Array) -> jax.Array:
-        """[b, c, D] hidden states -> [b, c, V] float32 logits."""
-        return self._model(self.policy_graph, self.policy_tree, self.policy_rest, params).logits_from_hidden(h)
+    def _policy_head(self, params: Nested) -> jax.Array:
+        """The policy's output head [D, V] in its compute dtype (logits = hidden states @ it)."""
+        return self._model(self.policy_graph, self.policy_tree, self.policy_rest, params).head_weight()
 
     def _value_apply(self, params: Nested, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
         out = self._model(self.value_graph, self.value_tree, self.value_rest, params)(

@@ -9,12 +9,14 @@ conversation (env/episodes.py), the observation tokens between them masked out (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import Array
 
+from mle_jax.models.qwen2 import head_matmul
 from mle_jax.rl import groups
 
 DURATION_MODES = ("off", "batch_mean", "clipped", "log")
@@ -315,34 +317,95 @@ def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Ar
     return shift_right(picked)
 
 
+def _matmul_f32(x: Array, w: Array) -> Array:
+    """x [..., K] @ w [K, N] -> [..., N] float32 (accumulated in float32; one 2-D GEMM)."""
+    out = jnp.matmul(x.reshape(-1, x.shape[-1]), w, preferred_element_type=jnp.float32)
+    return out.reshape(*x.shape[:-1], w.shape[-1])
+
+
+def _scaled_logprobs(h: Array, w: Array, temperature: float) -> tuple[Array, Array]:
+    """h [b, c, D], w [D, V] -> (log_softmax(h @ w / temperature) [b, c, V] float32, its logsumexp [b, c])."""
+    z = _matmul_f32(h, w) / temperature
+    lse = jax.nn.logsumexp(z, axis=-1)
+    return z - lse[..., None], lse
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def fused_logprob_entropy(h: Array, w: Array, nxt: Array, temperature: float) -> tuple[Array, Array]:
+    """The logprob of `nxt` and the entropy under softmax(h @ w / temperature), with a hand-written backward.
+
+    h [b, c, D], w [D, V] (the head, compute dtype), nxt [b, c] int -> (logprob [b, c], entropy [b, c]) float32.
+
+    Autodiff of the same math keeps (or, rematerialised, recomputes and then differentiates) every vocabulary-wide
+    intermediate: log_softmax, exp, the products of the entropy, each a [b, c, V] float32 pass over memory. This
+    backward keeps only the [b, c] logsumexp and entropy, recomputes the logits with one GEMM and forms their
+    cotangent in one elementwise pass:
+        d logprob / dz = onehot(nxt) - p,    d entropy / dz = -p (log p + entropy),    z = logits / temperature,
+    cast to the compute dtype before the two GEMMs of the head's backward (float32 accumulation), as
+    `qwen2.head_matmul` does.
+    """
+    return _fused_fwd(h, w, nxt, temperature)[0]
+
+
+def _fused_fwd(h: Array, w: Array, nxt: Array, temperature: float):
+    logp, lse = _scaled_logprobs(h, w, temperature)
+    picked = jnp.take_along_axis(logp, nxt[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return (picked, entropy), (h, w, nxt, lse, entropy)
+
+
+def _fused_bwd(temperature: float, res, g):
+    h, w, nxt, lse, entropy = res
+    g_lp, g_ent = g
+    logp = _matmul_f32(h, w) / temperature - lse[..., None]
+    p = jnp.exp(logp)
+    onehot = jnp.arange(w.shape[-1], dtype=nxt.dtype) == nxt[..., None]
+    dz = g_lp[..., None] * (onehot - p) - g_ent[..., None] * p * (logp + entropy[..., None])
+    dlogits = (dz / temperature).astype(h.dtype)
+    dh = _matmul_f32(dlogits, w.T).astype(h.dtype)
+    dw = jnp.matmul(h.reshape(-1, h.shape[-1]).T, dlogits.reshape(-1, dlogits.shape[-1]),
+                    preferred_element_type=jnp.float32).astype(w.dtype)  # fmt: skip
+    return dh, dw, None
+
+
+fused_logprob_entropy.defvjp(_fused_fwd, _fused_bwd)
+
+
 def chunked_logprobs_entropy(
     hidden: Array,
     tokens: Array,
-    logits_fn: Callable[[Array], Array],
+    w: Array,
     temperature: float = 1.0,
     chunk: int = 512,
+    fused: bool = True,
 ) -> tuple[Array, Array]:
-    """token_logprobs and entropy of softmax(logits / temperature), without the [B, T, V] logits ever live.
+    """token_logprobs and entropy of softmax(hidden @ w / temperature), without the [B, T, V] logits ever live.
 
-    hidden [B, T, D] (final-normed hidden states), tokens [B, T], logits_fn: h [B, c, D] -> logits [B, c, V]
-    (the model's head). Returns (logprobs [B, T], entropy [B, T]), aligned with tokens as `token_logprobs`
+    hidden [B, T, D] (final-normed hidden states), tokens [B, T], w [D, V] (the model's head in its compute dtype;
+    logits accumulate in float32). Returns (logprobs [B, T], entropy [B, T]), aligned with tokens as `token_logprobs`
     and `shift_right(entropy_from_logits(logits / temperature))` are: out[:, t] comes from position t-1.
 
     The sequence is cut into chunks of `chunk` positions (padded up to a multiple); a scan computes each
-    chunk's logits, logprobs and entropy, and the chunk body is rematerialised, so the backward pass also
+    chunk's logits, logprobs and entropy, and its backward recomputes that chunk's logits, so the backward pass also
     holds one [B, chunk, V] block at a time instead of the whole [B, T, V] (8 x 2048 x 151936 fp32 = 10 GB
     for the paper's micro-batch). chunk <= 0 or >= T: one block (the direct computation).
+    fused: each block is `fused_logprob_entropy` (its hand-written backward); False: autodiff of the same math, the
+    block rematerialised (`qwen2.head_matmul`'s backward), the reference the fused backward is tested against.
     """
     b, t, d = hidden.shape
     nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)  # the rolled-in last column is dropped by shift_right
 
-    def block(h: Array, nx: Array) -> tuple[Array, Array]:
-        logits = logits_fn(h).astype(jnp.float32) / temperature
+    def autodiff_block(h: Array, nx: Array) -> tuple[Array, Array]:
+        logits = head_matmul(h, w).astype(jnp.float32) / temperature
         logp = jax.nn.log_softmax(logits, axis=-1)
         picked = jnp.take_along_axis(logp, nx[..., None], axis=-1)[..., 0]
         entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
         return picked, entropy
 
+    def fused_block(h: Array, nx: Array) -> tuple[Array, Array]:
+        return fused_logprob_entropy(h, w, nx, temperature)
+
+    block = fused_block if fused else autodiff_block
     if chunk <= 0 or chunk >= t:
         picked, entropy = block(hidden, nxt)
         return shift_right(picked), shift_right(entropy)
@@ -350,8 +413,8 @@ def chunked_logprobs_entropy(
     pad = n * chunk - t
     h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
     nx = jnp.pad(nxt, ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
-    remat_block = jax.checkpoint(block)
-    _, (picked, entropy) = jax.lax.scan(lambda c, xs: (c, remat_block(*xs)), None, (h, nx))
+    step = block if fused else jax.checkpoint(block)  # the fused backward already recomputes only the logits
+    _, (picked, entropy) = jax.lax.scan(lambda c, xs: (c, step(*xs)), None, (h, nx))
     picked = picked.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
     entropy = entropy.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
     return shift_right(picked), shift_right(entropy)

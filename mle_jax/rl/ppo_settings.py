@@ -31,6 +31,7 @@ class PPOSettings:
     shuffle: bool = True
     seq_bucket: int = 128  # the learner pads T up to a multiple of this (one compile per bucket; 0: off)
     logits_chunk: int = 512  # logprobs/entropy over this many positions at a time (ppo.chunked_logprobs_entropy)
+    fused_logprobs: bool = True  # their backward by hand (ppo.fused_logprob_entropy); False: autodiff, rematerialised
     decoupled: bool = False  # AReaL's decoupled loss: trust region around the proximal policy, behaviour weights
     behaviour_weight_cap: float = 5.0  # the decoupled loss's cap on π_prox / π_behaviour
     temperature: float = 1.0  # the sampler's: logprobs are of logits / temperature, as sampled

@@ -11,7 +11,6 @@ resumed run draws the same permutations without carrying an RNG in its checkpoin
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,7 +78,7 @@ def ppo_update(
     seed: int,
     objective: Objective,
     policy_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array],
-    policy_head: Callable[[Nested, jax.Array], jax.Array],
+    policy_head: Callable[[Nested], jax.Array],
     value_apply: Callable[[Nested, jax.Array, jax.Array], jax.Array] | None,
     policy_tx: optax.GradientTransformation,
     value_tx: optax.GradientTransformation | None,
@@ -90,10 +89,10 @@ def ppo_update(
 
     batch: tokens, attention_mask, response_mask, behaviour_logprobs [B, T]; rewards, durations_s, group_ids,
     task_ids [B].
-    policy_apply(params, tokens, attention_mask) -> final hidden states [b, T, D]; policy_head(params, h [b, c, D])
-    -> logits [b, c, V] float32 (applied `s.logits_chunk` positions at a time: the [b, T, V] logits are never
-    live); value_apply(params, tokens, attention_mask) -> values [b, T] (None, with value_tx, when the objective
-    has no critic).
+    policy_apply(params, tokens, attention_mask) -> final hidden states [b, T, D]; policy_head(params) -> the head's
+    weight [D, V] in the compute dtype (logits are formed `s.logits_chunk` positions at a time: the [b, T, V] logits
+    are never live); value_apply(params, tokens, attention_mask) -> values [b, T] (None, with value_tx, when the
+    objective has no critic).
     seed: with state.step, the key of this update's mini-batch shuffling.
     Returns the new state and scalar metrics.
     """
@@ -112,8 +111,9 @@ def ppo_update(
     # by micro-batch
     def logprobs_entropy(params, tokens, attention_mask):
         hidden = policy_apply(params, tokens, attention_mask)
-        head = functools.partial(policy_head, params)
-        return ppo.chunked_logprobs_entropy(hidden, tokens, head, s.temperature, s.logits_chunk)
+        return ppo.chunked_logprobs_entropy(
+            hidden, tokens, policy_head(params), s.temperature, s.logits_chunk, s.fused_logprobs
+        )
 
     def score(mb):
         out = {"ref": logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])[0]}

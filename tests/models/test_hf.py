@@ -201,15 +201,19 @@ def copy_dir(src, dst):
 
 
 def test_run_config_options_reach_the_loaded_model(good_dir):
-    """remat, scan_layers, attn_block and attention are not in config.json: the run config's values must still apply
-    on load."""
+    """remat, remat_policy, scan_layers, attn_block and attention are not in config.json: the run config's values
+    must still apply on load."""
     from configs import base
 
     m = base.qwen25_3b_model()
     opts = hf.runtime_options(m)
-    assert opts == {"remat": True, "scan_layers": m.scan_layers, "attn_block": 64, "attention": "blocked"}
-    model = hf.from_pretrained(good_dir, remat=True, attn_block=7, scan_layers=True, attention="dot_product")
+    assert opts == {"remat": True, "remat_policy": "full", "scan_layers": m.scan_layers, "attn_block": 64,
+                    "attention": "blocked"}  # fmt: skip
+    model = hf.from_pretrained(
+        good_dir, remat=True, remat_policy="dots", attn_block=7, scan_layers=True, attention="dot_product"
+    )
     assert model.config.remat and model.config.attn_block == 7 and model.config.scan_layers
+    assert model.config.remat_policy == "dots"
     assert model.config.attention == "dot_product"
     assert all(layer.attn.attn_block == 7 for layer in model.model.layers)
     assert hf.from_pretrained(good_dir).config.remat is False

@@ -257,6 +257,30 @@ def test_scanned_layer_stack_equals_unrolled(remat, dtype):
     assert float(np.abs(np.asarray(flat_u[("model", "layers", 0, "attn", "q_proj")][...])).max()) > 0
 
 
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_remat_policy_dots_keeps_the_projections(scan_layers):
+    """remat_policy="dots" keeps the projections' outputs for the backward: the gradients are those of no remat and
+    of full remat, and the compiled backward recomputes fewer matmuls than full remat (only attention's)."""
+    tokens = jnp.asarray(np.random.RandomState(1).randint(0, TINY["vocab_size"], (2, 11)), jnp.int32)
+    dots, grads = {}, {}
+    for name, kw in [("none", {}), ("full", {"remat": True}), ("dots", {"remat": True, "remat_policy": "dots"})]:
+        cfg = dataclasses.replace(Qwen2Config(**TINY), num_hidden_layers=2, scan_layers=scan_layers, **kw)
+        graphdef, state = nnx.split(numpy_random_model(Qwen2ForCausalLM, cfg))
+
+        def loss(st, graphdef=graphdef):
+            logits = nnx.merge(graphdef, st)(tokens)
+            return jnp.sum(jax.nn.log_softmax(logits[:, :-1]) * jax.nn.one_hot(tokens[:, 1:], TINY["vocab_size"]))
+
+        step = jax.jit(jax.grad(loss))
+        dots[name] = step.lower(state).as_text().count("dot_general")
+        grads[name] = jax.tree.leaves(step(state))
+    assert dots["none"] < dots["dots"] < dots["full"], dots
+    for name in ("full", "dots"):
+        assert max(float(jnp.abs(a - b).max()) for a, b in zip(grads["none"], grads[name], strict=True)) < 1e-5
+    with pytest.raises(ValueError, match="remat_policy"):
+        Qwen2Config(**TINY, remat_policy="some")
+
+
 def test_config_round_trips():
     cfg = Qwen2Config(**TINY)
     assert Qwen2Config.from_hf_dict(cfg.to_hf_dict()) == cfg
