@@ -47,6 +47,7 @@ flags.DEFINE_integer("layers", 0, "keep this many of the shape's layers (0: all;
 flags.DEFINE_string("out", "", "also write the figures to this JSON file (with the command and date)")
 flags.DEFINE_enum("remat", "", ["", "true", "false"], "model.remat (empty: the shape's; 3b: true)")
 flags.DEFINE_enum("remat_policy", "", ["", "full", "dots"], "model.remat_policy (empty: the shape's)")
+flags.DEFINE_enum("scan_layers", "", ["", "true", "false"], "model.scan_layers (empty: the shape's; 3b: true)")
 flags.DEFINE_enum("fused", "true", ["true", "false"], "ppo.fused_logprobs: the logprobs' hand-written backward")
 flags.DEFINE_integer("attn_block", -1, "model.attn_block, training attention's query block (-1: the shape's)")
 flags.DEFINE_enum("attention", "", ["", "blocked", "dot_product"], "model.attention (empty: the shape's)")
@@ -137,6 +138,8 @@ def main(argv) -> None:
         m.remat = FLAGS.remat == "true"
     if FLAGS.remat_policy:
         m.remat_policy = FLAGS.remat_policy
+    if FLAGS.scan_layers:
+        m.scan_layers = FLAGS.scan_layers == "true"
     if FLAGS.attn_block >= 0:
         m.attn_block = FLAGS.attn_block
     if FLAGS.attention:
@@ -176,7 +179,8 @@ def main(argv) -> None:
         setup = {"device": jax.devices()[0].device_kind, "devices": jax.device_count(), "shape": shape,
                  "layers": cfg.num_hidden_layers, "dtype": jnp.dtype(dtype).name, "batch": FLAGS.batch, "seq": seq,
                  "micro_batch": FLAGS.micro, "group": FLAGS.group, "reps": FLAGS.reps, "remat": bool(m.remat),
-                 "remat_policy": m.get("remat_policy", "full"), "fused_logprobs": FLAGS.fused == "true",
+                 "remat_policy": m.get("remat_policy", "full"),
+                 "scan_layers": bool(m.get("scan_layers", False)), "fused_logprobs": FLAGS.fused == "true",
                  "attn_block": int(m.attn_block), "attention": m.get("attention", "blocked"),
                  "logits_chunk": FLAGS.logits_chunk,
                  "peak_tflops": FLAGS.peak_tflops or None}  # fmt: skip
