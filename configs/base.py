@@ -201,7 +201,8 @@ def get_config() -> ml_collections.ConfigDict:
     # logprobs and entropy over this many positions at a time: the [micro, T, V] logits (10 GB in fp32 for the
     # paper's micro-batch) are never live at once (0: all positions at once)
     c.ppo.logits_chunk = 512
-    # their backward written by hand (recomputes each chunk's logits, one pass for their cotangent); False: autodiff
+    # the logprobs' and entropy's backward by hand (one GEMM recomputes a chunk's logits, one pass forms their
+    # cotangent: less memory than autodiff, and the chunk size stops costing time); False: autodiff, rematerialised
     c.ppo.fused_logprobs = True
     # AReaL's decoupled loss (valid for every learner.algorithm): the clip around the proximal policy (the params at
     # the start of the update, one more forward pass), each token's loss times min(π_prox / π_behaviour, cap)

@@ -142,6 +142,8 @@ def make_plan(
             "epochs": s.learner.ppo.epochs,
             "logits_chunk": s.learner.ppo.logits_chunk,
             "remat": cfg.remat,
+            "remat_policy": cfg.remat_policy,
+            "fused_logprobs": s.learner.ppo.fused_logprobs,
             "scan_layers": cfg.scan_layers,
             "dtype": s.model.dtype,
             "master_dtype": s.learner.optim.master_dtype,

@@ -132,3 +132,37 @@ def render_step_profile(variants: dict[str, str], *files: dict) -> str:
               "fusions (elementwise, softmax, reductions)", "copies, other"]  # fmt: skip
     commands = "; ".join(f"`{f['command']}`" for f in files)
     return markdown_table(header, rows) + f"\n\nFrom {commands} ({d['date'][:10]}; the device time from `--profile`)."
+
+
+def render_mfu_sweep(variants: dict[str, tuple[int, str]], *files: dict) -> str:
+    """bench/objective_step.py's files of one device's lease (`variants`: each file's call on that lease and label,
+    in order): each row's settings as its file records them, step time, MFU by 6·N·tokens (the policy's training
+    FLOPs, the issue's measure) and by every pass the update runs (the reference's forward, a critic's forward and
+    training), peak memory, compile time, the device time's split where the file has `--profile`'s trace, and step
+    time against the first row of the same call (one machine: compare rows of one call only)."""
+    rows, peers = [], {}
+    for (call, label), d in zip(variants.values(), files, strict=True):
+        name, r = next(iter(d["results"].items()))
+        peers.setdefault(call, r["step_s"])
+        cats = _device_time(r["profile"]) if "profile" in r else {}
+        busy = r["profile"]["busy_ms"] if "profile" in r else None
+
+        def share(*keys: str, cats: dict = cats, busy: float | None = busy) -> str:
+            return f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" if busy else "—"
+
+        remat = d["remat_policy"] if d["remat"] else "off"
+        stack = "scan" if d.get("scan_layers", True) else "unrolled"  # files before --scan_layers: the 3b's scan
+        logprobs = "fused" if d["fused_logprobs"] else "autodiff"
+        rows.append([call, label, f"`{name}`", logprobs, remat, stack, d["logits_chunk"], f"{r['step_s']:.3f} s",
+                     f"{r['mfu_6n']:.1%}", f"{r['mfu_model']:.1%}", number(r["peak_gib"], 1),
+                     f"{r['compile_s']:.0f} s", share("matmul"), share("attention (cuDNN)"),
+                     share("fusion (elementwise, reduce)"), share("copy / transpose", "collective", "other"),
+                     f"{r['step_s'] / peers[call]:.2f}"])  # fmt: skip
+    d = files[0]
+    header = ["call", f"code ({d['device']}, {d['shape']} shape, {d['layers']} layers, {d['batch']} x {d['seq']} "
+              f"tokens, micro-batch {d['micro_batch']})", "objective", "logprobs' backward", "remat", "layers",
+              "logits chunk", "update step", f"MFU of {d['peak_tflops']:.0f} TFLOP/s (6·N·tokens)",
+              "MFU, every pass", "peak device GiB", "compile + first step", "device time: matmuls", "cuDNN attention",
+              "fusions", "copies, other", "step time / the call's first row"]  # fmt: skip
+    commands = "; ".join(f"`{f['command']}`" for f in files)
+    return markdown_table(header, rows) + f"\n\nFrom {commands} ({d['date'][:10]}; the device time from `--profile`)."

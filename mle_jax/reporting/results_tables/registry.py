@@ -16,6 +16,7 @@ from mle_jax.reporting.results_tables.ablations import (
 from mle_jax.reporting.results_tables.benchmarks import (
     render_benchmarks,
     render_hostile_inputs,
+    render_mfu_sweep,
     render_micro_sweep,
     render_objective_step,
     render_step_profile,
@@ -102,6 +103,22 @@ STEP_PROFILE_VARIANTS = {
     "ppo_cudnn_bf16_head": "cuDNN attention, bf16 head backward",
 }
 
+# bench/objective_step.py's files of issue 37's H200 lease (2026-11-27): the lease call each ran in, and what changed
+STEP_MFU_VARIANTS = {
+    "1_autodiff_full": (1, "the code before this lease (the H100 table's best row)"),
+    "2_fused_full": (1, "the logprobs' hand-written backward (`ppo.fused_logprobs`)"),
+    "3_fused_dots": (1, "and remat keeps the projections' outputs (`model.remat_policy=dots`)"),
+    "4_fused_noremat": (1, "the same, remat off"),
+    "6_fused_dots_chunk512": (1, "fused, dots, 512 positions per logits chunk (the configs' default)"),
+    "7_profile_fused_dots": (1, "fused, dots (again, traced)"),
+    "5_ppo_fused_dots": (1, "fused, dots"),
+    "3b_fused_dots_scan_rerun": (2, "fused, dots, scanned layers (this call's peer)"),
+    "8_fused_dots_unrolled": (2, "and the layers unrolled (`model.scan_layers=false`)"),
+    "9_fused_dots_unrolled_chunk512": (2, "the same, 512 positions per logits chunk"),
+    "11_profile_fused_dots_unrolled": (2, "the same, 2,048 positions (again, traced)"),
+    "10_ppo_fused_dots_unrolled": (2, "fused, dots, unrolled"),
+}
+
 REGISTRY: dict[str, Entry] = {
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
@@ -169,6 +186,10 @@ REGISTRY: dict[str, Entry] = {
     "objective_step_h100_profile": Entry(
         tuple(f"{RESULTS}/objective_step_h100_profile/{f}.json" for f in STEP_PROFILE_VARIANTS),
         functools.partial(render_step_profile, STEP_PROFILE_VARIANTS),
+    ),
+    "objective_step_h200_mfu": Entry(
+        tuple(f"{RESULTS}/objective_step_h200_mfu/{f}.json" for f in STEP_MFU_VARIANTS),
+        functools.partial(render_mfu_sweep, STEP_MFU_VARIANTS),
     ),
     "warmstart_debug": Entry((WARMSTART_DEBUG,), render_warmstart_debug),
     "mix_evidence": Entry((f"{RESULTS}/multitask-cpu/summary.json",), render_mix_evidence),
