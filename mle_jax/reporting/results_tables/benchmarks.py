@@ -151,7 +151,8 @@ def render_mfu_sweep(variants: dict[str, tuple[int, str]], *files: dict) -> str:
             return f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" if busy else "—"
 
         remat = d["remat_policy"] if d["remat"] else "off"
-        stack = "scan" if d.get("scan_layers", True) else "unrolled"  # files before --scan_layers: the 3b's scan
+        # files before --scan_layers ran the 3b shape's scan
+        stack = f"{d['layers']}, " + ("scan" if d.get("scan_layers", True) else "unrolled")
         logprobs = "fused" if d["fused_logprobs"] else "autodiff"
         rows.append([call, label, f"`{name}`", logprobs, remat, stack, d["logits_chunk"], f"{r['step_s']:.3f} s",
                      f"{r['mfu_6n']:.1%}", f"{r['mfu_model']:.1%}", number(r["peak_gib"], 1),
@@ -159,8 +160,8 @@ def render_mfu_sweep(variants: dict[str, tuple[int, str]], *files: dict) -> str:
                      share("fusion (elementwise, reduce)"), share("copy / transpose", "collective", "other"),
                      f"{r['step_s'] / peers[call]:.2f}"])  # fmt: skip
     d = files[0]
-    header = ["call", f"code ({d['device']}, {d['shape']} shape, {d['layers']} layers, {d['batch']} x {d['seq']} "
-              f"tokens, micro-batch {d['micro_batch']})", "objective", "logprobs' backward", "remat", "layers",
+    header = ["call", f"code ({d['device']}, {d['shape']} shape, {d['batch']} x {d['seq']} tokens, micro-batch "
+              f"{d['micro_batch']})", "objective", "logprobs' backward", "remat", "layers",
               "logits chunk", "update step", f"MFU of {d['peak_tflops']:.0f} TFLOP/s (6·N·tokens)",
               "MFU, every pass", "peak device GiB", "compile + first step", "device time: matmuls", "cuDNN attention",
               "fusions", "copies, other", "step time / the call's first row"]  # fmt: skip

@@ -117,6 +117,8 @@ STEP_MFU_VARIANTS = {
     "9_fused_dots_unrolled_chunk512": (2, "the same, 512 positions per logits chunk"),
     "11_profile_fused_dots_unrolled": (2, "the same, 2,048 positions (again, traced)"),
     "10_ppo_fused_dots_unrolled": (2, "fused, dots, unrolled"),
+    "12_whole_3b_full": (3, "the whole 3b (36 layers): fused, full remat, scanned"),
+    "13_whole_3b_dots": (3, "the same, dots"),
 }
 
 REGISTRY: dict[str, Entry] = {
