@@ -289,7 +289,12 @@ def _head_fwd(h: Array, w: Array) -> tuple[Array, tuple[Array, Array]]:
 
 
 def _head_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
-    h, w = res
+    return head_matmul_backward(*res, g)
+
+
+def head_matmul_backward(h: Array, w: Array, g: Array) -> tuple[Array, Array]:
+    """`head_matmul`'s backward: h [..., D], w [D, V], g [..., V] float32 (the logits' cotangent) -> (dh, dw) in the
+    dtypes of h and w, g cast to h's dtype first (bf16 GEMMs with float32 accumulation for a bf16 model)."""
     g = g.astype(h.dtype)
     dh = dense(g, w.T, preferred_element_type=jnp.float32).astype(h.dtype)
     h2, g2 = h.reshape(-1, h.shape[-1]), g.reshape(-1, g.shape[-1])

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from mle_jax.models.qwen2 import head_matmul
+from mle_jax.models.qwen2 import dense, head_matmul, head_matmul_backward
 from mle_jax.rl import groups
 
 DURATION_MODES = ("off", "batch_mean", "clipped", "log")
@@ -317,15 +317,9 @@ def token_logprobs(logits: Array, tokens: Array, temperature: float = 1.0) -> Ar
     return shift_right(picked)
 
 
-def _matmul_f32(x: Array, w: Array) -> Array:
-    """x [..., K] @ w [K, N] -> [..., N] float32 (accumulated in float32; one 2-D GEMM)."""
-    out = jnp.matmul(x.reshape(-1, x.shape[-1]), w, preferred_element_type=jnp.float32)
-    return out.reshape(*x.shape[:-1], w.shape[-1])
-
-
 def _scaled_logprobs(h: Array, w: Array, temperature: float) -> tuple[Array, Array]:
     """h [b, c, D], w [D, V] -> (log_softmax(h @ w / temperature) [b, c, V] float32, its logsumexp [b, c])."""
-    z = _matmul_f32(h, w) / temperature
+    z = dense(h, w, preferred_element_type=jnp.float32) / temperature
     lse = jax.nn.logsumexp(z, axis=-1)
     return z - lse[..., None], lse
 
@@ -357,15 +351,11 @@ def _fused_fwd(h: Array, w: Array, nxt: Array, temperature: float):
 def _fused_bwd(temperature: float, res, g):
     h, w, nxt, lse, entropy = res
     g_lp, g_ent = g
-    logp = _matmul_f32(h, w) / temperature - lse[..., None]
+    logp = dense(h, w, preferred_element_type=jnp.float32) / temperature - lse[..., None]
     p = jnp.exp(logp)
     onehot = jnp.arange(w.shape[-1], dtype=nxt.dtype) == nxt[..., None]
     dz = g_lp[..., None] * (onehot - p) - g_ent[..., None] * p * (logp + entropy[..., None])
-    dlogits = (dz / temperature).astype(h.dtype)
-    dh = _matmul_f32(dlogits, w.T).astype(h.dtype)
-    dw = jnp.matmul(h.reshape(-1, h.shape[-1]).T, dlogits.reshape(-1, dlogits.shape[-1]),
-                    preferred_element_type=jnp.float32).astype(w.dtype)  # fmt: skip
-    return dh, dw, None
+    return (*head_matmul_backward(h, w, dz / temperature), None)
 
 
 fused_logprob_entropy.defvjp(_fused_fwd, _fused_bwd)

@@ -107,6 +107,17 @@ def _device_time(profile: dict) -> dict[str, float]:
     return cats
 
 
+def _device_shares(r: dict) -> list[str]:
+    """One result's device time (where it has `--profile`'s trace) as shares of the busy time: matmuls, cuDNN
+    attention, fusions, copies and the rest; dashes without a trace."""
+    if "profile" not in r:
+        return ["—"] * 4
+    cats, busy = _device_time(r["profile"]), r["profile"]["busy_ms"]
+    groups = (("matmul",), ("attention (cuDNN)",), ("fusion (elementwise, reduce)",),
+              ("copy / transpose", "collective", "other"))  # fmt: skip
+    return [f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" for keys in groups]
+
+
 def render_step_profile(variants: dict[str, str], *files: dict) -> str:
     """bench/objective_step.py's files of code variants of one update on one device (`variants`: each file's label, in
     order): step time, MFU by 6·N·tokens, peak memory, compile time and, where the file has `--profile`'s trace,
@@ -115,16 +126,9 @@ def render_step_profile(variants: dict[str, str], *files: dict) -> str:
     rows = []
     for label, d in zip(labels, files, strict=True):
         name, r = next(iter(d["results"].items()))
-        cats = _device_time(r["profile"]) if "profile" in r else {}
-        busy = r["profile"]["busy_ms"] if "profile" in r else None
-
-        def share(*keys: str, cats: dict = cats, busy: float | None = busy) -> str:
-            return f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" if busy else "—"
-
         rows.append([label, f"`{name}`", d["micro_batch"], "on" if d["remat"] else "off", f"{r['step_s']:.3f} s",
-                     f"{r['mfu_6n']:.1%}", number(r["peak_gib"], 1), f"{r['compile_s']:.0f} s", share("matmul"),
-                     share("attention (cuDNN)"), share("fusion (elementwise, reduce)"),
-                     share("copy / transpose", "collective", "other")])  # fmt: skip
+                     f"{r['mfu_6n']:.1%}", number(r["peak_gib"], 1), f"{r['compile_s']:.0f} s",
+                     *_device_shares(r)])  # fmt: skip
     d = files[0]
     header = [f"code ({d['device']}, {d['shape']} shape, {d['layers']} layers, {d['batch']} x {d['seq']} tokens)",
               "objective", "micro-batch", "remat", "update step", f"MFU of {d['peak_tflops']:.0f} TFLOP/s (6·N·tokens)",
@@ -144,21 +148,13 @@ def render_mfu_sweep(variants: dict[str, tuple[int, str]], *files: dict) -> str:
     for (call, label), d in zip(variants.values(), files, strict=True):
         name, r = next(iter(d["results"].items()))
         peers.setdefault(call, r["step_s"])
-        cats = _device_time(r["profile"]) if "profile" in r else {}
-        busy = r["profile"]["busy_ms"] if "profile" in r else None
-
-        def share(*keys: str, cats: dict = cats, busy: float | None = busy) -> str:
-            return f"{sum(cats.get(k, 0.0) for k in keys) / busy:.0%}" if busy else "—"
-
         remat = d["remat_policy"] if d["remat"] else "off"
         # files before --scan_layers ran the 3b shape's scan
         stack = f"{d['layers']}, " + ("scan" if d.get("scan_layers", True) else "unrolled")
         logprobs = "fused" if d["fused_logprobs"] else "autodiff"
         rows.append([call, label, f"`{name}`", logprobs, remat, stack, d["logits_chunk"], f"{r['step_s']:.3f} s",
                      f"{r['mfu_6n']:.1%}", f"{r['mfu_model']:.1%}", number(r["peak_gib"], 1),
-                     f"{r['compile_s']:.0f} s", share("matmul"), share("attention (cuDNN)"),
-                     share("fusion (elementwise, reduce)"), share("copy / transpose", "collective", "other"),
-                     f"{r['step_s'] / peers[call]:.2f}"])  # fmt: skip
+                     f"{r['compile_s']:.0f} s", *_device_shares(r), f"{r['step_s'] / peers[call]:.2f}"])  # fmt: skip
     d = files[0]
     header = ["call", f"code ({d['device']}, {d['shape']} shape, {d['batch']} x {d['seq']} tokens, micro-batch "
               f"{d['micro_batch']})", "objective", "logprobs' backward", "remat", "layers",
