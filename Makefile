@@ -4,9 +4,9 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
-APT_PKGS := bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux iproute2 python3.11 python3.11-venv libgomp1 chromium
+APT_PKGS := g++ bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux iproute2 python3.11 python3.11-venv libgomp1 chromium
 
-.PHONY: install apt run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model aot-env clean
+.PHONY: install apt kernels run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model aot-env clean
 
 install: $(STAMP)
 
@@ -24,7 +24,14 @@ apt:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
 	fi
 
-run: install apt sandbox-env
+# The JAX sampler's CPU decode kernels (mle_jax/kernels/cpu_decode.cc), compiled with g++ against jaxlib's FFI headers.
+KERNELS := mle_jax/kernels/_cpu_decode.so
+kernels: $(KERNELS)
+
+$(KERNELS): mle_jax/kernels/cpu_decode.cc $(STAMP)
+	$(VPY) -m mle_jax.kernels.cpu_decode --build
+
+run: install apt kernels sandbox-env
 	$(VPY) -m mle_jax.launch --config=configs/pizza.py:cpu
 
 # Every tier, on PYTEST_WORKERS pytest-xdist workers (a module's tests on one worker, the longest first: tests/conftest.py), in a network
@@ -36,7 +43,7 @@ run: install apt sandbox-env
 # (apt packages, the three venvs, SmolLM2's folder, the Podman image; docs/testing.md, "State outside the checkout").
 PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
-test: install apt sandbox-env vllm-env smol-model aot-env sandbox-image
+test: install apt kernels sandbox-env vllm-env smol-model aot-env sandbox-image
 	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
 	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 tests
 
@@ -44,7 +51,7 @@ test: install apt sandbox-env vllm-env smol-model aot-env sandbox-image
 test-unit: install
 	$(VPY) -m pytest -q -m "not model and not integration and not e2e" tests
 
-bench: install apt sandbox-env vllm-env
+bench: install apt kernels sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
 
 # The result tables of README.md, BUILD.md and docs/*.md, rewritten from docs/results (tests/test_results_tables.py checks them),

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mle_jax.kernels import cpu_decode
 from mle_jax.models import qwen2
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
@@ -73,7 +74,9 @@ def attention_without(part: str) -> Iterator[None]:
     def ablated(q, pk, pv, pvalid, kt, vt, filled):
         if part == "both":
             return q + 0 * (kt[:, :1, :1, :1].sum() + pk[:, :1, :1, :1].sum())
-        if part == "suffix":
+        if part == "suffix":  # the kernel reads the filled slots only: none; XLA's attention reads a 1-slot suffix
+            if cpu_decode.active():
+                return full(q, pk, pv, pvalid, kt, vt, jnp.zeros_like(filled))
             return full(q, pk, pv, pvalid, kt[..., :1], vt[:, :, :1], filled)
         return full(q, pk[..., :1], pv[:, :, :1], pvalid[:, :1], kt, vt, filled)
 
@@ -84,11 +87,14 @@ def attention_without(part: str) -> Iterator[None]:
         qwen2.split_cache_attention = full
 
 
-def per_step_ms(graphdef: Any, state: Any, cache: Any, tok: jax.Array, steps: int = 8, ablate: str = "") -> float:
+def per_step_ms(
+    graphdef: Any, state: Any, cache: Any, tok: jax.Array, steps: int = 16, ablate: str = "", kernels: bool = False
+) -> float:
     """Milliseconds per decode step of `cache` (the sampler's loop: each step's greedy token fed to the next, the
     cache carried in place): (time of steps + 1 steps - time of 1 step) / steps, so that the copy of the
     undonated input cache that each call makes cancels out. ablate: a part of the attention to skip
-    (`attention_without`)."""
+    (`attention_without`). kernels: the step on mle_jax.kernels.cpu_decode, its weights packed before the loop
+    (as the sampler's decode runs it); otherwise XLA's own ops."""
 
     @functools.partial(jax.jit, static_argnums=3)
     def run(state, cache, tok, k):
@@ -99,15 +105,34 @@ def per_step_ms(graphdef: Any, state: Any, cache: Any, tok: jax.Array, steps: in
             logits, cache = model.decode(tok, cache)
             return jnp.argmax(logits, -1).astype(jnp.int32), cache
 
-        return jax.lax.fori_loop(0, k, body, (tok, cache))
+        with cpu_decode.enabled(kernels), cpu_decode.packed_weights(lambda: model.decode(tok, cache)):
+            return jax.lax.fori_loop(0, k, body, (tok, cache))
 
     with attention_without(ablate) if ablate else contextlib.nullcontext():
-        long, short = best_ms(run, state, cache, tok, steps + 1, calls=3), best_ms(run, state, cache, tok, 1, calls=3)
+        long, short = best_ms(run, state, cache, tok, steps + 1, calls=5), best_ms(run, state, cache, tok, 1, calls=5)
     return (long - short) / steps
 
 
-def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int) -> dict:
-    """One decode step of `rows` samples of one prompt of `prompt` slots with up to `budget` generated tokens, in ms:
+def head_ms(graphdef: Any, state: Any, h: jax.Array, kernels: bool = False) -> float:
+    """Milliseconds of the LM head alone (logits of every row of h [rows, 1, D] over the vocabulary); kernels: by
+    the packed-weight kernel (packing excluded: it is done once per decode phase, as in the sampler)."""
+
+    def logits(state, h):
+        model = nnx.merge(graphdef, state)
+        return model.logits_from_hidden(h)
+
+    if not kernels:
+        return best_ms(jax.jit(logits), state, h)
+    with cpu_decode.enabled():
+        model = nnx.merge(graphdef, state)
+        panels = jax.jit(lambda w: cpu_decode.pack(w))(model.head_weight())
+    vocab = model.config.vocab_size
+    return best_ms(jax.jit(lambda p, h: cpu_decode.dense(h[:, 0], cpu_decode.Packed(p, vocab))), panels, h)
+
+
+def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int, kernels: bool = False) -> dict:
+    """One decode step of `rows` samples of one prompt of `prompt` slots with up to `budget` generated tokens, in ms
+    (kernels: on mle_jax.kernels.cpu_decode, as the sampler runs it where the library is built; otherwise XLA's ops):
 
     phase_step_ms: a step in each of the sampler's decode phases (`phase_sizes(budget)`: a suffix of that many
       slots per row, half filled), the cache updated in place as in the sampler's loop (`per_step_ms`);
@@ -133,13 +158,14 @@ def step_profile(model: Qwen2ForCausalLM, rows: int, prompt: int, budget: int) -
 
     sizes = phase_sizes(budget)
     out: dict[str, Any] = {"rows": rows, "prompt_slots": prompt, "budget_slots": budget, "phases": sizes}
-    out["phase_step_ms"] = [round(per_step_ms(graphdef, state, cache(n), tok), 1) for n in sizes]
+    out["cpu_kernels"] = kernels
+    out["phase_step_ms"] = [round(per_step_ms(graphdef, state, cache(n), tok, kernels=kernels), 1) for n in sizes]
     out["last_phase_without_ms"] = {
-        part: round(per_step_ms(graphdef, state, cache(sizes[-1]), tok, ablate=part), 1)
+        part: round(per_step_ms(graphdef, state, cache(sizes[-1]), tok, ablate=part, kernels=kernels), 1)
         for part in ("suffix", "prefix", "both")
     }
     h = jnp.ones((rows, 1, cfg.hidden_size), model.dtype)
-    out["lm_head_ms"] = round(best_ms(jax.jit(lambda s, h: nnx.merge(graphdef, s).logits_from_hidden(h)), state, h), 1)
+    out["lm_head_ms"] = round(head_ms(graphdef, state, h, kernels), 1)
     logits = jax.random.normal(jax.random.key(0), (rows, cfg.vocab_size))
     for name, top_p in (("sample_ms", 1.0), ("sample_top_p_ms", 0.95)):
         draw = jax.jit(lambda lg, k, p=top_p: sample_token(lg, k, jnp.float32(0.7), jnp.float32(p), jnp.int32(-1)))
@@ -166,6 +192,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=128, help="prompt slots")
     ap.add_argument("--budget", type=int, default=128, help="generated slots")
+    ap.add_argument("--kernels", action="store_true", help="the step on mle_jax.kernels.cpu_decode (make kernels)")
     a = ap.parse_args()
     if a.path:
         model = from_pretrained(a.path)
@@ -173,7 +200,7 @@ def main() -> None:
         model = Qwen2ForCausalLM(Qwen2Config.from_model_config(base.tiny_model()), nnx.Rngs(0))
     out = {"bandwidth": memory_bandwidth(), "weight_bytes": weight_bytes(model),
            "kv_bytes_per_token": kv_bytes_per_token(model),
-           **step_profile(model, a.rows, a.prompt, a.budget)}  # fmt: skip
+           **step_profile(model, a.rows, a.prompt, a.budget, a.kernels)}  # fmt: skip
     print(json.dumps(out))
 
 

@@ -369,6 +369,8 @@ def stage_samplers(a) -> dict[str, Any]:
                     "row_steps_used": round(tokens / sum(a.samples * d["lengths"][-1] for d in draws), 3),
                     "draws": draws,
                 }
+                if kind == "jax":  # the decode step on mle_jax.kernels.cpu_decode (False: XLA's own ops)
+                    out[name]["cpu_kernels"] = s_.cpu_kernels
     out["vllm_over_jax"] = round(out["vllm"]["tokens_per_s"] / out["jax"]["tokens_per_s"], 2)
     out["jax_over_vllm"] = round(out["jax"]["tokens_per_s"] / out["vllm"]["tokens_per_s"], 2)
     out["fixed_jax_over_vllm"] = round(out["jax_fixed"]["tokens_per_s"] / out["vllm_fixed"]["tokens_per_s"], 2)
@@ -401,14 +403,17 @@ def roofline(model, prompt_tokens: int, rows: int, measured: dict[str, Any]) -> 
 def stage_profile(a) -> dict[str, Any]:
     """One decode step of SmolLM2 for the `samplers` stage's shapes (16 rows of the pizza scratch prompt, its
     1024-slot prompt bucket and 1024-token budget bucket), in each decode phase and split into its parts
-    (bench/decode_profile.py)."""
+    (bench/decode_profile.py): with XLA's own ops, and with the CPU decode kernels (`with_cpu_kernels`)."""
     s = settings("smol", Path(a.workdir), warm=False)
     model = from_pretrained(Path(s.model.path))
+    kernels = step_profile(model, MAX_BATCH, 1024, 1024, kernels=True)
     return {
         "bandwidth": memory_bandwidth(),
         "weight_bytes": weight_bytes(model),
         "kv_bytes_per_token": kv_bytes_per_token(model),
-        **step_profile(model, MAX_BATCH, 1024, 1024),
+        **step_profile(model, MAX_BATCH, 1024, 1024),  # XLA's own ops
+        # the same step on the CPU decode kernels, as the sampler runs it
+        "with_cpu_kernels": {k: kernels[k] for k in ("phase_step_ms", "last_phase_without_ms", "lm_head_ms")},
     }
 
 

@@ -60,6 +60,7 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("instrument", "progress prints by a frozen LM, their verification, the AST fallback, the tags"),
     ("sampling", "the Sampler protocol, the in-process JAX sampler, the vLLM server and its client with weight sync"),
     ("models", "Flax NNX Qwen2, the critic, HF safetensors and GGUF weights, tokenizers"),
+    ("kernels", "the JAX sampler's decode step on CPU as XLA FFI custom calls (C++, built by make)"),
     ("tasks", "the twelve tasks: MLE-bench folders, preparers, graders, prompts, reward, medals"),
     ("infra", "leaves that know nothing of RL: meshes and shardings, checkpoints, the optimizer, the metrics writer"),
 )

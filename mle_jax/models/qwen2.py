@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from mle_jax.kernels import cpu_decode
 from mle_jax.models.split_cache import SplitCache, split_cache_attention
 
 Array = jax.Array
@@ -262,13 +263,16 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     return out.astype(x.dtype)
 
 
-def dense(x: Array, w: Array, preferred_element_type=None) -> Array:
-    """x [..., K] @ w [K, N] -> [..., N], as one 2-D [prod(...), K] x [K, N] GEMM.
+def dense(x: Array, w: Array | cpu_decode.Packed, preferred_element_type=None) -> Array:
+    """x [..., K] @ w [K, N] -> [..., N], as one 2-D [prod(...), K] x [K, N] GEMM (w packed: the CPU decode
+    kernel's, mle_jax.kernels.cpu_decode).
 
     Every projection goes through here: with 3-D activations XLA CPU computes the weight gradient by
     materialising transposed activations (fused with the elementwise backward before it), a quarter of
     a training step; the 2-D form needs no transposes.
     """
+    if isinstance(w, cpu_decode.Packed):  # a decode step on CPU (the sampler's kernels): float32
+        return cpu_decode.dense(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.n)
     out = jnp.matmul(x.reshape(-1, x.shape[-1]), w, preferred_element_type=preferred_element_type)
     return out.reshape(*x.shape[:-1], w.shape[-1])
 
@@ -443,7 +447,7 @@ class Attention(nnx.Module):
         b, t, d = x.shape
 
         def proj(w: nnx.Param, h: int, bias: nnx.Param | None) -> Array:
-            out = dense(x, w[...].astype(dt).reshape(d, h * self.head_dim))
+            out = dense(x, cpu_decode.weight(w, dt, (d, h * self.head_dim)))
             if bias is not None:
                 out = out + bias[...].astype(dt).reshape(-1)
             return out.reshape(b, t, h, self.head_dim)
@@ -482,7 +486,7 @@ class Attention(nnx.Module):
         """The heads' outputs [B, T, Hq, Dh] -> [B, T, D] (o_proj, + its bias if any)."""
         dt = self.dtype
         b, t, hq, dh = out.shape
-        out = dense(out.reshape(b, t, hq * dh), self.o_proj[...].astype(dt).reshape(hq * dh, -1))
+        out = dense(out.reshape(b, t, hq * dh), cpu_decode.weight(self.o_proj, dt, (hq * dh, self.o_proj.shape[-1])))
         if self.out_bias:
             out = out + self.o_bias[...].astype(dt)
         return out
@@ -517,11 +521,11 @@ class MLP(nnx.Module):
 
     def __call__(self, x: Array) -> Array:
         dt = self.dtype
-        gate = dense(x, self.gate_proj[...].astype(dt))
-        up = dense(x, self.up_proj[...].astype(dt))
+        gate = dense(x, cpu_decode.weight(self.gate_proj, dt))
+        up = dense(x, cpu_decode.weight(self.up_proj, dt))
         if self.has_bias:
             gate, up = gate + self.gate_bias[...].astype(dt), up + self.up_bias[...].astype(dt)
-        out = dense(jax.nn.silu(gate) * up, self.down_proj[...].astype(dt))
+        out = dense(jax.nn.silu(gate) * up, cpu_decode.weight(self.down_proj, dt))
         return out + self.down_bias[...].astype(dt) if self.has_bias else out
 
 
@@ -698,15 +702,17 @@ class Qwen2ForCausalLM(nnx.Module):
         """tokens [B, T] -> final-normed hidden states [B, T, D], new cache (None without cache)."""
         return self.model(tokens, positions, attention_mask, cache)
 
-    def head_weight(self) -> Array:
-        """The output head [D, V] in the compute dtype: the input embedding transposed when tied."""
+    def head_weight(self) -> Array | cpu_decode.Packed:
+        """The output head [D, V] in the compute dtype: the input embedding transposed when tied (packed inside
+        cpu_decode.packed_weights)."""
         if self.config.tie_word_embeddings:
-            return self.model.embed_tokens[...].astype(self.dtype).T
-        return self.lm_head[...].astype(self.dtype)
+            return cpu_decode.weight(self.model.embed_tokens, self.dtype, transpose=True)
+        return cpu_decode.weight(self.lm_head, self.dtype)
 
     def logits_from_hidden(self, h: Array) -> Array:
         """h [B, T, D] -> logits [B, T, V] float32."""
-        return head_matmul(h, self.head_weight())
+        w = self.head_weight()
+        return dense(h, w) if isinstance(w, cpu_decode.Packed) else head_matmul(h, w)
 
     def __call__(
         self,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mle_jax.kernels import cpu_decode
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.split_cache import SplitCache, empty_suffix, grow
@@ -112,7 +113,7 @@ def _grow(carry: tuple[jax.Array, ...], *, size: int) -> tuple[jax.Array, ...]:
     return (*carry[:2], *grow(carry[2], carry[3], size), *carry[4:])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "stop_ids", "pad_id"), donate_argnames=("carry",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "stop_ids", "pad_id", "kernels"), donate_argnames=("carry",))
 def _phase(
     graphdef,
     state,
@@ -127,12 +128,23 @@ def _phase(
     *,
     stop_ids: tuple[int, ...],
     pad_id: int,
+    kernels: bool = False,
 ) -> tuple[jax.Array, ...]:
     """One phase of the decode: tokens drawn in a `lax.while_loop` until the carry's suffix (`_start`, `_grow`) is
-    full, every row has stopped, or max_tokens are out -> the carry (updated in place: it is donated)."""
+    full, every row has stopped, or max_tokens are out -> the carry (updated in place: it is donated). kernels: the
+    step's matmuls and attention by mle_jax.kernels.cpu_decode where it is available."""
     model = nnx.merge(graphdef, state)
-    step, tok, k, v, index, positions, out_tok, out_lp, done, lengths, key = carry
+    step, tok, k, v, index, positions, *rest = carry
     cache = SplitCache(prefix_k, prefix_v, prefix_valid, k, v, index, positions)
+    sampling = (temperature, top_p, top_k, max_tokens, stop_ids, pad_id)
+    # the kernels' weights packed here, once per phase, outside the loop
+    with cpu_decode.enabled(kernels), cpu_decode.packed_weights(lambda: model.decode(tok, cache)):
+        return _phase_steps(model, cache, (step, tok, *rest), *sampling)
+
+
+def _phase_steps(model, cache, carry, temperature, top_p, top_k, max_tokens, stop_ids, pad_id):
+    """`_phase`'s loop over `cache` (carry: the rest of its carry, the cache's arrays left out)."""
+    step, tok, out_tok, out_lp, done, lengths, key = carry
     size = cache.max_len
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
 
@@ -230,6 +242,8 @@ class JaxSampler:
     suffix_phase: generated slots per row of a decode's first phase (`phase_sizes`): a step reads its phase's whole
     suffix, so smaller phases read less and compile more programs (each holds its memory for the run); None: one
     phase of the whole budget.
+    cpu_kernels: decode steps on CPU by mle_jax.kernels.cpu_decode (packed-weight matmuls, attention over the
+    filled suffix only) where its library is built; False keeps XLA's ops. Prefill always uses XLA's.
     copy_params: keep a private copy of the weights (at construction and on `sync`), so a learner that
     donates or updates its own buffers never invalidates the sampler's. False shares them (saves memory).
     """
@@ -281,6 +295,7 @@ class JaxSampler:
         max_batch: int | None = None,
         prefix_cache: int = 2,
         suffix_phase: int | None = SUFFIX_PHASE,
+        cpu_kernels: bool = True,
     ):
         self.tokenizer = tokenizer
         self.copy_params = copy_params
@@ -305,6 +320,7 @@ class JaxSampler:
         self.max_batch = max_batch
         self.prefix_cache = prefix_cache
         self.suffix_phase = suffix_phase
+        self.cpu_kernels = bool(cpu_kernels) and cpu_decode.available()
         phase_sizes(1, suffix_phase)  # validates
         self._prefills: collections.OrderedDict[tuple[tuple[int, ...], int], Any] = collections.OrderedDict()
         self._keep = 0
@@ -449,7 +465,9 @@ class JaxSampler:
             if i:
                 carry = _grow(carry, size=size)
             limit = jnp.int32(0 if warm else max_tokens)
-            carry = _phase(self.graphdef, self.state, ks, vs, valid, carry, *sampling, limit, **static)
+            carry = _phase(
+                self.graphdef, self.state, ks, vs, valid, carry, *sampling, limit, kernels=self.cpu_kernels, **static
+            )
             step, done = jax.device_get((carry[0], carry[8]))
             if not warm and (step >= max_tokens or done.all()):
                 break

