@@ -126,6 +126,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampler.group_size = 1
     c.sampler.vllm_url = ""  # the policy's vLLM server (launch/gpu_node.sh starts one and passes its URL)
     c.sampler.vllm_gpu_memory_utilization = 0.2  # share of the GPU's memory each vLLM server that launch/ starts takes
+    # the "jax" backend on CPU: its decode steps on the C++ kernels of mle_jax/kernels (`make kernels`; packed-weight
+    # matmuls, attention over the filled slots only) where the library is built; False: XLA's own ops
+    c.sampler.jax_cpu_kernels = True
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
     # how: "hf" exports HF safetensors (the learner waits for the copy to host; BUILD.md measures both at 3B);
     # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv)

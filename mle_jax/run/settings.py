@@ -47,6 +47,7 @@ class SamplerSettings:
     backend: str = "vllm"  # a name of sampling/registry.py: "jax" (in process) or "vllm" (OpenAI server)
     vllm_url: str = ""  # empty: launch/ starts one
     vllm_gpu_memory_utilization: float = 0.2
+    jax_cpu_kernels: bool = True  # "jax" on CPU: the decode step on mle_jax.kernels.cpu_decode where it is built
 
     def __post_init__(self) -> None:
         samplers.check(self.backend)  # the name only: the sampler's module is loaded where it is built

@@ -260,12 +260,14 @@ class JaxSampler:
         url: str | None = None,
         frozen: bool = False,
     ) -> JaxSampler:
-        """The in-process sampler of `model` (it reads no field of the sampler section; url is not used). frozen:
-        of a clone of `model`, whose weights stay as they are while the policy's change (the instrumenter's, whose
-        prompts, each a different program, are never sampled twice: it keeps no prefills between calls)."""
+        """The in-process sampler of `model` (of the sampler section it reads `jax_cpu_kernels` only; url is not
+        used). frozen: of a clone of `model`, whose weights stay as they are while the policy's change (the
+        instrumenter's, whose prompts, each a different program, are never sampled twice: it keeps no prefills
+        between calls)."""
+        kernels = bool(getattr(settings, "jax_cpu_kernels", True))
         if frozen:  # one decode phase: its grids (programs x 1) rarely repeat a shape, and each phase is a program
-            return cls(nnx.clone(model), tokenizer, prefix_cache=0, suffix_phase=None)
-        return cls(model, tokenizer)
+            return cls(nnx.clone(model), tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels)
+        return cls(model, tokenizer, cpu_kernels=kernels)
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:

@@ -13,6 +13,7 @@ from mle_jax.models import hf
 from mle_jax.models.decoding import sample_token
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
+from mle_jax.run.settings import SamplerSettings
 from mle_jax.sampling import jax_sampler
 from mle_jax.sampling.jax_sampler import Grid, JaxSampler, compiled_programs, plan_grids
 from mle_jax.sampling.protocol import Sampler
@@ -105,6 +106,20 @@ def test_phases_grow_the_suffix_and_warm_up_compiles_them_all(models, sampler):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
     with pytest.raises(ValueError, match="at least one slot"):
         JaxSampler(ours, suffix_phase=0)
+
+
+def test_the_cpu_kernels_decode_as_xla_does_and_the_setting_turns_them_off(models):
+    """sampler.jax_cpu_kernels (on by default; `make kernels` built the library): the decode on the kernels gives
+    the greedy tokens and logprobs of XLA's ops."""
+    _, ours = models
+    on = JaxSampler.from_settings(SamplerSettings(backend="jax"), ours, None, None)
+    off = JaxSampler.from_settings(SamplerSettings(backend="jax", jax_cpu_kernels=False), ours, None, None)
+    assert on.cpu_kernels and not off.cpu_kernels
+    a = on.generate(PROMPTS, n=2, temperature=0.0, max_tokens=24)
+    b = off.generate(PROMPTS, n=2, temperature=0.0, max_tokens=24)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.token_ids, y.token_ids)
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
 
 
 def test_grids_share_a_prompt_between_its_samples():
