@@ -10,8 +10,8 @@
 //   mle_split_cache_attention: one query per row against its prompt's prefix and its own filled suffix slots
 //     (mle_jax.models.split_cache.split_cache_attention's contract), reading only the filled suffix.
 //
-// Written with GCC vector extensions; each hot function is compiled for x86-64-v4 (AVX-512), v3 (AVX2) and the
-// baseline, chosen when the library loads. Work is split into chunks claimed from an atomic counter by the
+// Written with GCC vector extensions; on x86-64 each hot function is compiled for x86-64-v4 (AVX-512), v3 (AVX2)
+// and the baseline, chosen when the library loads (MLE_CLONES). Work is split into chunks claimed from an atomic counter by the
 // calling thread and by tasks on XLA's thread pool: a task that starts late finds no chunk left and returns, so
 // the call never waits on a task that has not started.
 
@@ -22,12 +22,20 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+
+#if defined(__x86_64__)
+// AVX-512, AVX2 and the baseline, picked when the library loads
+#define MLE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MLE_PAUSE() __builtin_ia32_pause()
+#else  // another architecture: its compiler's default vector width
+#define MLE_CLONES
+#define MLE_PAUSE()
+#endif
 
 namespace {
 
@@ -61,11 +69,7 @@ void parallel_chunks(ffi::ThreadPool& pool, int64_t chunks, const std::function<
     pool.Schedule([state, chunks, work_ptr = &work]() { drain(*state, chunks, *work_ptr); });
   }
   drain(*state, chunks, work);
-  while (state->done.load(std::memory_order_acquire) < chunks) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
+  while (state->done.load(std::memory_order_acquire) < chunks) MLE_PAUSE();
 }
 
 // ---- dense ----------------------------------------------------------------------------------------------------
@@ -91,7 +95,7 @@ inline __attribute__((always_inline)) void dense_tile(const float* x, const floa
 }
 
 // Panels [p0, p1) of y = x @ w for all M rows (x [M, K], packed w [N / 32, K, 32], y [M, N]).
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dense_panels(
+MLE_CLONES void dense_panels(
     const float* x, const float* w, float* y, int64_t m_len, int64_t k_len, int64_t n, int64_t p0, int64_t p1,
     float* pad) {
   for (int64_t p = p0; p < p1; ++p) {
@@ -296,7 +300,7 @@ inline __attribute__((always_inline)) void exp_rows(float* s, int64_t nq, int64_
 
 // Rows [j0, j0 + nr) of prompt u, kv head h: their nr * G queries read the prompt's prefix once together, then each
 // row its own filled suffix.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void attend(
+MLE_CLONES void attend(
     const AttentionShape& a, const float* q, const float* pk, const float* pv, const bool* valid, const float* kt,
     const float* vt, float* out, int64_t u, int64_t h, int64_t j0, int64_t nr, std::vector<float>* buf) {
   const int64_t dh = a.head_dim, n = a.rows / a.prompts, g_len = a.q_heads / a.kv_heads, nq = nr * g_len;

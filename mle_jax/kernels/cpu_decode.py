@@ -69,6 +69,12 @@ def _load() -> bool:
     return True
 
 
+def _require() -> None:
+    """Registers the targets, or says in one line that the library must be built first."""
+    if not _load():
+        raise RuntimeError(f"{LIBRARY} is not built, or older than its source: run `make kernels`")
+
+
 def available() -> bool:
     """The kernels can run: the library is built (and not older than its source) and the default backend is CPU."""
     return jax.default_backend() == "cpu" and _load()
@@ -154,6 +160,7 @@ def packed_weights(trace_step: Callable[[], Any]) -> Iterator[None]:
 
 def dense(x: Array, w: Packed) -> Array:
     """x [M, K] float32 @ a packed weight [K, N] -> [M, N] float32, by the packed-panel kernel."""
+    _require()
     m = x.shape[0]
     out = jax.ffi.ffi_call("mle_dense_packed", jax.ShapeDtypeStruct((m, w.panels.shape[0] * PANEL), jnp.float32))(
         x.astype(jnp.float32), w.panels
@@ -167,6 +174,7 @@ def split_cache_attention(
     """`mle_jax.models.split_cache.split_cache_attention` by the kernel (float32): q [R, Hq, Dh], prefix_kt
     [U, Hkv, Dh, P], prefix_vt [U, Hkv, P, Dh], prefix_valid [U, P] bool, kt [R, Hkv, Dh, M], vt [R, Hkv, M, Dh],
     filled [] int32 -> [R, Hq, Dh]; reads suffix slots [0, filled) only. A row with no valid slot gives zeros."""
+    _require()
     return jax.ffi.ffi_call("mle_split_cache_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
         q, prefix_kt, prefix_vt, prefix_valid, kt, vt, jnp.asarray(filled, jnp.int32)
     )
