@@ -123,9 +123,8 @@ def head_ms(graphdef: Any, state: Any, h: jax.Array, kernels: bool = False) -> f
 
     if not kernels:
         return best_ms(jax.jit(logits), state, h)
-    with cpu_decode.enabled():
-        model = nnx.merge(graphdef, state)
-        panels = jax.jit(lambda w: cpu_decode.pack(w))(model.head_weight())
+    model = nnx.merge(graphdef, state)
+    panels = jax.jit(cpu_decode.pack)(model.head_weight())
     vocab = model.config.vocab_size
     return best_ms(jax.jit(lambda p, h: cpu_decode.dense(h[:, 0], cpu_decode.Packed(p, vocab))), panels, h)
 

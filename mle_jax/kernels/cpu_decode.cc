@@ -123,7 +123,8 @@ ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
   int64_t chunk = std::max<int64_t>(1, panels / (4 * std::max<int64_t>(1, pool.num_threads() + 1)));
   int64_t chunks = (panels + chunk - 1) / chunk;
   parallel_chunks(pool, chunks, [&](int64_t c) {
-    std::vector<float> pad(kRows * k_len);
+    thread_local std::vector<float> pad;  // the last rows' zero-padded tile: only when M is not a multiple of 8
+    if (m_len % kRows) pad.resize(kRows * k_len);
     dense_panels(xp, wp, yp, m_len, k_len, n, c * chunk, std::min(panels, (c + 1) * chunk), pad.data());
   });
   return ffi::Error::Success();

@@ -148,8 +148,10 @@ def packed_weights(trace_step: Callable[[], Any]) -> Iterator[None]:
         _RECORD.reset(token)
     table: dict[int, Packed] = {}
     for param, dtype, shape, transpose in record:
+        if id(param) in table:
+            continue
         w = weight(param, dtype, shape, transpose)
-        if w.dtype == jnp.float32 and w.ndim == 2 and id(param) not in table:
+        if w.dtype == jnp.float32 and w.ndim == 2:
             table[id(param)] = Packed(pack(w), int(w.shape[1]))
     token = _TABLE.set(table)
     try:
