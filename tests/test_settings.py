@@ -104,8 +104,9 @@ def test_a_group_objective_needs_groups_of_two(algorithm):
 
 
 def _defaults(cls) -> dict:
+    """Each field's default; a nested settings dataclass (model.lora) as the dict its config section holds."""
     return {
-        f.name: f.default
+        f.name: dataclasses.asdict(f.default) if dataclasses.is_dataclass(f.default) else f.default
         for f in dataclasses.fields(cls)
         if f.default is not dataclasses.MISSING and not isinstance(f.default, dataclasses.Field)
     }

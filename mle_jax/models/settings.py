@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from mle_jax.models.lora import LoraSettings
 from mle_jax.models.qwen2 import Qwen2Config
 
 
@@ -36,8 +37,11 @@ class ModelSettings:
     scan_layers: bool = False  # training forward as one scan over the stacked layers (faster compile at depth)
     attn_block: int = 64  # training attention in causal query blocks of this many tokens (0: one block)
     attention: str = "blocked"  # training attention: blocked (ours) | dot_product (cuDNN flash attention on GPUs)
+    lora: LoraSettings = LoraSettings()  # adapters over a frozen base (rank 0: every weight trained)
 
     def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):  # the config's section, or a saved run's config.json
+            object.__setattr__(self, "lora", LoraSettings(**self.lora))
         for name in ("dtype", "param_dtype"):
             try:
                 jnp.dtype(getattr(self, name))

@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 from mle_jax.infra import sharding as shd
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.optim import OptimSettings
+from mle_jax.models import lora
 from mle_jax.rl import objectives
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, PPOSettings, TrainState, ppo_update
@@ -43,6 +44,8 @@ class LearnerSettings:
     optim: OptimSettings = dataclasses.field(default_factory=OptimSettings)
     reference_on_host: bool = False  # keep the frozen reference in pinned host memory (saves device memory)
     seed: int = 0
+    # adapters on the policy and the critic over one frozen base, which is the reference (rank 0: every weight)
+    lora: lora.LoraSettings = dataclasses.field(default_factory=lora.LoraSettings)
 
     def __post_init__(self) -> None:
         objectives.get(self.algorithm)  # ValueError naming the choices
@@ -152,26 +155,41 @@ class UpdateProgram:
         self.seed = int(settings.seed)
         optim = settings.optim
         self.master_dtype = jnp.dtype(optim.master_dtype) if optim.master_dtype else None
+        self.lora = settings.lora
         self.policy_graph, policy_params, self.policy_rest = nnx.split(policy, nnx.Param, ...)
         self.policy_tree = ParamTree(policy_params)
-        self.policy_shardings = self.policy_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
-        self.policy_tx = optim.optimizer(optim.actor_lr)
+        # the model's params' shardings (the reference's); the state's are the adapters' with LoRA
+        self.model_shardings = self.policy_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
         rep = shd.replicated(mesh)
-        p_opt_sh = self._opt_shardings(self.policy_tx, self.abstract_params(self.policy_tree), self.policy_shardings)
+        self.policy_abstract = self.abstract_params(self.policy_tree)
+        self.policy_shardings = self.model_shardings
+        if self.lora.enabled:  # small: replicated
+            self.policy_abstract = self.abstract_adapters(self.policy_abstract)
+            self.policy_shardings = jax.tree.map(lambda _: rep, self.policy_abstract)
+        self.policy_tx = optim.optimizer(optim.actor_lr)
+        p_opt_sh = self._opt_shardings(self.policy_tx, self.policy_abstract, self.policy_shardings)
         # no critic: no value tree, optimizer or shardings (the state's value fields are None)
-        self.value_tree = self.value_shardings = self.value_tx = v_opt_sh = None
+        self.value_tree = self.value_shardings = self.value_tx = self.value_abstract = v_opt_sh = None
         if self.critic:
             self.value_graph, value_params, self.value_rest = nnx.split(value, nnx.Param, ...)
             self.value_tree = ParamTree(value_params)
             self.value_shardings = self.value_tree.map_variables(lambda var: shd.variable_sharding(var, mesh))
+            self.value_abstract = self.abstract_params(self.value_tree)
+            if self.lora.enabled:  # the backbone's adapters (replicated) and the head, trained whole
+                head = {k: v for k, v in self.value_abstract.items() if k != "model"}
+                self.value_abstract = {"model": self.abstract_adapters(self.value_abstract["model"]), **head}
+                self.value_shardings = {
+                    "model": jax.tree.map(lambda _: rep, self.value_abstract["model"]),
+                    **{k: self.value_shardings[k] for k in head},
+                }
             self.value_tx = optim.optimizer(optim.critic_lr)
-            v_opt_sh = self._opt_shardings(self.value_tx, self.abstract_params(self.value_tree), self.value_shardings)
+            v_opt_sh = self._opt_shardings(self.value_tx, self.value_abstract, self.value_shardings)
         self.state_shardings = TrainState(rep, self.policy_shardings, self.value_shardings, p_opt_sh, v_opt_sh)
         self.reference_on_host = settings.reference_on_host
-        self.ref_device_shardings = self.policy_shardings if self.reference_on_host else None
-        self.ref_shardings = self.policy_shardings
+        self.ref_device_shardings = self.model_shardings if self.reference_on_host else None
+        self.ref_shardings = self.model_shardings
         if self.reference_on_host:
-            self.ref_shardings = jax.tree.map(lambda sh: sh.with_memory_kind("pinned_host"), self.policy_shardings)
+            self.ref_shardings = jax.tree.map(lambda sh: sh.with_memory_kind("pinned_host"), self.model_shardings)
         self.fn = self._build_update()
 
     # ---------------------------------------------------------------- abstract arguments
@@ -188,10 +206,27 @@ class UpdateProgram:
 
         return tree.map_variables(one)
 
+    def abstract_adapters(self, params: Nested) -> Nested:
+        """ShapeDtypeStructs of the LoRA adapters of `params` (a nested dict of ShapeDtypeStructs)."""
+        return jax.eval_shape(lambda: lora.init_adapters(params, self.lora, jax.random.key(0), self.trained_dtype))
+
+    @property
+    def trained_dtype(self) -> Any:
+        return self.master_dtype or jnp.float32
+
+    def policy_params(self, trained: Nested, base: Nested) -> Nested:
+        """The policy's params from what the state trains: with LoRA the base (the reference) with the adapters
+        merged in; else the trained params themselves."""
+        return lora.merge(base, trained, self.lora.scale) if self.lora.enabled else trained
+
+    def value_params(self, trained: Nested, base: Nested) -> Nested:
+        """The critic's params from what the state trains (LoRA: the policy's base backbone, adapted, + the head)."""
+        return lora.merge({"model": base["model"]}, trained, self.lora.scale) if self.lora.enabled else trained
+
     def abstract_state(self) -> TrainState:
         """The train state as ShapeDtypeStructs with their shardings (no memory allocated)."""
-        policy = self.abstract_params(self.policy_tree)
-        value = self.abstract_params(self.value_tree) if self.critic else None
+        policy = self.policy_abstract
+        value = self.value_abstract if self.critic else None
         state = TrainState(
             step=jax.ShapeDtypeStruct((), jnp.int32),
             policy=policy,
@@ -256,6 +291,8 @@ class UpdateProgram:
             value_tx=self.value_tx,
             mesh=self.mesh,
             ref_device_shardings=self.ref_device_shardings,
+            policy_params=self.policy_params if self.lora.enabled else None,
+            value_params=self.value_params if self.lora.enabled else None,
         )
         rep = shd.replicated(self.mesh)
         batch_sh = {k: shd.batch_sharding(self.mesh, 1 if k in SAMPLE_KEYS else 2) for k in BATCH_KEYS}
@@ -296,13 +333,26 @@ class Learner:
         self.critic = program.critic
         self.policy_tree, self.value_tree = program.policy_tree, program.value_tree
         self._master_dtype = program.master_dtype
+        self.lora = program.lora
         _, policy_params, _ = nnx.split(policy, nnx.Param, ...)
-        policy_nested = self._place(self._master(self.policy_tree.to_nested(policy_params)), program.policy_shardings)
+        if self.lora.enabled and reference is not None:
+            raise ValueError("with LoRA the reference is the policy's base (adapters off): pass no other reference")
+        key = jax.random.key(settings.seed)
+        policy_nested = self.policy_tree.to_nested(policy_params)
+        if self.lora.enabled:  # the policy trains adapters over its initial weights (the reference)
+            policy_nested = lora.init_adapters(policy_nested, self.lora, key, program.trained_dtype)
+        policy_nested = self._place(self._master(policy_nested), program.policy_shardings)
         sh = program.state_shardings
         value_nested = value_opt = None
         if self.critic:
             _, value_params, _ = nnx.split(value, nnx.Param, ...)
-            value_nested = self._place(self._master(self.value_tree.to_nested(value_params)), program.value_shardings)
+            value_full = self.value_tree.to_nested(value_params)
+            if self.lora.enabled:  # the backbone is the policy's base: only its adapters and the head are trained
+                adapters = lora.init_adapters(
+                    value_full["model"], self.lora, jax.random.fold_in(key, 1), program.trained_dtype
+                )
+                value_full = {"model": adapters, **{k: v for k, v in value_full.items() if k != "model"}}
+            value_nested = self._place(self._master(value_full), program.value_shardings)
             value_opt = jax.jit(program.value_tx.init, out_shardings=sh.value_opt)(value_nested)
         self.state = TrainState(
             step=shd.put_global(np.zeros((), np.int32), sh.step),
@@ -379,7 +429,8 @@ class Learner:
         """The current policy params as an nnx.State (what Sampler.sync and nnx.update take), cast to the
         policy model's param dtypes unless model_dtypes is False (then the learner's master copies). Copies when
         the update donates the state: whoever holds them keeps them through the next update."""
-        return self._own(self.policy_tree.to_state(self.state.policy, model_dtypes))
+        params = self.program.policy_params(self.state.policy, self.reference)
+        return self._own(self.policy_tree.to_state(params, model_dtypes))
 
     def _own(self, tree: Any) -> Any:
         return jax.tree.map(jnp.copy, tree) if self.program.donate else tree
@@ -392,7 +443,7 @@ class Learner:
         """The critic holding its current params; None for a critic-free objective."""
         if not self.critic:
             return None
-        state = self._own(self.value_tree.to_state(self.state.value))
+        state = self._own(self.value_tree.to_state(self.program.value_params(self.state.value, self.reference)))
         return nnx.merge(self.program.value_graph, state, self.program.value_rest)
 
     def state_dict(self) -> dict[str, Any]:

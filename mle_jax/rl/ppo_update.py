@@ -84,6 +84,8 @@ def ppo_update(
     value_tx: optax.GradientTransformation | None,
     mesh: Mesh,
     ref_device_shardings: Any = None,
+    policy_params: Callable[[Nested, Nested], Nested] | None = None,
+    value_params: Callable[[Nested, Nested], Nested] | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update of `objective` on a batch of B samples (pure; jitted by Learner).
 
@@ -93,6 +95,9 @@ def ppo_update(
     weight [D, V] in the compute dtype (logits are formed `s.logits_chunk` positions at a time: the [b, T, V] logits
     are never live); value_apply(params, tokens, attention_mask) -> values [b, T] (None, with value_tx, when the
     objective has no critic).
+    policy_params(trained, ref_params) -> the policy's params, value_params(trained, ref_params) -> the critic's, when
+    what the state trains is not the model's params (LoRA: adapters over the frozen base, which is the reference,
+    models/lora.py); None: the state holds the model's params.
     seed: with state.step, the key of this update's mini-batch shuffling.
     Returns the new state and scalar metrics.
     """
@@ -107,6 +112,12 @@ def ppo_update(
     if ref_device_shardings is not None:  # reference kept in host memory: bring it over for this update
         ref_params = jax.tree.map(jax.device_put, ref_params, ref_device_shardings)
 
+    def policy_of(trained: Nested) -> Nested:
+        return trained if policy_params is None else policy_params(trained, ref_params)
+
+    def value_of(trained: Nested) -> Nested:
+        return trained if value_params is None else value_params(trained, ref_params)
+
     # ---- forward passes with the frozen reference, the critic and (decoupled) the proximal policy, micro-batch
     # by micro-batch
     def logprobs_entropy(params, tokens, attention_mask):
@@ -118,10 +129,10 @@ def ppo_update(
     def score(mb):
         out = {"ref": logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])[0]}
         if critic:
-            values = ppo.shift_right(value_apply(state.value, mb["tokens"], mb["attention_mask"]))
+            values = ppo.shift_right(value_apply(value_of(state.value), mb["tokens"], mb["attention_mask"]))
             out["values"] = values.astype(jnp.float32)
         if s.decoupled:  # the proximal policy: the params at the start of this update
-            out["prox"] = logprobs_entropy(state.policy, mb["tokens"], mb["attention_mask"])[0]
+            out["prox"] = logprobs_entropy(policy_of(state.policy), mb["tokens"], mb["attention_mask"])[0]
         return out
 
     fwd_in = {k: split_micro(batch[k], b // micro) for k in ("tokens", "attention_mask")}
@@ -153,11 +164,11 @@ def ppo_update(
         data["prox_logprobs"] = scored["prox"]
 
     def policy_loss_fn(params, mb, denom):
-        lp, entropy_tok = logprobs_entropy(params, mb["tokens"], mb["attention_mask"])
+        lp, entropy_tok = logprobs_entropy(policy_of(params), mb["tokens"], mb["attention_mask"])
         return objective.policy_loss(s, lp * mb["mask"], entropy_tok, mb, denom)
 
     def value_loss_fn(params, mb, denom):
-        v = ppo.shift_right(value_apply(params, mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
+        v = ppo.shift_right(value_apply(value_of(params), mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
         return objective.value_loss(s, v, mb, denom)
 
     def minibatch_step(st: TrainState, mb_data):

@@ -259,6 +259,7 @@ def from_config(cfg: Any) -> RunSettings:
             optim=_build(OptimSettings, "optim", _section(cfg, "optim")),
             reference_on_host=reference_on_host,
             seed=seed,
+            lora=model.lora,
         ),
         mesh=_build(MeshSettings, "mesh", mesh),
         loop=_build(

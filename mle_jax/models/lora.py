@@ -1,0 +1,123 @@
+"""LoRA: low-rank adapters over a frozen base, as pure functions of nested param dicts.
+
+A target weight W (one of `TARGETS`, in our layout: inputs first, e.g. q_proj [D, Hq, Dh], o_proj [Hq, Dh, D])
+trains as W + (alpha / r) · A B, with A [*in, r] and B [r, *out] (Hu et al. 2021). A starts as peft's default
+(uniform in ±1/sqrt(fan_in), Kaiming's with a = sqrt(5)) and B at zero, so the adapted model starts as the base.
+
+Adapters live in a nested dict shaped like the model's params, holding only the targets, each as
+{"lora_a": A, "lora_b": B}; a leaf that is an array instead (the critic's value head) is a weight trained whole.
+`merge(base, trainable, scale)` is the model's params: the base with every adapter added and every whole leaf
+taken from `trainable`. The learner trains only `trainable` (its optimizer state is the adapters'), the frozen
+reference is the base itself (adapters off), and the policy the sampler and the HF export get is the merge, so
+nothing downstream knows about LoRA. Gradients reach A and B through the merge (one [*in, *out] product per
+target per forward: the merged weight is formed in the compute graph, never stored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+Nested = dict[str, Any]
+Array = jax.Array
+
+# target name -> how many leading axes of its weight are inputs (the rest are outputs)
+TARGETS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1}
+ADAPTER_KEYS = ("lora_a", "lora_b")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSettings:
+    """The `model.lora` section: rank r (0: off), alpha (the update is alpha / r · A B), which weights adapt."""
+
+    rank: int = 0
+    alpha: float = 32.0
+    targets: tuple[str, ...] = tuple(TARGETS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", tuple(str(t) for t in self.targets))
+        if int(self.rank) != self.rank or self.rank < 0:
+            raise ValueError(f"model.lora.rank={self.rank!r} must be an integer >= 0 (0: no LoRA)")
+        unknown = sorted(set(self.targets) - set(TARGETS))
+        if unknown:
+            raise ValueError(f"model.lora.targets: unknown {unknown}; choose from {list(TARGETS)}")
+        if self.rank and not self.targets:
+            raise ValueError("model.lora.targets is empty but model.lora.rank > 0: name the weights to adapt")
+        if self.rank and not self.alpha > 0:
+            raise ValueError(f"model.lora.alpha={self.alpha!r} must be > 0")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        return float(self.alpha) / self.rank
+
+
+def is_adapter(node: Any) -> bool:
+    return isinstance(node, dict) and set(node) == set(ADAPTER_KEYS)
+
+
+def delta(a: Array, b: Array, scale: float) -> Array:
+    """A [*in, r], B [r, *out] -> scale · A B [*in, *out] (float32 accumulation)."""
+    return scale * jnp.tensordot(a, b, axes=1, preferred_element_type=jnp.float32)
+
+
+def init_adapters(base: Nested, s: LoraSettings, key: Array, dtype: Any = jnp.float32) -> Nested:
+    """The adapters of every target weight in `base` (nested dict of arrays or ShapeDtypeStructs): {"lora_a": A
+    [*in, r] uniform in ±1/sqrt(fan_in), "lora_b": B [r, *out] zeros}, in `dtype`. Each target's key is folded from
+    its path, so the draw does not depend on which other targets are chosen."""
+
+    def walk(node: Nested, path: tuple[str, ...]) -> Nested:
+        out: Nested = {}
+        for k, v in node.items():
+            if isinstance(v, dict):
+                sub = walk(v, (*path, k))
+                if sub:
+                    out[k] = sub
+            elif k in s.targets:
+                n_in = TARGETS[k]
+                shape_in, shape_out = tuple(v.shape[:n_in]), tuple(v.shape[n_in:])
+                fan_in = math.prod(shape_in)
+                kk = jax.random.fold_in(key, zlib.crc32("/".join((*path, k)).encode()) % (2**31))
+                bound = 1.0 / math.sqrt(fan_in)
+                a = jax.random.uniform(kk, (*shape_in, s.rank), jnp.float32, -bound, bound).astype(dtype)
+                out[k] = {"lora_a": a, "lora_b": jnp.zeros((s.rank, *shape_out), dtype)}
+        return out
+
+    adapters = walk(base, ())
+    if not adapters:
+        raise ValueError(f"model.lora.targets={list(s.targets)}: no such weight in the model")
+    return adapters
+
+
+def merge(base: Nested, trainable: Nested, scale: float) -> Nested:
+    """The model's params: `base` with each adapter of `trainable` added to its weight (in the weight's dtype) and
+    each whole array of `trainable` in place of (or beside) the base's. Keys of `trainable` absent from `base` are
+    taken as they are (the critic's head over the policy's base)."""
+    out: Nested = {}
+    for k, v in base.items():
+        t = trainable.get(k)
+        if t is None:
+            out[k] = v
+        elif is_adapter(t):
+            out[k] = (v.astype(jnp.float32) + delta(t["lora_a"], t["lora_b"], scale)).astype(v.dtype)
+        elif isinstance(t, dict):
+            out[k] = merge(v, t, scale)
+        else:
+            out[k] = t
+    for k, t in trainable.items():
+        if k not in base:
+            out[k] = t
+    return out
+
+
+def count(trainable: Nested) -> int:
+    """Number of trained scalars in `trainable`."""
+    return sum(int(math.prod(x.shape)) for x in jax.tree.leaves(trainable))
