@@ -1,7 +1,10 @@
-"""SmolLM2-135M-Instruct on random-acts-of-pizza (configs/pizza.py:smol): the measurements of docs/smollm2.md.
+"""A real pretrained model on a task's real loop: SmolLM2-135M-Instruct on random-acts-of-pizza
+(configs/pizza.py:smol, the default: the measurements of docs/smollm2.md) or Qwen2.5-Coder-0.5B-Instruct
+(`--model qwen`: configs/<task>.py:qwen, docs/qwen.md), on pizza or (`--task spooky`) spooky-author-identification.
 
-    .venv/bin/python bench/smollm2_pizza.py [STAGE (default: samplers)] [--samples 128] [--steps 3|5] [--programs 64]
-        [--batch 8|2] [--kill-after 2] [--workdir DIR] [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
+    .venv/bin/python bench/smollm2_pizza.py [STAGE (default: samplers)] [--model smol|qwen] [--task pizza|spooky]
+        [--samples 128] [--steps 3|5] [--programs 64] [--batch 8|2] [--kill-after 2] [--workdir DIR]
+        [--out runs/smollm2_bench.jsonl] [--seed 1] [--sampler vllm|jax]
 
 STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends it to --out):
   prompted    --samples scratch-prompt samples from SmolLM2 as converted, no warm start: the paper's prompted
@@ -64,7 +67,7 @@ from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/, as the other benches
 from bench.decode_profile import kv_bytes_per_token, memory_bandwidth, step_profile, weight_bytes  # noqa: E402
-from configs import pizza  # noqa: E402
+from configs import pizza, spooky  # noqa: E402
 from mle_jax.executor.sandbox import make_sandbox  # noqa: E402
 from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.infra.metrics import MetricsWriter  # noqa: E402
@@ -89,8 +92,12 @@ MAX_BATCH = 16
 REPO = Path(__file__).resolve().parents[1]
 
 
+TASKS = {"pizza": pizza, "spooky": spooky}
+TASK = "pizza"  # --task: the task config every stage reads
+
+
 def settings(arg: str, workdir: Path, warm: bool = True, batch: int | None = None) -> RunSettings:
-    cfg = pizza.get_config(arg)
+    cfg = TASKS[TASK].get_config(arg)
     cfg.workdir = str(workdir)
     cfg.warmstart.enabled = warm
     if batch is not None:
@@ -167,7 +174,7 @@ def sample_and_run(
 
 
 def stage_prompted(a) -> dict[str, Any]:
-    s = settings("smol", Path(a.workdir), warm=False)
+    s = settings(a.model, Path(a.workdir), warm=False)
     task, packages = environment.prepare(s)
     tok = load_tokenizer(s.model.path)
     return sample_and_run(a.sampler, Path(s.model.path), tok, s, task, packages, a.samples, a.seed)
@@ -188,7 +195,7 @@ def _sft_summary(ws, stage_s: float) -> dict[str, Any]:
 
 
 def stage_warm(a) -> dict[str, Any]:
-    s, task, packages, ws, stage_s = _warm("smol", Path(a.workdir))
+    s, task, packages, ws, stage_s = _warm(a.model, Path(a.workdir))
     return {
         "sft": _sft_summary(ws, stage_s),
         **sample_and_run(a.sampler, Path(a.workdir) / "warmstart" / "policy", ws.tokenizer, s, task, packages,
@@ -209,7 +216,7 @@ def stage_instrument(a) -> dict[str, Any]:
     """The frozen SmolLM2 as converted (and, when WORKDIR holds a finished warm start, the warm-started policy)
     on the first --programs verified corpus programs of the warm start (all valid: they ran and graded)."""
     workdir = Path(a.workdir)
-    s = settings("smol", workdir)
+    s = settings(a.model, workdir)
     (task, packages), ws = environment.prepare(s), s.warmstart
     run_fn = sandbox_run_fn(
         make_sandbox(s.executor),
@@ -271,7 +278,7 @@ class TimedSampler:
 def stage_rlstep(a) -> dict[str, Any]:
     """The run's objects as mle_jax.run.stages builds them (warm start reused from WORKDIR), --steps updates."""
     workdir = Path(a.workdir)
-    s = settings("smol", workdir, batch=a.batch)
+    s = settings(a.model, workdir, batch=a.batch)
     task, packages = environment.prepare(s)
     model, tok, _ = builders.build_policy(s, task, packages, workdir)
     scratch = Path(tempfile.mkdtemp(prefix="smol-rlstep-"))
@@ -323,7 +330,7 @@ def stage_rlstep(a) -> dict[str, Any]:
 
 
 def stage_samplers(a) -> dict[str, Any]:
-    s = settings("smol", Path(a.workdir), warm=False)
+    s = settings(a.model, Path(a.workdir), warm=False)
     task, packages = environment.prepare(s)
     folder = Path(s.model.path)
     tok = load_tokenizer(folder)
@@ -404,7 +411,7 @@ def stage_profile(a) -> dict[str, Any]:
     """One decode step of SmolLM2 for the `samplers` stage's shapes (16 rows of the pizza scratch prompt, its
     1024-slot prompt bucket and 1024-token budget bucket), in each decode phase and split into its parts
     (bench/decode_profile.py): with XLA's own ops, and with the CPU decode kernels (`with_cpu_kernels`)."""
-    s = settings("smol", Path(a.workdir), warm=False)
+    s = settings(a.model, Path(a.workdir), warm=False)
     model = from_pretrained(Path(s.model.path))
     kernels = step_profile(model, MAX_BATCH, 1024, 1024, kernels=True)
     return {
@@ -432,7 +439,7 @@ def stage_resume(a) -> dict[str, Any]:
         p = workdir / name  # a fresh RL run over the kept warm start
         shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     cmd = [
-        sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:smol", f"--config.workdir={workdir}",
+        sys.executable, "-m", "mle_jax.launch", f"--config=configs/{TASK}.py:{a.model}", f"--config.workdir={workdir}",
         f"--config.loop.steps={a.steps}", f"--config.loop.batch_size={a.batch}", "--config.eval.samples=0",
     ]  # fmt: skip
     logs = [workdir / "resume-run1.log", workdir / "resume-run2.log"]
@@ -481,7 +488,7 @@ def stage_memory(a) -> dict[str, Any]:
         p = workdir / name  # a fresh RL run over the kept warm start
         shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     cmd = [
-        sys.executable, "-m", "mle_jax.launch", "--config=configs/pizza.py:smol", f"--config.workdir={workdir}",
+        sys.executable, "-m", "mle_jax.launch", f"--config=configs/{TASK}.py:{a.model}", f"--config.workdir={workdir}",
         f"--config.loop.batch_size={a.batch}", f"--config.ppo.mini_batch_size={a.batch}",
         f"--config.loop.steps={a.steps}",
     ]  # fmt: skip
@@ -540,9 +547,15 @@ def main() -> None:
     ap.add_argument("--models", default="converted,warm_started", help="instrument: which of the two models")
     ap.add_argument("--decoding", choices=("free", "copy"), default="free", help="instrument: free or copy decoding")
     ap.add_argument("--sampler", choices=("vllm", "jax"), default="vllm", help="sampler of the sampling stages")
-    ap.add_argument("--workdir", default="runs/random-acts-of-pizza-smol")
+    ap.add_argument("--model", choices=("smol", "qwen"), default="smol", help="the config arg: which real model")
+    ap.add_argument("--task", choices=sorted(TASKS), default="pizza", help="the task config")
+    ap.add_argument("--workdir", default=None, help="default: the config's (runs/<task id>-<model>)")
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")
     a = ap.parse_args()
+    global TASK
+    TASK = a.task
+    if a.workdir is None:
+        a.workdir = TASKS[a.task].get_config(a.model).workdir
     if a.steps is None:
         a.steps = {"resume": 5, "memory": 10}.get(a.stage, 3)
     if a.samples is None:

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from configs import base, pizza
+from mle_jax.run.settings import from_config
 
 CONFIG_FILES = sorted(
     p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
@@ -32,6 +33,21 @@ def test_smol_config_is_the_embedded_run_with_smollm2():
     assert smol.warmstart.lr < cpu.warmstart.lr and smol.warmstart.steps * smol.warmstart.batch_size <= 64
 
 
+def test_qwen_config_is_the_papers_prompted_setting_on_qwen_coder():
+    smol, qwen = pizza.get_config("smol"), pizza.get_config("qwen")
+    assert qwen.model.path == base.QWEN_DIR == "checkpoints/qwen2.5-coder-0.5b-instruct"
+    assert (qwen.model.num_hidden_layers, qwen.model.hidden_size, qwen.model.vocab_size) == (24, 896, 151936)
+    assert not qwen.model.tie_word_embeddings and qwen.model.lora.rank == 16
+    assert not qwen.warmstart.enabled  # prompted, as the paper's policy
+    assert (qwen.instrument.mode, qwen.instrument.decoding) == ("lm", "free")
+    assert qwen.prompt.max_prompt_tokens == qwen.sampler.max_tokens == base.get_config().sampler.max_tokens == 1024
+    assert qwen.optim.actor_lr == base.get_config().optim.actor_lr
+    assert qwen.sampler.backend == smol.sampler.backend == "jax" and qwen.executor.backend == "bwrap"
+    assert qwen.workdir == "runs/random-acts-of-pizza-qwen"
+    s = from_config(qwen)
+    assert s.learner.lora == s.model.lora and s.learner.lora.scale == 2.0
+
+
 def test_paper_numbers_in_base_config():
     c = base.get_config()
     assert (c.loop.batch_size, c.ppo.mini_batch_size, c.ppo.micro_batch_size) == (128, 128, 8)
@@ -49,7 +65,7 @@ def test_every_task_has_a_config_with_a_known_task_id():
     ids = set()
     for name in CONFIG_FILES:
         mod = importlib.import_module(f"configs.{name}")
-        for arg in ("paper", "cpu", "smol"):
+        for arg in ("paper", "cpu", "smol", "qwen"):
             c = mod.get_config(arg)
             registry.get_spec(c.task.id)  # raises for an unknown id
             ids.add(c.task.id)

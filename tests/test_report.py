@@ -115,6 +115,19 @@ def test_the_process_metrics_of_each_step_are_plotted(tmp_path):
     assert "memory_gib.png" in names
 
 
+def test_the_memory_breakdown_counts_a_shared_buffer_once_for_its_first_part(tmp_path):
+    import jax.numpy as jnp
+
+    w = jnp.ones((16, 1024, 1024), jnp.float32)  # 64 MiB
+    other = jnp.zeros((32, 1024, 1024), jnp.float32)  # 128 MiB
+    got = metrics.memory_breakdown({"reference": {"w": w}, "sampler": {"w": w, "b": other}, "instrumenter": None})
+    assert (got["memory/reference_gib"], got["memory/sampler_gib"], got["memory/instrumenter_gib"]) == (
+        0.062, 0.125, 0)  # fmt: skip
+    assert got["memory/other_arrays_gib"] >= 0  # arrays of no part (this session's others)
+    rows = [{"step": s, "reward/mean": -1.0, **got} for s in (1, 2)]
+    assert "memory_parts_gib.png" in {p.name for p in report.write_plots(rows, tmp_path)}
+
+
 def test_a_mix_gets_a_plot_per_metric_with_a_line_per_task(tmp_path):
     rows = [
         {"step": step, "reward/mean": -5.0, "reward/mean/a-task": -1.0 * step, "reward/mean/b-task": -9.0,

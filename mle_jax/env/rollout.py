@@ -272,6 +272,12 @@ class Environment:
         ids = prompt_lib.render_prompt(msgs, self.tokenizer, self.settings.prompt.max_prompt_tokens)
         return PromptItem("improve", ids, parent, task=task.id)
 
+    def memory_parts(self) -> dict[str, Any]:
+        """The weights this process holds for sampling (infra.metrics.memory_breakdown): the policy's sampler's and
+        the LM instrumenter's (in-process samplers only; a vLLM server holds its own)."""
+        frozen = getattr(self.instrument_fn, "keywords", {}).get("sampler")  # run/builders.make_instrumenter's
+        return {"sampler": getattr(self.sampler, "state", None), "instrumenter": getattr(frozen, "state", None)}
+
     def sample(self, prompts: Sequence[PromptItem], first_uid: int, n: int = 1) -> list[Sample]:
         """Generates n responses per prompt (one request of n samples: the sampler's `n`) and parses plan + code.
 

@@ -195,6 +195,32 @@ def status_kib() -> dict[str, int]:
     return {fields[0].rstrip(":"): int(fields[1]) for fields in lines}
 
 
+def _buffers(tree: Any) -> dict[int, int]:
+    """{buffer address: bytes} of the jax arrays in `tree` (each device buffer once; shared buffers once)."""
+    out: dict[int, int] = {}
+    for x in jax.tree.leaves(tree):
+        if isinstance(x, jax.Array) and not x.is_deleted():
+            for shard in x.addressable_shards:
+                out[shard.data.unsafe_buffer_pointer()] = shard.data.nbytes
+    return out
+
+
+def memory_breakdown(parts: Mapping[str, Any]) -> dict[str, float]:
+    """`memory/<part>_gib`: the jax arrays each named part of the process holds (pytrees: a learner's state, its
+    reference, a sampler's weights), each buffer counted once, for the first part that holds it (so two parts that
+    share one copy of the weights show it once); `memory/other_arrays_gib` the live arrays of no part (caches,
+    prefills, packed weights)."""
+    seen: dict[int, int] = {}
+    out = {}
+    for name, tree in parts.items():
+        own = {k: v for k, v in _buffers(tree).items() if k not in seen}
+        seen.update(own)
+        out[f"memory/{name}_gib"] = round(sum(own.values()) / 2**30, 3)
+    rest = {k: v for k, v in _buffers(jax.live_arrays()).items() if k not in seen}
+    out["memory/other_arrays_gib"] = round(sum(rest.values()) / 2**30, 3)
+    return out
+
+
 def process_metrics(release: bool = True) -> dict[str, float | None]:
     """This process now, in GiB: `process/rss_gib` its resident memory (VmRSS) and `process/peak_rss_gib` the most
     it has held (VmHWM); `process/live_arrays_gib` its live jax arrays; `process/malloc_free_gib` what malloc holds

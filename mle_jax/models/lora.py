@@ -6,11 +6,14 @@ trains as W + (alpha / r) · A B, with A [*in, r] and B [r, *out] (Hu et al. 202
 
 Adapters live in a nested dict shaped like the model's params, holding only the targets, each as
 {"lora_a": A, "lora_b": B}; a leaf that is an array instead (the critic's value head) is a weight trained whole.
-`merge(base, trainable, scale)` is the model's params: the base with every adapter added and every whole leaf
-taken from `trainable`. The learner trains only `trainable` (its optimizer state is the adapters'), the frozen
-reference is the base itself (adapters off), and the policy the sampler and the HF export get is the merge, so
-nothing downstream knows about LoRA. Gradients reach A and B through the merge (one [*in, *out] product per
-target per forward: the merged weight is formed in the compute graph, never stored).
+The learner trains only those (its optimizer state is the adapters'), and the frozen reference is the base itself
+(adapters off). Two ways to put them on the base:
+
+- `adapted(base, trainable, scale)`: what training runs. Each target becomes a `LoraWeight` (W, A, B, scale) that the
+  model's `dense` computes as x W + scale · (x A) B, as peft does: the gradient reaches A and B without a [*in, *out]
+  weight gradient or merged weight ever being formed (for a 0.5B model those are GBs per forward and backward).
+- `merge(base, trainable, scale)`: the merged weights W + scale · A B, for the sampler, the HF export and evaluation,
+  so nothing downstream knows about LoRA.
 """
 
 from __future__ import annotations
@@ -58,6 +61,45 @@ class LoraSettings:
     @property
     def scale(self) -> float:
         return float(self.alpha) / self.rank
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LoraWeight:
+    """A dense weight W [*in, *out] with its adapter: the model's matmul computes x W + scale · (x A) B (`apply`).
+    It stands where the model reads a weight array (nnx.Param's value): `w[...]`, `astype`, a `reshape` to the 2-D
+    [K, N] the matmul takes; a pytree, so the layer scan stacks W, A and B alike."""
+
+    w: Array
+    a: Array  # [*in, r]
+    b: Array  # [r, *out]
+    scale: float = dataclasses.field(metadata=dict(static=True))
+
+    def __getitem__(self, index: Any) -> LoraWeight:
+        if index is not Ellipsis:
+            raise TypeError("a LoraWeight is read whole (w[...])")
+        return self
+
+    @property
+    def dtype(self) -> Any:
+        return self.w.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.w.shape
+
+    def astype(self, dtype: Any) -> LoraWeight:
+        return LoraWeight(self.w.astype(dtype), self.a.astype(dtype), self.b.astype(dtype), self.scale)
+
+    def reshape(self, shape: tuple[int, ...]) -> LoraWeight:
+        """To the matmul's [K, N]: W as asked, A to [K, r], B to [r, N]."""
+        k, n = shape
+        r = self.a.shape[-1]
+        return LoraWeight(self.w.reshape(k, n), self.a.reshape(k, r), self.b.reshape(r, n), self.scale)
+
+    def apply(self, x: Array, matmul: Any) -> Array:
+        """x [M, K] -> x W + scale · (x A) B [M, N], each product by `matmul(x, w)` (the model's 2-D GEMM)."""
+        return matmul(x, self.w) + self.scale * matmul(matmul(x, self.a), self.b)
 
 
 def is_adapter(node: Any) -> bool:
@@ -110,6 +152,25 @@ def merge(base: Nested, trainable: Nested, scale: float) -> Nested:
             out[k] = (v.astype(jnp.float32) + delta(t["lora_a"], t["lora_b"], scale)).astype(v.dtype)
         elif isinstance(t, dict):
             out[k] = merge(v, t, scale)
+        else:
+            out[k] = t
+    for k, t in trainable.items():
+        if k not in base:
+            out[k] = t
+    return out
+
+
+def adapted(base: Nested, trainable: Nested, scale: float) -> Nested:
+    """As `merge`, but each adapted target a `LoraWeight` (W, A, B) that the model applies unmerged (training)."""
+    out: Nested = {}
+    for k, v in base.items():
+        t = trainable.get(k)
+        if t is None:
+            out[k] = v
+        elif is_adapter(t):
+            out[k] = LoraWeight(v, t["lora_a"].astype(v.dtype), t["lora_b"].astype(v.dtype), scale)
+        elif isinstance(t, dict):
+            out[k] = adapted(v, t, scale)
         else:
             out[k] = t
     for k, t in trainable.items():

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from mle_jax.kernels import cpu_decode
+from mle_jax.models import lora
 from mle_jax.models.split_cache import SplitCache, split_cache_attention
 
 Array = jax.Array
@@ -273,6 +274,9 @@ def dense(x: Array, w: Array | cpu_decode.Packed, preferred_element_type=None) -
     """
     if isinstance(w, cpu_decode.Packed):  # a decode step on CPU (the sampler's kernels): float32
         return cpu_decode.dense(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.n)
+    if isinstance(w, lora.LoraWeight):  # training with adapters (models/lora.py): x W + s (x A) B, never merged
+        out = w.apply(x.reshape(-1, x.shape[-1]), lambda a, b: dense(a, b, preferred_element_type))
+        return out.reshape(*x.shape[:-1], w.shape[-1])
     out = jnp.matmul(x.reshape(-1, x.shape[-1]), w, preferred_element_type=preferred_element_type)
     return out.reshape(*x.shape[:-1], w.shape[-1])
 

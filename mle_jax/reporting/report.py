@@ -68,6 +68,11 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "stale_behaviour_weight": ("learner/stale/behaviour_weight_slow", "learner/stale/behaviour_weight_fast"),
     # the process's memory after each step (infra/metrics.process_metrics): flat once its shapes have been seen
     "memory_gib": ("process/rss_gib", "process/live_arrays_gib", "process/malloc_free_gib"),
+    # what holds it (infra/metrics.memory_breakdown): each buffer once, for the first part that holds it
+    "memory_parts_gib": tuple(
+        f"memory/{p}_gib" for p in ("policy", "policy_opt", "critic", "critic_opt", "reference", "sampler",
+                                    "instrumenter", "other_arrays")
+    ),  # fmt: skip
     # XLA compiles so far: they stop once every shape bucket (prompt, response, batch) has been seen
     "compiles": ("process/compiles",),
 }

@@ -214,14 +214,19 @@ class UpdateProgram:
     def trained_dtype(self) -> Any:
         return self.master_dtype or jnp.float32
 
-    def policy_params(self, trained: Nested, base: Nested) -> Nested:
-        """The policy's params from what the state trains: with LoRA the base (the reference) with the adapters
-        merged in; else the trained params themselves."""
-        return lora.merge(base, trained, self.lora.scale) if self.lora.enabled else trained
+    def policy_params(self, trained: Nested, base: Nested, merged: bool = False) -> Nested:
+        """The policy's params from what the state trains: with LoRA the base (the reference) with the adapters on
+        it (`lora.adapted`: applied unmerged, as the update trains them; `merged`: added into the weights, for the
+        sampler and the export); else the trained params themselves."""
+        if not self.lora.enabled:
+            return trained
+        return (lora.merge if merged else lora.adapted)(base, trained, self.lora.scale)
 
-    def value_params(self, trained: Nested, base: Nested) -> Nested:
+    def value_params(self, trained: Nested, base: Nested, merged: bool = False) -> Nested:
         """The critic's params from what the state trains (LoRA: the policy's base backbone, adapted, + the head)."""
-        return lora.merge({"model": base["model"]}, trained, self.lora.scale) if self.lora.enabled else trained
+        if not self.lora.enabled:
+            return trained
+        return (lora.merge if merged else lora.adapted)({"model": base["model"]}, trained, self.lora.scale)
 
     def abstract_state(self) -> TrainState:
         """The train state as ShapeDtypeStructs with their shardings (no memory allocated)."""
@@ -367,18 +372,22 @@ class Learner:
             ref_nested = self.policy_tree.to_nested(ref_state)
         else:
             ref_nested = self.policy_tree.to_nested(policy_params)
-        self.reference = self._place(ref_nested, program.ref_shardings)
+        # with LoRA nothing the update donates holds the base, so the reference shares the policy model's buffers (one
+        # copy of the weights for the model, the reference and the frozen instrumenter); else a copy of its own
+        self.reference = self._place(ref_nested, program.ref_shardings, copy=not self.lora.enabled)
         self._update_fn = program.fn
 
     # ---------------------------------------------------------------- placement helpers
     def _master(self, nested: Nested) -> Nested:
         return nested if self._master_dtype is None else _cast_tree(nested, self._master_dtype)
 
-    def _place(self, tree: Any, shardings: Any) -> Any:
-        """Copies of `tree`'s arrays with `shardings`. Always fresh buffers: the update donates the state on
-        accelerators, which must never free the caller's model weights."""
+    def _place(self, tree: Any, shardings: Any, copy: bool = True) -> Any:
+        """Copies of `tree`'s arrays with `shardings`. Fresh buffers unless not `copy`: the update donates the state
+        on accelerators, which must never free the caller's model weights."""
 
         def one(x, sh):
+            if not copy and isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sh, x.ndim):
+                return x
             if isinstance(x, jax.Array) and not x.is_fully_addressable:
                 return jax.jit(lambda y: y, out_shardings=sh)(x)  # reshard across processes
             if isinstance(x, jax.Array) and sh.is_fully_addressable:
@@ -429,11 +438,13 @@ class Learner:
         """The current policy params as an nnx.State (what Sampler.sync and nnx.update take), cast to the
         policy model's param dtypes unless model_dtypes is False (then the learner's master copies). Copies when
         the update donates the state: whoever holds them keeps them through the next update."""
-        params = self.program.policy_params(self.state.policy, self.reference)
+        params = self.program.policy_params(self.state.policy, self.reference, merged=True)
         return self._own(self.policy_tree.to_state(params, model_dtypes))
 
     def _own(self, tree: Any) -> Any:
-        return jax.tree.map(jnp.copy, tree) if self.program.donate else tree
+        """`tree` (params derived from the state) as buffers the update will not donate: copies when it donates the
+        state, unless with LoRA, whose merged weights are computed anew and whose other leaves are the reference's."""
+        return jax.tree.map(jnp.copy, tree) if self.program.donate and not self.lora.enabled else tree
 
     def policy_model(self) -> nnx.Module:
         """A policy module holding the current params (for sampling, evaluation and HF export)."""
@@ -443,8 +454,17 @@ class Learner:
         """The critic holding its current params; None for a critic-free objective."""
         if not self.critic:
             return None
-        state = self._own(self.value_tree.to_state(self.program.value_params(self.state.value, self.reference)))
+        params = self.program.value_params(self.state.value, self.reference, merged=True)
+        state = self._own(self.value_tree.to_state(params))
         return nnx.merge(self.program.value_graph, state, self.program.value_rest)
+
+    def memory_parts(self) -> dict[str, Any]:
+        """What the learner holds, by part (infra.metrics.memory_breakdown): the trained params (all of the policy, or
+        its LoRA adapters), their optimizer moments, the critic's, and the frozen reference."""
+        parts = {"policy": self.state.policy, "policy_opt": self.state.policy_opt}
+        if self.critic:
+            parts |= {"critic": self.state.value, "critic_opt": self.state.value_opt}
+        return parts | {"reference": self.reference}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the same run: params, optimizer states, step (the update's RNG is

@@ -41,7 +41,7 @@ from mle_jax.env.episodes import Episode, episode_rows, inert_row, turn_group, t
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.metrics import MetricsWriter, process_metrics
+from mle_jax.infra.metrics import MetricsWriter, memory_breakdown, process_metrics
 from mle_jax.reporting.sample_texts import tensorboard_samples
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
@@ -576,6 +576,7 @@ class AsyncRLLoop:
                 "time/sample_s": c.sample_s,
             }
             | process_metrics()
+            | memory_breakdown(self.learner.memory_parts() | self.env.memory_parts())
         )
         self.writer.write(c.step, m)
         if self.per_turn:  # the trained turns, with their episodes (ended or not)

@@ -267,7 +267,9 @@ class JaxSampler:
         kernels = bool(getattr(settings, "jax_cpu_kernels", True))
         if frozen:  # one decode phase: its grids (programs x 1) rarely repeat a shape, and each phase is a program
             return cls(nnx.clone(model), tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels)
-        return cls(model, tokenizer, cpu_kernels=kernels)
+        # the run's learner never donates the model's buffers (it trains copies, or adapters) and hands `sync` weights
+        # it will not donate (Learner.policy_state): the sampler shares them rather than holding a copy of its own
+        return cls(model, tokenizer, cpu_kernels=kernels, copy_params=False)
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:

@@ -30,7 +30,7 @@ TARGETS = tuple(lora.TARGETS)
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(peft-wrapped torch Qwen2 with random non-zero A and B, our model of the same base weights, our adapters of
-    the same A and B)."""
+    the same A and B, the base's HF folder)."""
     tm = torch_qwen2(seed=7)
     path = tmp_path_factory.mktemp("lora-base")
     tm.save_pretrained(path)
@@ -43,7 +43,7 @@ def pair(tmp_path_factory):
         for name, p in pm.named_parameters():
             if "lora_" in name:
                 p.normal_(0.0, 0.3)  # B non-zero, so the adapters change the output
-    return pm, ours, adapters_from_peft(pm)
+    return pm, ours, adapters_from_peft(pm), path
 
 
 def adapters_from_peft(pm) -> dict:
@@ -75,11 +75,11 @@ def _split(model):
     return graph, tree, rest, tree.to_nested(params)
 
 
-def _logits_fn(model):
+def _logits_fn(model, how=lora.merge):
     graph, tree, rest, base = _split(model)
 
     def logits(adapters, tokens):
-        m = nnx.merge(graph, tree.to_state(lora.merge(base, adapters, ALPHA / RANK)), rest)
+        m = nnx.merge(graph, tree.to_state(how(base, adapters, ALPHA / RANK)), rest)
         return m(tokens)
 
     return logits
@@ -90,7 +90,7 @@ PROBE = np.random.RandomState(1).normal(size=(2, 11, TINY["vocab_size"])).astype
 
 
 def test_forward_matches_peft(pair):
-    pm, ours, adapters = pair
+    pm, ours, adapters, _ = pair
     ref = torch_logits(pm, TOKENS)
     got = np.asarray(jax.jit(_logits_fn(ours))(adapters, jnp.asarray(TOKENS)))
     assert np.abs(got - ref).max() <= 1e-4
@@ -105,7 +105,7 @@ def _torch_grads(pm) -> None:
 
 
 def test_gradients_and_one_adam_step_match_peft(pair):
-    pm, ours, adapters = pair
+    pm, ours, adapters, _ = pair
     logits = _logits_fn(ours)
     loss = jax.jit(lambda ad: jnp.sum(logits(ad, jnp.asarray(TOKENS)) * PROBE))
     grads = jax.grad(loss)(adapters)
@@ -124,6 +124,21 @@ def test_gradients_and_one_adam_step_match_peft(pair):
     stepped = optax.apply_updates(adapters, upd)
     for g, r in zip(jax.tree.leaves(stepped), jax.tree.leaves(adapters_from_peft(pm)), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_adapters_applied_unmerged_equal_the_merged_weights(pair, scan):
+    """What the update trains (`lora.adapted`: x W + s (x A) B in each matmul, the layers scanned or not) computes
+    the merged model's logits and gradients (`lora.merge`, checked against peft above)."""
+    _, _, adapters, path = pair
+    ours = hf.from_pretrained(path, scan_layers=scan, remat=scan)
+    tokens = jnp.asarray(TOKENS)
+    merged, unmerged = _logits_fn(ours, lora.merge), _logits_fn(ours, lora.adapted)
+    np.testing.assert_allclose(jax.jit(unmerged)(adapters, tokens), jax.jit(merged)(adapters, tokens), atol=2e-5)
+    g_m = jax.grad(lambda ad: jnp.sum(merged(ad, tokens) * PROBE))(adapters)
+    g_u = jax.grad(lambda ad: jnp.sum(unmerged(ad, tokens) * PROBE))(adapters)
+    for a, b in zip(jax.tree.leaves(g_u), jax.tree.leaves(g_m), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
 
 
 def adapters_from_peft_grads(pm) -> dict:
@@ -177,7 +192,7 @@ def _batch(b: int, t: int, vocab: int, seed: int = 0):
 def test_learner_trains_adapters_over_a_frozen_base_and_exports_the_merge(pair, tmp_path):
     """PPO with LoRA: the state holds only adapters (+ the critic's head), the reference is the base and stays
     bitwise, the policy moves; the merged export loads in transformers and gives our merged logits."""
-    _, ours, _ = pair
+    _, ours, _, _ = pair
     settings = LearnerSettings(
         algorithm="ppo", ppo=PPOSettings(mini_batch_size=4, micro_batch_size=2, seq_bucket=0),
         optim=OptimSettings(actor_lr=1e-2, critic_lr=1e-2), lora=lora.LoraSettings(rank=RANK, alpha=ALPHA), seed=0,
