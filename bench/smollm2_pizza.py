@@ -83,6 +83,7 @@ from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
+from mle_jax.tasks.medals import medal_summary  # noqa: E402
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages  # noqa: E402
 from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
 from mle_jax.warmstart.programs import generate_corpus  # noqa: E402
@@ -96,10 +97,13 @@ TASKS = {"pizza": pizza, "spooky": spooky}
 TASK = "pizza"  # --task: the task config every stage reads
 
 
-def settings(arg: str, workdir: Path, warm: bool = True, batch: int | None = None) -> RunSettings:
+def settings(arg: str, workdir: Path, warm: bool | None = None, batch: int | None = None) -> RunSettings:
+    """The run settings of configs/<TASK>.py:<arg> in `workdir`; warm: the warm start on or off (None: the config's,
+    on for :smol, off for :qwen); batch: B and the mini-batch."""
     cfg = TASKS[TASK].get_config(arg)
     cfg.workdir = str(workdir)
-    cfg.warmstart.enabled = warm
+    if warm is not None:
+        cfg.warmstart.enabled = warm
     if batch is not None:
         cfg.loop.batch_size = cfg.ppo.mini_batch_size = batch
     return from_config(cfg)
@@ -156,6 +160,8 @@ def sample_and_run(
         kinds[o] = kinds.get(o, 0) + 1
     best = (min if task.lower_is_better else max)(scores) if scores else None
     return {
+        "task": task.id,
+        "medals": medal_summary(task.id, [x for _, x in results]),
         "samples": n,
         "sampler": kind,
         "prompt_tokens": len(prompt),
@@ -490,7 +496,7 @@ def stage_memory(a) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "mle_jax.launch", f"--config=configs/{TASK}.py:{a.model}", f"--config.workdir={workdir}",
         f"--config.loop.batch_size={a.batch}", f"--config.ppo.mini_batch_size={a.batch}",
-        f"--config.loop.steps={a.steps}",
+        f"--config.loop.steps={a.steps}", *(f"--config.{kv}" for kv in a.set),
     ]  # fmt: skip
     log = workdir / f"memory-b{a.batch}.log"
     t0 = time.perf_counter()
@@ -499,10 +505,14 @@ def stage_memory(a) -> dict[str, Any]:
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     keys = ("rss_gib", "peak_rss_gib", "live_arrays_gib", "malloc_free_gib", "compiles", "compile_s")
     by_step = {k: [r.get(f"process/{k}") for r in rows] for k in keys}
+    # what holds the memory (infra.metrics.memory_breakdown) and where each step's time went (rl/loop.py)
+    parts = sorted({k for r in rows for k in r if k.startswith("memory/")})
+    times = ("time/sample_s", "time/update_s", "time/wait_s")
     plot = workdir / "plots" / "memory_gib.png"
     copied = None
     if plot.is_file():
-        copied = Path(a.out).parent / f"smollm2-memory-b{a.batch}.png"
+        name = "smollm2" if a.model == "smol" else f"{a.model}-{TASK}{'-' if a.set else ''}{'-'.join(a.set)}"
+        copied = Path(a.out).parent / f"{name}-memory-b{a.batch}.png".replace("=", "").replace(".", "_", 2)
         shutil.copyfile(plot, copied)
     rss = by_step["rss_gib"]
     return {
@@ -513,7 +523,10 @@ def stage_memory(a) -> dict[str, Any]:
         "wall_s": round(time.perf_counter() - t0, 1),
         "steps_logged": [r["step"] for r in rows],
         "completed": rc == 0 and bool(rows) and rows[-1]["step"] == a.steps,
+        "overrides": list(a.set),
         **{f"{k}_by_step": v for k, v in by_step.items()},
+        "memory_parts_by_step": {k.removeprefix("memory/"): [r.get(k) for r in rows] for k in parts},
+        "time_by_step": {k.removeprefix("time/"): [r.get(k) for r in rows] for k in times},
         "rss_last_over_step3": round(rss[-1] / rss[2], 3) if len(rss) >= 3 and rss[2] else None,
         "plot": str(copied) if copied else None,
         "log": str(log),
@@ -548,6 +561,8 @@ def main() -> None:
     ap.add_argument("--decoding", choices=("free", "copy"), default="free", help="instrument: free or copy decoding")
     ap.add_argument("--sampler", choices=("vllm", "jax"), default="vllm", help="sampler of the sampling stages")
     ap.add_argument("--model", choices=("smol", "qwen"), default="smol", help="the config arg: which real model")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="memory: a config override of the run (--config.KEY=VALUE), repeatable")  # fmt: skip
     ap.add_argument("--task", choices=sorted(TASKS), default="pizza", help="the task config")
     ap.add_argument("--workdir", default=None, help="default: the config's (runs/<task id>-<model>)")
     ap.add_argument("--out", default="runs/smollm2_bench.jsonl")

@@ -240,10 +240,12 @@ class Environment:
         task_id: str | None = None,
     ) -> list[PromptItem]:
         """n prompts. Without `improve_fraction` or `task_id` (the RL loop), the next n (task, kind) draws of the
-        run's stream; a draw of kind "improve" shows an earlier solution of its task from `buffer` (a scratch
-        prompt when there is none). With them (an evaluation), n prompts of `task_id` (default the first task),
+        run's stream; a draw of kind "improve" shows an earlier solution of its task from `buffer` (when there is
+        none, a scratch prompt, and a later scratch draw of the task becomes the improve prompt it owes). With them
+        (an evaluation), n prompts of `task_id` (default the first task),
         each an improve prompt with probability improve_fraction (default prompt.improve_fraction)."""
-        if improve_fraction is None and task_id is None:
+        stream = improve_fraction is None and task_id is None
+        if stream:
             draws = self.stream.take(n)
         else:
             task_id = task_id or self.task.id
@@ -252,9 +254,11 @@ class Environment:
         items = []
         for task_id, kind in draws:
             parent = None
-            if kind == "improve" and buffer is not None:
+            if buffer is not None and (kind == "improve" or (stream and self.stream.owed.get(task_id))):
                 parent = buffer.sample(rng, task=task_id)
-            items.append(self.scratch_prompt(task_id) if parent is None else self.improve_prompt(parent))
+            if stream:  # an improve draw with nothing to show is owed to a later scratch draw (PromptStream)
+                kind = self.stream.settle(task_id, kind, parent is not None)
+            items.append(self.improve_prompt(parent) if kind == "improve" and parent else self.scratch_prompt(task_id))
         return items
 
     def scratch_prompt(self, task_id: str) -> PromptItem:

@@ -34,12 +34,30 @@ def task_stream(task_ids: Sequence[str], weights: Sequence[float], improve_fract
 
 
 class PromptStream:
-    """Where a run is in its (task, kind) stream; `take(n)` returns the next n draws."""
+    """Where a run is in its (task, kind) stream; `take(n)` returns the next n draws.
+
+    `owed[task]`: the improve draws of a task that became scratch prompts because no earlier solution of the task
+    was there to show (the run's first prompts are drawn before any program has run); the next scratch draws of the
+    task are made improve prompts in their place once there is one (`settle`), so that over a run the share of
+    improve prompts is the stream's, prompt.improve_fraction, not less."""
 
     def __init__(self, task_ids: Sequence[str], weights: Sequence[float], improve_fraction: float, seed: int):
         self.task_ids = tuple(task_ids)
         self._ds = task_stream(self.task_ids, weights, improve_fraction, seed)
         self.position = 0
+        self.owed: dict[str, int] = {}
+
+    def settle(self, task_id: str, kind: str, has_parent: bool) -> str:
+        """The kind of prompt a draw becomes: "improve" when it is one and `has_parent` (an earlier solution of the
+        task to show), or when it is "scratch" while improve draws of the task are owed; else "scratch"."""
+        owed = self.owed.get(task_id, 0)
+        if kind == "improve" and not has_parent:
+            self.owed[task_id] = owed + 1
+            return "scratch"
+        if kind == "scratch" and owed and has_parent:
+            self.owed[task_id] = owed - 1
+            return "improve"
+        return kind
 
     def take(self, n: int) -> list[tuple[str, str]]:
         out = [self._ds[i] for i in range(self.position, self.position + n)]
@@ -47,7 +65,7 @@ class PromptStream:
         return out
 
     def state_dict(self) -> dict:
-        return {"position": self.position, "tasks": list(self.task_ids)}
+        return {"position": self.position, "tasks": list(self.task_ids), "owed": dict(self.owed)}
 
     def load_state_dict(self, state: dict) -> None:
         if list(state.get("tasks", self.task_ids)) != list(self.task_ids):
@@ -56,3 +74,4 @@ class PromptStream:
                 ": resume with the same config.tasks, or use a new workdir"
             )
         self.position = int(state["position"])
+        self.owed = {str(k): int(v) for k, v in state.get("owed", {}).items()}  # a checkpoint from before: none

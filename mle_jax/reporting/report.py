@@ -70,8 +70,17 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "memory_gib": ("process/rss_gib", "process/live_arrays_gib", "process/malloc_free_gib"),
     # what holds it (infra/metrics.memory_breakdown): each buffer once, for the first part that holds it
     "memory_parts_gib": tuple(
-        f"memory/{p}_gib" for p in ("policy", "policy_opt", "critic", "critic_opt", "reference", "sampler",
-                                    "instrumenter", "other_arrays")
+        f"memory/{p}_gib"
+        for p in (
+            "policy",
+            "policy_opt",
+            "critic",
+            "critic_opt",
+            "reference",
+            "sampler",
+            "instrumenter",
+            "other_arrays",
+        )
     ),  # fmt: skip
     # XLA compiles so far: they stop once every shape bucket (prompt, response, batch) has been seen
     "compiles": ("process/compiles",),

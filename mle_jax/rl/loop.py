@@ -142,6 +142,8 @@ class StepStats:
             "progress_prints/mean": prints.mean(),
             "no_code_fraction": np.mean([s.code is None for s in self.samples]),
             "improve_fraction": np.mean([s.prompt.kind == "improve" for s in self.samples]),
+            # the same, under the name of its peer `prompt/improve_share_drawn` (rl/loop.py): trained vs drawn
+            "prompt/improve_share_trained": np.mean([s.prompt.kind == "improve" for s in self.samples]),
             # of the programs an instrumenter can work on (they parse): the LM's share and the fallback's
             "instrument/lm_fraction": _share([s.instrument_path == "lm" for s in parsed]),
             "instrument/fallback_fraction": _share([s.instrument_path == "fallback" for s in parsed]),
@@ -260,6 +262,7 @@ class AsyncRLLoop:
         self.checkpointer, self.writer = checkpointer, writer
         self.counters = LoopCounters()
         self.buffer = ImproveBuffer(settings.improve_buffer_size)
+        self._drawn_kinds: list[str] = []  # the kinds of the prompts sampled since the last step's metrics
         self.rng = np.random.default_rng(settings.seed)
         self.pad_id = int(getattr(env.tokenizer, "pad_token_id", None) or 0)
         self.in_flight: list[rollout.Sample] = []  # the running turn of each live episode
@@ -305,6 +308,7 @@ class AsyncRLLoop:
         t0 = time.monotonic()
         again, self.requeued = self.requeued[:groups], self.requeued[groups:]
         prompts = again + self.env.prompts(groups - len(again), self.buffer, self.rng)
+        self._drawn_kinds += [p.kind for p in prompts for _ in range(n)]
         samples = self.env.sample(prompts, self.counters.next_uid, n=n)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
@@ -574,11 +578,17 @@ class AsyncRLLoop:
                 "time/wait_s": c.wait_s,
                 "time/update_s": c.update_s,
                 "time/sample_s": c.sample_s,
+                # of the samples drawn since the last step: improve prompts (prompt.improve_fraction, once owed
+                # draws are settled; env/task_mix.PromptStream)
+                "prompt/improve_share_drawn": float(np.mean([k == "improve" for k in self._drawn_kinds]))
+                if self._drawn_kinds
+                else None,
             }
             | process_metrics()
             | memory_breakdown(self.learner.memory_parts() | self.env.memory_parts())
         )
         self.writer.write(c.step, m)
+        self._drawn_kinds = []
         if self.per_turn:  # the trained turns, with their episodes (ended or not)
             episodes = list({id(e): e for e in [*episodes, *self.finished, *self.live.values()]}.values())
         records = episode_records(episodes, c.version - 1, self.env, self.writer.output_chars, only)

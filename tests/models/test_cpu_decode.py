@@ -24,7 +24,8 @@ def test_the_library_is_built_and_registered():
     assert cpu_decode.available()
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 48, 50), (16, 576, 1536), (13, 96, 200)])
+# the last: Qwen2.5-Coder-0.5B's LM head (896 x 151,936), 16 rows (the sampler's grid)
+@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 48, 50), (16, 576, 1536), (13, 96, 200), (16, 896, 151936)])
 def test_packed_dense_equals_xla_dot(m, k, n):
     """Rows not a multiple of the 8-row tile, columns not a multiple of the 32-column panel."""
     rng = np.random.default_rng(m * 1000 + n)
@@ -44,6 +45,7 @@ def test_packed_dense_equals_xla_dot(m, k, n):
     "u,n,hkv,g,dh,p,m",
     [
         (2, 3, 3, 3, 64, 40, 37),  # SmolLM2's heads: 3 query heads per kv head
+        (1, 10, 2, 7, 64, 45, 33),  # Qwen2.5-Coder-0.5B's: 7 per kv head, head size 64
         (1, 16, 2, 8, 32, 70, 130),  # Qwen2.5-3B's 8 per kv head; 16 rows: two row blocks
         (3, 9, 1, 1, 16, 20, 20),  # 9 rows: a block of 8 and one of 1
         (1, 4, 2, 2, 8, 9, 5),  # the tiny test models' head size, not a multiple of 16

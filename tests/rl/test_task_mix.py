@@ -125,3 +125,34 @@ def test_task_timeouts_must_match_the_tasks():
     cfg.tasks, cfg.task_timeouts_s = (PIZZA, SPOOKY), (60.0,)
     with pytest.raises(ConfigError, match="task_timeouts_s"):
         from_config(cfg)
+
+
+def test_improve_draws_made_before_any_solution_are_owed_so_the_run_keeps_its_improve_share(raw_data_dir, tmp_path):
+    """A run's first m·B prompts are drawn before any program has run, so their improve draws have nothing to show:
+    they become scratch prompts and are owed to the next scratch draws once the buffer holds a solution. Over a
+    scripted run (16 prompts on an empty buffer, then 8 per step for 20 steps) every improve draw of the stream
+    becomes an improve prompt, and the share after the first steps is prompt.improve_fraction's within a few points.
+    Without the debt (the fix of issue 46) the first 16 draws' improve share would be lost for good."""
+    task = prepare(PIZZA, raw_data_dir / PIZZA, tmp_path / "prepared")
+    cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
+    cfg.workdir, cfg.prompt.max_prompt_tokens = str(tmp_path / "run"), 4096
+    assert cfg.prompt.improve_fraction == 0.5
+    s = from_config(cfg)
+    tok = train_bpe_tokenizer(["import pandas as pd\nprint('x')"] * 4, 400, tmp_path / "tok")
+    env = Environment(s.rollout, task, tok, ["pandas"], None, None, None, seed=s.seed)
+    twin = PromptStream([PIZZA], [1.0], 0.5, seed=s.seed)  # the same stream's raw draws
+    rng, buffer = np.random.default_rng(0), ImproveBuffer(8)
+    first = env.prompts(16, buffer, rng)
+    drawn = [k for _, k in twin.take(16)]
+    assert all(i.kind == "scratch" for i in first) and env.stream.owed[PIZZA] == drawn.count("improve") > 0
+    buffer.add(_solution(PIZZA), n_prints=1)
+    later = []
+    for _ in range(20):
+        later += env.prompts(8, buffer, rng)
+        drawn += [k for _, k in twin.take(8)]
+    formed = [i.kind for i in first + later]
+    assert env.stream.owed[PIZZA] == 0 and formed.count("improve") == drawn.count("improve")
+    share = np.mean([i.kind == "improve" for i in later])
+    assert abs(share - 0.5) < 0.1 and share > np.mean([k == "improve" for k in drawn[16:]])
+    state = json.loads(json.dumps(env.stream.state_dict()))
+    assert state["owed"] == {PIZZA: 0}
