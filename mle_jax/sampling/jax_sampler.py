@@ -261,12 +261,14 @@ class JaxSampler:
         frozen: bool = False,
     ) -> JaxSampler:
         """The in-process sampler of `model` (of the sampler section it reads `jax_cpu_kernels` only; url is not
-        used). frozen: of a clone of `model`, whose weights stay as they are while the policy's change (the
+        used). frozen: of `model`'s weights as they are now, which stay so while the policy's change (the
         instrumenter's, whose prompts, each a different program, are never sampled twice: it keeps no prefills
         between calls)."""
         kernels = bool(getattr(settings, "jax_cpu_kernels", True))
         if frozen:  # one decode phase: its grids (programs x 1) rarely repeat a shape, and each phase is a program
-            return cls(nnx.clone(model), tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels)
+            # the weights as they are now, shared (nnx.clone would copy them): the sampler holds its own split state,
+            # which a later nnx.update of `model` does not reach, and nothing syncs a frozen sampler
+            return cls(model, tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels, copy_params=False)
         # the run's learner never donates the model's buffers (it trains copies, or adapters) and hands `sync` weights
         # it will not donate (Learner.policy_state): the sampler shares them rather than holding a copy of its own
         return cls(model, tokenizer, cpu_kernels=kernels, copy_params=False)

@@ -37,10 +37,16 @@ def test_the_pieces_join_in_order_and_a_joined_file_is_kept(tmp_path):
     "spoil, words",
     [
         (lambda root, spec: (root / spec.pieces[1].relpath).unlink(), r"^piece 2 of 3 is missing: .*part02\.bin"),
-        (lambda root, spec: (root / spec.pieces[0].relpath).write_bytes((root / spec.pieces[1].relpath).read_bytes()),
-         r"^piece 1 of 3 \(.*\) holds the bytes of piece 2: reordered$"),
-        (lambda root, spec: (root / spec.pieces[2].relpath).write_bytes(b"c" * 16 + b"x"),
-         r"^piece 3 of 3 \(.*\) is altered: 17 bytes, sha256 [0-9a-f]{12}…, expected 17 bytes"),
+        (
+            lambda root, spec: (root / spec.pieces[0].relpath).write_bytes(
+                (root / spec.pieces[1].relpath).read_bytes()
+            ),
+            r"^piece 1 of 3 \(.*\) holds the bytes of piece 2: reordered$",
+        ),
+        (
+            lambda root, spec: (root / spec.pieces[2].relpath).write_bytes(b"c" * 16 + b"x"),
+            r"^piece 3 of 3 \(.*\) is altered: 17 bytes, sha256 [0-9a-f]{12}…, expected 17 bytes",
+        ),
     ],
     ids=["missing", "reordered", "altered"],
 )
