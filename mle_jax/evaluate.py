@@ -60,6 +60,21 @@ _MAX_DEBUG_DEPTH = flags.DEFINE_integer(
 )
 
 
+# what one evaluate command runs at most: a larger number is a typo, and range(10**9) alone takes GBs. Raise them here
+# to run more (each seed is a whole search of --budget programs; each sample a program run in the sandbox)
+MAX_SEEDS = 1_000
+MAX_BUDGET = 10_000
+MAX_SAMPLES = 100_000
+
+
+def check_size(flag: str, value: int | None, bound: int) -> None:
+    """ValueError (one line naming the bound and where to raise it) when --flag exceeds what the command runs."""
+    if value is not None and value > bound:
+        name = f"MAX_{flag.upper()}"
+        raise ValueError(f"--{flag}={value:,} is more than one evaluate command runs (at most {bound:,}); "
+                         f"raise {name} in mle_jax/evaluate.py to run more")  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchRequest:
     """A search evaluation as the flags ask for it (checked before any work)."""
@@ -75,6 +90,8 @@ def search_request() -> SearchRequest | None:
     asked = _BUDGET.value is not None or _SEARCH.present or _SEEDS.value is not None or _PROTOCOL.value
     if not asked:
         return None
+    check_size("seeds", _SEEDS.value, MAX_SEEDS)  # before anything is built from them
+    check_size("budget", _BUDGET.value, MAX_BUDGET)
     if _BUDGET.value is None:
         raise ValueError("--budget N (programs per task and seed) is needed with --search, --seeds or --protocol")
     if _BUDGET.value < 1:
@@ -115,12 +132,20 @@ def main(argv: list[str]) -> None:
     if not cfg_path.exists():
         fail(f"{cfg_path} not found: --workdir must be a run's workdir")
     try:
+        check_size("samples", _SAMPLES.value, MAX_SAMPLES)
         request = search_request()
     except ValueError as e:
         fail(str(e))
     if not has_policy(workdir):
         fail(f"{workdir} has neither checkpoints/ nor hf_export/: no policy to evaluate (has the run finished?)")
-    s = from_config({**json.loads(cfg_path.read_text()), "workdir": str(workdir)})
+    try:
+        saved = json.loads(cfg_path.read_text())
+        if not isinstance(saved, dict) or not saved:
+            raise ValueError("it holds no config")
+        s = from_config({**saved, "workdir": str(workdir)})
+    except (ValueError, KeyError, TypeError) as e:  # a JSONDecodeError or ConfigError is a ValueError
+        fail(f"{cfg_path} is not a run's config ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
+             "--workdir must be a run's workdir, as the run wrote it")  # fmt: skip
     if _SAMPLES.value:
         s = dataclasses.replace(s, eval=dataclasses.replace(s.eval, samples=_SAMPLES.value))
     tasks, packages = environment.prepare_mix(s)

@@ -119,12 +119,13 @@ def main(argv: list[str]) -> None:
     cfg = CONFIG.value
     if cfg is None:
         fail("--config is required, e.g. --config=configs/pizza.py:cpu")
-    if PRINT_CONFIG.value:
-        for name, value in flat_config(cfg).items():
-            print(f"{name} = {value!r}")
-        return
     try:
-        settings = from_config(cfg)
+        settings = from_config(cfg)  # --print_config too: it prints a config only when the config holds
+        if PRINT_CONFIG.value:
+            for name, value in flat_config(cfg).items():
+                print(f"{name} = {value!r}")
+            if not DRY_RUN.value:  # with --dry_run: the config, then what the run would start
+                return
         if DRY_RUN.value:
             sys.exit(_dry_run(settings))
         preflight.check(settings)

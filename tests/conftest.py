@@ -51,15 +51,16 @@ TIERS = ("model", "integration", "e2e")  # a test with none of these marks is in
 # worker, so that its module-scoped fixtures (servers, clusters, trained models) are built once, and two of the
 # launch/ scripts' runs, which each take most of the machine's memory, never run at once. The longest modules are
 # collected first, longest first (their times in a `make test` run), so that neither worker is left with one of them
-# at the end; the others follow in pytest's order. gpu_node.sh's run (~17 GB) is the first test, and SmolLM2's
-# module (a vLLM server beside the model) comes after the two e2e modules: by then the other worker's gpu_node.sh
-# run has ended.
+# at the end; the others follow in pytest's order. gpu_node.sh's run (~17 GB) is the first test, and SmolLM2's and
+# Qwen's modules (a vLLM server beside the model) come after the two e2e modules: by then the other worker's
+# gpu_node.sh run has ended.
 LONGEST_FIRST = (
     "tests/test_launch_scripts.py",
     "tests/test_e2e_tasks.py",
     "tests/test_e2e.py",
     "tests/test_launch_hostile.py",
     "tests/models/test_smollm2.py",
+    "tests/models/test_qwen_coder.py",  # ~10 GB with its vLLM server: after the e2e modules too
     "tests/test_plan.py",
     "tests/rl/test_loop.py",
     "tests/rl/test_distributed.py",

@@ -254,17 +254,27 @@ def test_evaluate_cli_writes_the_protocols_tables(finished_run):
 
 
 def test_evaluate_cli_refuses_a_bad_search_in_one_line(finished_run, tmp_path):
-    """An unknown policy, a budget below 1, too few seeds for MLE-bench, a workdir without a policy: one line each,
-    before any work."""
+    """An unknown policy, a budget below 1, too few seeds for MLE-bench, a workdir without a policy, sizes past what
+    one command runs (--seeds 1000000000 once took 24 GB before any check), a 0-byte or empty config.json: one line
+    each, before any work."""
     workdir, _ = finished_run
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "config.json").write_text((workdir / "config.json").read_text())  # a run that never trained
+    broken = {text: tmp_path / f"broken{i}" for i, text in enumerate(("", "{}"))}
+    for text, where in broken.items():
+        (where / "checkpoints" / "1").mkdir(parents=True)
+        (where / "config.json").write_text(text)
     cases = [
         (workdir, ["--search=mcts", "--budget=2"], "flag --search=mcts: value should be one of"),
         (workdir, ["--search=aide", "--budget=0"], "--budget must be >= 1 program, got 0"),
         (bare, ["--search=aide", "--budget=2"], "has neither checkpoints/ nor hf_export/"),
-    ]
+        (workdir, ["--search=aide", "--budget=2", "--seeds=1000000000"],
+         "--seeds=1,000,000,000 is more than one evaluate command runs (at most 1,000); raise MAX_SEEDS in"),
+        (workdir, ["--budget=100000000"], "--budget=100,000,000 is more than one evaluate command runs"),
+        (workdir, ["--samples=1000000000"], "--samples=1,000,000,000 is more than one evaluate command runs"),
+        *((where, [], f"{where / 'config.json'} is not a run's config (") for where in broken.values()),
+    ]  # fmt: skip
     for where, flags, message in cases:
         done = evaluate_cli(where, *flags)
         lines = done.stderr.strip().splitlines()

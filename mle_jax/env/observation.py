@@ -15,7 +15,8 @@ from typing import Any
 from mle_jax.executor.result import ExecResult
 from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.progress import untag
-from mle_jax.tasks.submission_format import FormatCheck
+from mle_jax.tasks.submission_format import FormatCheck, check_format
+from mle_jax.tasks.task import Task
 
 _PROBE_USER, _PROBE_ANSWER = "U", "A"
 
@@ -41,6 +42,13 @@ def observe(result: ExecResult | None, tag: str | None, check: FormatCheck) -> O
     out = (result.stdout_tail or "") + ("\n" + result.stderr_tail if result.stderr_tail else "")
     note = "submission.csv has the right format" if check.ok else check.reason
     return Observation(str(result.status), result.exit_code, untag(out, tag) if tag else out, check.ok, note)
+
+
+def observe_run(result: ExecResult, tag: str | None, task: Task) -> Observation:
+    """The observation of a program's run on `task`: its submission's format checked, and where the executor kept
+    none, its reason (not written; a symlink or another file that is not a regular one; over the size cap)."""
+    why_none = result.extra.get("submission_reason")
+    return observe(result, tag, check_format(task, result.submission_path, why_none))
 
 
 def _template(tokenizer: Any, messages: list[dict[str, str]], generation: bool) -> str:

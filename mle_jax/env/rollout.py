@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
-from mle_jax.env.observation import Observation, observation_ids, observe
+from mle_jax.env.observation import Observation, observation_ids, observe, observe_run
 from mle_jax.env.settings import RolloutSettings
 from mle_jax.env.task_mix import PromptStream
 from mle_jax.executor.fleet import Fleet
@@ -26,7 +26,7 @@ from mle_jax.tasks import prompts as prompt_lib
 from mle_jax.tasks.medals import medal
 from mle_jax.tasks.progress import new_tag, untag
 from mle_jax.tasks.reward import Reward, compute_reward
-from mle_jax.tasks.submission_format import FormatCheck, check_format
+from mle_jax.tasks.submission_format import FormatCheck
 from mle_jax.tasks.task import Task
 
 InstrumentFn = Callable[[list[str]], list[Any]]  # programs -> instrument.Instrumented, one each
@@ -349,7 +349,7 @@ class Environment:
         sample.grade_reason = graded.reason
         sample.reward = compute_reward(graded, sample.raw_output, task.lower_is_better, reward, tag=sample.tag)
         # what the agent may learn of its run: MLE-bench's format check from public files, never the grade
-        sample.observation = observe(result, sample.tag, check_format(task, result.submission_path))
+        sample.observation = observe_run(result, sample.tag, task)
         results_dir = result.extra.get("results_dir")
         if results_dir:  # the run's captured output and submission copy: graded, so no longer needed
             shutil.rmtree(results_dir, ignore_errors=True)

@@ -77,6 +77,19 @@ def _truncate_head(text: str, limit: int, marker: str = " ...") -> str:
     return text[: max(0, limit)] + marker if limit > 0 else ""
 
 
+# terminal control in a program's output: ANSI escape sequences (CSI such as colours and cursor moves, OSC such as
+# window titles and links, and two-character escapes) and the other C0 control characters but tab and newline
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def terminal_text(output: str) -> str:
+    """A program's terminal output as the model may read it: ANSI escape sequences removed, a carriage return as a
+    line break, any other control character (NUL, a bare ESC, ...) written as its escape `\\xNN`; the rest kept."""
+    out = _ANSI.sub("", output).replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", out)
+
+
 def _truncate_middle(text: str, limit: int) -> str:
     """Keep the head and the tail (progress prints come first, errors last)."""
     if len(text) <= limit:
@@ -165,7 +178,7 @@ def improve_messages(
     def build(budgets: dict[str, int]) -> list[dict[str, str]]:
         prev_plan = _truncate_head(plan.strip(), budgets["plan"])
         prev_code = _truncate_head(code.strip(), budgets["code"], marker="\n# ... (truncated)")
-        out = _truncate_middle(output.strip(), budgets["output"]) or "(no output)"
+        out = _truncate_middle(terminal_text(output).strip(), budgets["output"]) or "(no output)"
         user = (
             "You have implemented a previous solution. Revise the solution to improve the performance on "
             f"the test set. {ANSWER_FORMAT} If you reuse parts of the previous code, include those sections "
@@ -275,7 +288,7 @@ def observation_text(status: str, exit_code: int | None, output: str, submission
     said = OBSERVATION_STATUS.get(status, status)
     if status == "error" and exit_code is not None:
         said += f" (exit code {exit_code})"
-    out = _truncate_middle(output.strip(), output_chars) or "(no output)"
+    out = _truncate_middle(terminal_text(output).strip(), output_chars) or "(no output)"
     return (
         f"Your program {said}.\n\nTerminal output:\n```\n{out}\n```\n\nSubmission check: {submission_note}\n\n"
         f"Revise the solution: fix what went wrong, or improve the performance on the test set. {ANSWER_FORMAT}"

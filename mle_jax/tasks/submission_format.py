@@ -23,11 +23,12 @@ class FormatCheck:
     reason: str  # "" when ok; else one line an agent may read
 
 
-def check_format(task: Task, submission: str | Path | None) -> FormatCheck:
+def check_format(task: Task, submission: str | Path | None, absent: str | None = None) -> FormatCheck:
     """Whether `submission` (a CSV, or None when none was written) has the format of the task's public sample
-    submission: its id and target columns, as many rows, the same ids."""
+    submission: its id and target columns, as many rows, the same ids. absent: why there is none, as the executor
+    said (e.g. "submission.csv is not a regular file" for a symlink); default: none was written."""
     if submission is None or not Path(submission).is_file():
-        return FormatCheck(False, "no submission.csv was written")
+        return FormatCheck(False, absent or "no submission.csv was written")
     sample_path = task.sample_submission_path
     try:
         sample = pd.read_csv(sample_path)

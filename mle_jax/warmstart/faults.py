@@ -31,12 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mle_jax.env.observation import Observation, observe
+from mle_jax.env.observation import Observation, observe_run
 from mle_jax.env.rollout import previous_output
 from mle_jax.executor.grading import grade_run
 from mle_jax.instrument import instrument_batch, pyast
 from mle_jax.instrument.tagging import strip_agent_progress
-from mle_jax.tasks.submission_format import check_format
 from mle_jax.warmstart.corpus import CorpusItem, parallel_runs
 
 FAULT_KINDS = ("column", "import", "path", "api", "shape")
@@ -472,7 +471,7 @@ def sandbox_observe_fn(
     def run(code: str) -> ObservedRun:
         res = sandbox.run(instrument_batch([strip_agent_progress(code)], instrument_mode)[0].code, task, limits)
         try:
-            observation = observe(res, None, check_format(task, res.submission_path))
+            observation = observe_run(res, None, task)
             graded = grade_run(task, res)
         finally:
             if res.extra.get("results_dir"):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mle_jax.env.observation import observe_run
 from mle_jax.executor.bwrap import CGROUP_PREFIX, STAGE_ROOT, SandboxSetupError
 from mle_jax.executor.cgroups import RunCgroup
 from mle_jax.executor.grading import grade_run
@@ -250,6 +251,10 @@ def test_submission_written_elsewhere_is_not_collected(sandbox, pizza_task):
     r = sandbox.run(programs.SYMLINK_SUBMISSION, pizza_task, HOSTILE)
     assert r.status is Status.OK and r.submission_path is None
     assert "not a regular file" in r.extra["submission_reason"]
+    # what the agent reads is what the executor and the grader say (it used to read "no submission.csv was written")
+    seen = observe_run(r, None, pizza_task)
+    assert seen.submission_note == r.extra["submission_reason"] == grade_run(pizza_task, r).reason
+    assert "not a regular file" in seen.text(1500) and "no submission.csv was written" not in seen.text(1500)
     _normal_run_works(sandbox, pizza_task)
 
 

