@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -139,44 +140,36 @@ def init_adapters(base: Nested, s: LoraSettings, key: Array, dtype: Any = jnp.fl
     return adapters
 
 
-def merge(base: Nested, trainable: Nested, scale: float) -> Nested:
-    """The model's params: `base` with each adapter of `trainable` added to its weight (in the weight's dtype) and
-    each whole array of `trainable` in place of (or beside) the base's. Keys of `trainable` absent from `base` are
-    taken as they are (the critic's head over the policy's base)."""
+def _put_on(base: Nested, trainable: Nested, adapt: Callable[[Array, Nested], Any]) -> Nested:
+    """`base` with adapt(weight, adapter) at each adapter of `trainable`, each whole array of `trainable` in place of
+    (or beside) the base's; keys of `trainable` absent from `base` taken as they are (the critic's head)."""
     out: Nested = {}
     for k, v in base.items():
         t = trainable.get(k)
         if t is None:
             out[k] = v
         elif is_adapter(t):
-            out[k] = (v.astype(jnp.float32) + delta(t["lora_a"], t["lora_b"], scale)).astype(v.dtype)
+            out[k] = adapt(v, t)
         elif isinstance(t, dict):
-            out[k] = merge(v, t, scale)
+            out[k] = _put_on(v, t, adapt)
         else:
             out[k] = t
-    for k, t in trainable.items():
-        if k not in base:
-            out[k] = t
-    return out
+    return out | {k: t for k, t in trainable.items() if k not in base}
+
+
+def merge(base: Nested, trainable: Nested, scale: float) -> Nested:
+    """The model's params with the adapters merged: W + scale · A B (in W's dtype) at each adapted weight, and the
+    whole arrays of `trainable` (`_put_on`)."""
+    return _put_on(
+        base, trainable, lambda w, t: (w.astype(jnp.float32) + delta(t["lora_a"], t["lora_b"], scale)).astype(w.dtype)
+    )
 
 
 def adapted(base: Nested, trainable: Nested, scale: float) -> Nested:
-    """As `merge`, but each adapted target a `LoraWeight` (W, A, B) that the model applies unmerged (training)."""
-    out: Nested = {}
-    for k, v in base.items():
-        t = trainable.get(k)
-        if t is None:
-            out[k] = v
-        elif is_adapter(t):
-            out[k] = LoraWeight(v, t["lora_a"].astype(v.dtype), t["lora_b"].astype(v.dtype), scale)
-        elif isinstance(t, dict):
-            out[k] = adapted(v, t, scale)
-        else:
-            out[k] = t
-    for k, t in trainable.items():
-        if k not in base:
-            out[k] = t
-    return out
+    """As `merge`, but each adapted weight a `LoraWeight` (W, A, B) that the model applies unmerged (training)."""
+    return _put_on(
+        base, trainable, lambda w, t: LoraWeight(w, t["lora_a"].astype(w.dtype), t["lora_b"].astype(w.dtype), scale)
+    )
 
 
 def count(trainable: Nested) -> int:
