@@ -12,8 +12,7 @@ import pytest
 import torch
 import transformers
 
-from mle_jax.models import hf
-from mle_jax.models.tokenizer import load_tokenizer, stop_token_ids
+from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.vllm import VLLMSampler
 from mle_jax.sampling.vllm_server import VLLMServer
@@ -31,31 +30,13 @@ def folder():
 
 
 @pytest.fixture(scope="module")
-def tokenizer(folder):
-    return load_tokenizer(folder)
+def chat():
+    return CHAT
 
 
 @pytest.fixture(scope="module")
-def prompt(tokenizer) -> list[int]:
-    return list(tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)["input_ids"])
-
-
-@pytest.fixture(scope="module")
-def ours(folder):
-    return hf.from_pretrained(folder)
-
-
-@pytest.fixture(scope="module")
-def theirs(folder):
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def greedy(theirs, prompt) -> list[int]:
-    """transformers' greedy tokens on the chat prompt: the reference of our sampler and of vLLM."""
-    with torch.no_grad():
-        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=GREEDY, do_sample=False)
-    return out[0, len(prompt) :].tolist()
+def greedy_len():
+    return GREEDY
 
 
 def test_folder_is_qwen_coder(folder, ours, tokenizer, prompt):

