@@ -511,8 +511,9 @@ def stage_memory(a) -> dict[str, Any]:
     plot = workdir / "plots" / "memory_gib.png"
     copied = None
     if plot.is_file():
-        name = "smollm2" if a.model == "smol" else f"{a.model}-{TASK}{'-' if a.set else ''}{'-'.join(a.set)}"
-        copied = Path(a.out).parent / f"{name}-memory-b{a.batch}.png".replace("=", "").replace(".", "_", 2)
+        arm = "".join(f"-{kv.split('.')[-1]}" for kv in a.set).replace("=", "")  # e.g. -algorithmgrpo-rank0
+        name = "smollm2" if a.model == "smol" else f"{a.model}-{TASK}{arm}"
+        copied = Path(a.out).parent / f"{name}-memory-b{a.batch}.png"
         shutil.copyfile(plot, copied)
     rss = by_step["rss_gib"]
     return {

@@ -34,9 +34,9 @@ def render_qwen_runs(lines: list[dict]) -> str:
             arms[_arm(r.get("overrides", []))] = r
     rows = []
     for (algorithm, lora), r in arms.items():
-        parts = {k: v[-1] for k, v in r.get("memory_parts_by_step", {}).items() if v}
+        parts = {k.removesuffix("_gib"): v[-1] for k, v in r.get("memory_parts_by_step", {}).items() if v}
         trained = sum(parts.get(k) or 0.0 for k in ("policy", "policy_opt", "critic", "critic_opt"))
-        weights = sum(parts.get(k) or 0.0 for k in ("reference", "instrumenter", "sampler"))
+        held = " / ".join(number(parts.get(k), 2) for k in ("reference", "instrumenter", "sampler"))
         rss, peak = r["rss_gib_by_step"], r["peak_rss_gib_by_step"]
         steps = len(r["steps_logged"])
         t = r.get("time_by_step", {})
@@ -48,10 +48,11 @@ def render_qwen_runs(lines: list[dict]) -> str:
         rows.append([
             algorithm, lora, str(r["rc"]), f"{steps} of {r['steps']}", f"{r['wall_s'] / 60:.0f} min{eval_note}",
             f"{number(rss[0], 1)} → {number(rss[-1], 1)}", number(max(p for p in peak if p is not None), 1),
-            f"{number(weights, 2)} / {number(trained, 3)}", per_step,
+            f"{held} / {number(trained, 3)}", per_step,
         ])  # fmt: skip
     header = ["objective", "LoRA", "exit", "RL steps", "wall", "resident GiB, step 1 → last", "peak GiB",
-              "weights held (base + sampler's merge) / trained + Adam, GiB",
+              "GiB held after the last step: base (the reference) / the instrumenter's own / the sampler's own / "
+              "trained + Adam",
               "s per step: sampling / update"]  # fmt: skip
     return markdown_table(header, rows)
 

@@ -42,6 +42,10 @@ from mle_jax.reporting.results_tables.learning import (
     wall_figure,
 )
 from mle_jax.reporting.results_tables.plans import render_objective_plans, render_plans
+from mle_jax.reporting.results_tables.qwen import (
+    QWEN,
+    render_qwen_runs,
+)
 from mle_jax.reporting.results_tables.search import (
     EVIDENCE,
     ML_AGENT,
@@ -122,6 +126,7 @@ STEP_MFU_VARIANTS = {
 }
 
 REGISTRY: dict[str, Entry] = {
+    "qwen_runs": Entry((QWEN,), render_qwen_runs),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
     ),
