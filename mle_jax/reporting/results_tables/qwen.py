@@ -119,3 +119,17 @@ def render_qwen_rlstep(lines: list[dict]) -> str:
     header = ["step", "wall s", "sampling", "LM instrumentation", "waiting for the sandboxes", "update", "other s",
               "valid fraction"]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def qwen_runs_figure(lines: list[dict]) -> str:
+    """One line per `:qwen` arm run: its objective, LoRA, exit and memory."""
+    arms: dict[tuple[str, str], dict] = {}
+    for r in lines:
+        if r["stage"] == "memory":
+            arms[_arm(r.get("overrides", []))] = r
+    return "; ".join(
+        f"{algorithm} with LoRA {lora}: {len(r['steps_logged'])} steps of B = {r['batch_size']}, exit {r['rc']}, "
+        f"resident {number(r['rss_gib_by_step'][-1], 1)} GiB after the last, peak "
+        f"{number(max(p for p in r['peak_rss_gib_by_step'] if p is not None), 1)} GiB"
+        for (algorithm, lora), r in arms.items()
+    )
