@@ -490,6 +490,7 @@ def stage_memory(a) -> dict[str, Any]:
     included); the process's memory and XLA compiles after each step, from its metrics.jsonl; its memory plot
     copied beside --out."""
     workdir = Path(a.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
     for name in ("checkpoints", "metrics.jsonl", "samples.jsonl", "hf_export", "report.md", "tb", "plots"):
         p = workdir / name  # a fresh RL run over the kept warm start
         shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
