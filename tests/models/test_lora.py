@@ -3,6 +3,8 @@ the learner training adapters over a frozen base whose merged export transformer
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,24 +191,32 @@ def _batch(b: int, t: int, vocab: int, seed: int = 0):
     )  # fmt: skip
 
 
-def test_learner_trains_adapters_over_a_frozen_base_and_exports_the_merge(pair, tmp_path):
-    """PPO with LoRA: the state holds only adapters (+ the critic's head), the reference is the base and stays
-    bitwise, the policy moves; the merged export loads in transformers and gives our merged logits."""
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_learner_trains_adapters_over_a_frozen_base_and_exports_the_merge(pair, tmp_path, algorithm):
+    """LoRA for an objective with a critic (PPO) and one without (GRPO): the state holds only adapters (+ the
+    critic's head), the reference is the base and stays bitwise, the policy moves; the merged export loads in
+    transformers and gives our merged logits."""
     _, ours, _, _ = pair
     settings = LearnerSettings(
-        algorithm="ppo", ppo=PPOSettings(mini_batch_size=4, micro_batch_size=2, seq_bucket=0),
+        algorithm=algorithm, ppo=PPOSettings(mini_batch_size=4, micro_batch_size=2, seq_bucket=0),
         optim=OptimSettings(actor_lr=1e-2, critic_lr=1e-2), lora=lora.LoraSettings(rank=RANK, alpha=ALPHA), seed=0,
     )  # fmt: skip
-    value = Qwen2ValueModel.from_policy(ours, rngs=nnx.Rngs(1))
+    value = Qwen2ValueModel.from_policy(ours, rngs=nnx.Rngs(1)) if algorithm == "ppo" else None
     learner = Learner(settings, ours, value, mesh())
     base = jax.tree.map(np.asarray, learner.reference)
     n_trained = lora.count(learner.state.policy)
     n_model = ours.config.num_parameters()
     assert 0 < n_trained < n_model / 5
-    assert set(learner.state.value) == {"model", "value_head", "value_bias"}
+    if algorithm == "ppo":
+        assert set(learner.state.value) == {"model", "value_head", "value_bias"}
+    else:
+        assert learner.state.value is None
     before = np.asarray(_logits_fn_state(learner))
     np.testing.assert_allclose(before, np.asarray(ours(jnp.asarray(TOKENS))), atol=1e-5)  # B = 0: the base
-    metrics = learner.update(_batch(4, 12, TINY["vocab_size"]))
+    batch = _batch(4, 12, TINY["vocab_size"])
+    if algorithm == "grpo":  # two groups of two with different rewards
+        batch = dataclasses.replace(batch, group_ids=np.array([0, 0, 2, 2], np.int32))
+    metrics = learner.update(batch)
     assert np.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     after = np.asarray(_logits_fn_state(learner))
     assert np.abs(after - before).max() > 1e-4  # the policy moved
