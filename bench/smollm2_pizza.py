@@ -84,7 +84,7 @@ from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
 from mle_jax.tasks.medals import medal_summary  # noqa: E402
-from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages  # noqa: E402
+from mle_jax.tasks.prompts import CODE_EXTRACTIONS, parse_response, render_prompt, scratch_messages  # noqa: E402
 from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
 from mle_jax.warmstart.programs import generate_corpus  # noqa: E402
 from mle_jax.warmstart.stage import verify_cached, warm_start  # noqa: E402
@@ -151,31 +151,44 @@ def sample_and_run(
         sample_s = time.perf_counter() - t0
     sandbox = make_sandbox(s.executor)
     t0 = time.perf_counter()
+    # the same responses read by each code extraction (tasks/prompts.parse_response); a program is run once
+    codes = {ex: [parse_response(c.text, ex).code for c in comps] for ex in CODE_EXTRACTIONS}
+    unique = sorted({c for cs in codes.values() for c in cs if c is not None})
     with ThreadPoolExecutor(s.executor.slots or 2) as pool:
-        results = list(pool.map(lambda c: outcome(parse_response(c.text).code, task, sandbox, s), comps))
+        ran = dict(zip(unique, pool.map(lambda code: outcome(code, task, sandbox, s), unique), strict=True))
     run_s = time.perf_counter() - t0
-    scores = [x for _, x in results if x is not None]
-    kinds: dict[str, int] = {}
-    for o, _ in results:
-        kinds[o] = kinds.get(o, 0) + 1
-    best = (min if task.lower_is_better else max)(scores) if scores else None
+    by = {ex: _outcomes(task, [ran.get(c, ("no code", None)) for c in cs]) for ex, cs in codes.items()}
     return {
         "task": task.id,
-        "medals": medal_summary(task.id, [x for _, x in results]),
         "samples": n,
         "sampler": kind,
         "prompt_tokens": len(prompt),
-        "valid_fraction": len(scores) / n,
-        "mean_score": statistics.mean(scores) if scores else None,
-        "best_score": best,
-        "with_code": sum(o != "no code" for o, _ in results),
-        "syntax_errors": kinds.get("syntax error", 0),
+        "code_extraction": s.rollout.prompt.code_extraction,
+        **by[s.rollout.prompt.code_extraction],  # the config's reading at the top level
+        "by_extraction": by,
         "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
         "truncated": sum(c.finish_reason == "length" for c in comps),
         "sample_s": round(sample_s, 1),
         "run_s": round(run_s, 1),
-        "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
         "example": comps[0].text[:1500],
+    }
+
+
+def _outcomes(task, results: list[tuple[str, float | None]]) -> dict[str, Any]:
+    """The valid share, scores, medals and outcome counts of n (outcome, score) pairs."""
+    n = len(results)
+    scores = [x for _, x in results if x is not None]
+    kinds: dict[str, int] = {}
+    for o, _ in results:
+        kinds[o] = kinds.get(o, 0) + 1
+    return {
+        "valid_fraction": len(scores) / n,
+        "mean_score": statistics.mean(scores) if scores else None,
+        "best_score": (min if task.lower_is_better else max)(scores) if scores else None,
+        "medals": medal_summary(task.id, [x for _, x in results]),
+        "with_code": sum(o != "no code" for o, _ in results),
+        "syntax_errors": kinds.get("syntax error", 0),
+        "outcomes": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
     }
 
 

@@ -131,6 +131,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.prompt.improve_fraction = 0.5  # share of prompts that ask to improve an earlier solution
     c.prompt.snippet_chars = 1200  # characters of each of the task's data files shown in the prompt
     c.prompt.output_tail_chars = 1500  # characters of the end of an earlier run's output an improve prompt shows
+    # which of a response's code blocks is its program: "first" (the first python or untagged block, as the prompt asks
+    # for one) | "aide" (AIDE's extract_code: every python or untagged block that parses, joined in order)
+    c.prompt.code_extraction = "first"
 
     # episodes (mle_jax/env/episodes.py): the agent runs its program, reads what happened and revises (ML-Agent)
     c.agent = ml_collections.ConfigDict()

@@ -294,7 +294,7 @@ class Environment:
         out = []
         for i, c in enumerate(completions):
             p, group = prompts[i // n], first_uid + (i // n) * n
-            parsed = prompt_lib.parse_response(c.text)
+            parsed = prompt_lib.parse_response(c.text, self.settings.prompt.code_extraction)
             task = p.task or self.task.id
             out.append(
                 Sample(

@@ -8,6 +8,7 @@ fit a token budget without ever cutting the instructions.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,8 +42,13 @@ class PromptSettings:
     improve_fraction: float = 0.5  # share of prompts that ask to improve an earlier solution
     snippet_chars: int = 1200  # data snippet of the task's files in the prompt
     output_tail_chars: int = 1500  # the end of a previous run's output an improve prompt shows
+    code_extraction: str = "first"  # which of a response's code blocks is its program (CODE_EXTRACTIONS)
 
     def __post_init__(self) -> None:
+        if self.code_extraction not in CODE_EXTRACTIONS:
+            raise ValueError(
+                f"prompt.code_extraction={self.code_extraction!r}: one of {', '.join(CODE_EXTRACTIONS)}"
+            )
         if not 0.0 <= self.improve_fraction <= 1.0:
             raise ValueError(f"prompt.improve_fraction must be in [0, 1], got {self.improve_fraction}")
         if self.max_prompt_tokens < 1:
@@ -258,18 +264,37 @@ class ParsedResponse:
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
+CODE_EXTRACTIONS = ("first", "aide")
 
 
-def parse_response(text: str) -> ParsedResponse:
-    """Plan + code of a model response. An unterminated final block (the response hit its length limit
-    right after the code) still counts as code."""
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte
+        return False
+    return True
+
+
+def parse_response(text: str, extraction: str = "first") -> ParsedResponse:
+    """Plan + code of a model response (the plan: the text before the first code block).
+
+    extraction "first": the first python (or untagged) block is the program, as the prompt asks for a single block;
+    an unterminated final block (the response hit its length limit right after the code) still counts as code.
+    "aide": AIDE's reading (aide/utils/response.py `extract_code`): every python or untagged block that parses,
+    joined in order, so a response written as a tutorial's steps (imports, model, submission in three blocks) is one
+    program and a block of sample data is left out; no block at all: the whole text, if it parses."""
     first = text.find("```")
     plan = (text if first < 0 else text[:first]).strip()
-    for match in _FENCE.finditer(text):
-        if match.group(1).lower() in _PYTHON_TAGS:
-            code = match.group(2).strip("\n")
-            return ParsedResponse(plan=plan, code=code if code.strip() else None)
-    return ParsedResponse(plan=plan, code=None)
+    blocks = [m.group(2).strip("\n") for m in _FENCE.finditer(text) if m.group(1).lower() in _PYTHON_TAGS]
+    if extraction == "first":
+        return ParsedResponse(plan=plan, code=blocks[0] if blocks and blocks[0].strip() else None)
+    if extraction != "aide":
+        raise ValueError(f"code extraction {extraction!r}: one of {', '.join(CODE_EXTRACTIONS)}")
+    if first < 0:
+        whole = text.strip()
+        return ParsedResponse(plan="", code=whole) if whole and _parses(whole) else ParsedResponse(plan, None)
+    valid = [b for b in blocks if b.strip() and _parses(b)]
+    return ParsedResponse(plan=plan, code="\n\n".join(valid) if valid else None)
 
 
 OBSERVATION_STATUS = {

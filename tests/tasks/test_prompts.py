@@ -133,3 +133,43 @@ def test_terminal_control_in_a_programs_output_never_reaches_the_model(prepared)
     for text in (seen, "".join(m["content"] for m in msgs)):
         assert "\x1b" not in text and "\x00" not in text and "\r" not in text
         assert "loaded data\nepoch 1 loss 0.3\\x00\\x00 done" in text and "KeyError: 'x'" in text
+
+
+TUTORIAL = """I will load the data, fit a model and write the submission.
+
+```python
+import pandas as pd
+train = pd.read_json("train.json")
+```
+
+The data look like this:
+
+```
+request_id  requester_received_pizza
+t3_1  0
+```
+
+```python
+model = train.mean()
+```
+
+```python
+def broken(:
+```
+"""
+
+
+def test_aide_extraction_joins_the_blocks_that_parse_as_aide_does():
+    """A response in a tutorial's shape (Qwen2.5-Coder-0.5B writes many): "first" takes the first block, "aide" joins
+    every python or untagged block that parses (the data sample and the broken block left out; a comma-separated
+    sample would parse, as a tuple, and be kept, as in AIDE), as AIDE's extract_code; with no block at all, the whole
+    text if it parses."""
+    first, aide = parse_response(TUTORIAL), parse_response(TUTORIAL, "aide")
+    assert first.plan == aide.plan == "I will load the data, fit a model and write the submission."
+    assert first.code == 'import pandas as pd\ntrain = pd.read_json("train.json")'
+    assert aide.code == 'import pandas as pd\ntrain = pd.read_json("train.json")\n\nmodel = train.mean()'
+    assert parse_response("x = 1\nprint(x)", "aide").code == "x = 1\nprint(x)"
+    assert parse_response("I would train a model but write no code.", "aide").code is None
+    assert parse_response("```python\ndef f(:\n```", "aide").code is None
+    with pytest.raises(ValueError, match="code extraction 'all'"):
+        parse_response(TUTORIAL, "all")
