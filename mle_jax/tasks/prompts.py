@@ -46,9 +46,7 @@ class PromptSettings:
 
     def __post_init__(self) -> None:
         if self.code_extraction not in CODE_EXTRACTIONS:
-            raise ValueError(
-                f"prompt.code_extraction={self.code_extraction!r}: one of {', '.join(CODE_EXTRACTIONS)}"
-            )
+            raise ValueError(f"prompt.code_extraction={self.code_extraction!r}: one of {', '.join(CODE_EXTRACTIONS)}")
         if not 0.0 <= self.improve_fraction <= 1.0:
             raise ValueError(f"prompt.improve_fraction must be in [0, 1], got {self.improve_fraction}")
         if self.max_prompt_tokens < 1:

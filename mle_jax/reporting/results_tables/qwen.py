@@ -58,22 +58,27 @@ def render_qwen_runs(lines: list[dict]) -> str:
 
 
 def render_qwen_before_rl(lines: list[dict]) -> str:
-    """128 prompted scratch samples per task: valid, scores, medals, what went wrong, beside the paper's Table 1
-    (Qwen2.5-3B-Instruct prompted with AIDE: its best of 128)."""
+    """128 prompted scratch samples per task (the newest line of each): valid, scores, medals, what went wrong, under
+    each code extraction the line measured (prompt.code_extraction: the same responses read two ways), beside the
+    paper's Table 1 (Qwen2.5-3B-Instruct prompted with AIDE: its best of 128)."""
+    newest = {r["task"]: r for r in lines if r["stage"] == "prompted"}
     rows = []
-    for r in [x for x in lines if x["stage"] == "prompted"]:
-        task = r["task"]
+    for task, r in newest.items():
         spec = get_spec(task)
-        valid = round(r["valid_fraction"] * r["samples"])
-        outcomes = ", ".join(f"{k} {v}" for k, v in list(r["outcomes"].items())[:4])
-        rows.append([
-            f"{task} ({spec.metric}, {'lower' if spec.lower_is_better else 'higher'} is better)",
-            f"{valid} of {r['samples']}", number(r["mean_score"], 3), number(r["best_score"], 3),
-            f"{r['medals']['any_medal']:.1%}, best {r['medals']['best'] or '—'}", outcomes,
-            number(PAPER_TABLE1[task]["qwen2.5-3b"], 3), f"{r['sample_s'] / 60:.0f} min",
-        ])  # fmt: skip
-    header = ["task", "valid", "mean score of valid", "best", "medals (share; best)", "outcomes",
-              "paper: Qwen2.5-3B prompted (AIDE), best of 128", "sampling"]  # fmt: skip
+        by = r.get("by_extraction") or {r.get("code_extraction", "first"): r}
+        for i, (extraction, x) in enumerate(by.items()):
+            valid = round(x["valid_fraction"] * r["samples"])
+            outcomes = ", ".join(f"{k} {v}" for k, v in list(x["outcomes"].items())[:3])
+            rows.append([
+                f"{task} ({spec.metric}, {'lower' if spec.lower_is_better else 'higher'} is better)" if i == 0 else "",
+                f"`{extraction}`", f"{valid} of {r['samples']}", number(x["mean_score"], 3), number(x["best_score"], 3),
+                f"{x['medals']['any_medal']:.1%}, best {x['medals']['best'] or '—'}", str(x["syntax_errors"]), outcomes,
+                number(PAPER_TABLE1[task]["qwen2.5-3b"], 3) if i == 0 else "",
+                f"{r['truncated']} of {r['samples']}, {r['sample_s'] / 60:.0f} min" if i == 0 else "",
+            ])  # fmt: skip
+    header = ["task", "code extraction", "valid", "mean score of valid", "best", "medals (share; best)",
+              "do not parse", "most frequent outcomes", "paper: Qwen2.5-3B prompted (AIDE), best of 128",
+              "hit the 1024-token limit; sampling"]  # fmt: skip
     return markdown_table(header, rows)
 
 

@@ -45,6 +45,7 @@ from mle_jax.reporting.results_tables.plans import render_objective_plans, rende
 from mle_jax.reporting.results_tables.qwen import (
     QWEN,
     qwen_runs_figure,
+    render_qwen_before_rl,
     render_qwen_runs,
 )
 from mle_jax.reporting.results_tables.search import (
@@ -129,6 +130,7 @@ STEP_MFU_VARIANTS = {
 REGISTRY: dict[str, Entry] = {
     "qwen_runs": Entry((QWEN,), render_qwen_runs),
     "qwen_runs_figure": Entry((QWEN,), qwen_runs_figure, inline=True),
+    "qwen_before_rl": Entry((QWEN,), render_qwen_before_rl),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
     ),
