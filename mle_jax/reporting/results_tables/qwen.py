@@ -106,8 +106,13 @@ def qwen_samplers(lines: list[dict]) -> str:
         f"({r['jax_over_vllm']:.2f}×) for {r['draws']} draws of {r['samples']} pizza samples ({r['jax']['tokens']} "
         f"and {r['vllm']['tokens']} tokens, {r['date'][:10]}); with stop tokens ignored, every row decoding its "
         f"1024-token budget, {r['jax_fixed']['tokens_per_s']:.0f} against {r['vllm_fixed']['tokens_per_s']:.0f} "
-        f"({r['fixed_jax_over_vllm']:.2f}×)"
+        f"({r['fixed_jax_over_vllm']:.2f}×); a natural-stop draw took {_mean_draw_s(r['jax']):.0f} s of the JAX "
+        f"sampler and {_mean_draw_s(r['vllm']):.0f} s of vLLM's"
     )
+
+
+def _mean_draw_s(sampler: dict) -> float:
+    return sum(d["seconds"] for d in sampler["draws"]) / len(sampler["draws"])
 
 
 def render_qwen_rlstep(lines: list[dict]) -> str:

@@ -45,6 +45,7 @@ from mle_jax.reporting.results_tables.plans import render_objective_plans, rende
 from mle_jax.reporting.results_tables.qwen import (
     QWEN,
     qwen_runs_figure,
+    qwen_samplers,
     render_qwen_before_rl,
     render_qwen_runs,
 )
@@ -131,6 +132,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_runs": Entry((QWEN,), render_qwen_runs),
     "qwen_runs_figure": Entry((QWEN,), qwen_runs_figure, inline=True),
     "qwen_before_rl": Entry((QWEN,), render_qwen_before_rl),
+    "qwen_samplers": Entry((QWEN,), qwen_samplers, inline=True),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
     ),
