@@ -372,9 +372,10 @@ class Learner:
             ref_nested = self.policy_tree.to_nested(ref_state)
         else:
             ref_nested = self.policy_tree.to_nested(policy_params)
-        # with LoRA nothing the update donates holds the base, so the reference shares the policy model's buffers (one
-        # copy of the weights for the model, the reference and the frozen instrumenter); else a copy of its own
-        self.reference = self._place(ref_nested, program.ref_shardings, copy=not self.lora.enabled)
+        # the update donates only the state, whose params are copies (or, with LoRA, adapters): the reference shares the
+        # model's buffers where their placement is already the reference's (one copy of the initial weights for the
+        # model, the reference and the frozen instrumenter), else it is placed anew
+        self.reference = self._place(ref_nested, program.ref_shardings, copy=False)
         self._update_fn = program.fn
 
     # ---------------------------------------------------------------- placement helpers
