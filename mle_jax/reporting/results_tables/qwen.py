@@ -121,9 +121,14 @@ def qwen_runs_figure(lines: list[dict]) -> str:
     for r in lines:
         if r["stage"] == "memory":
             arms[_arm(r.get("overrides", []))] = r
-    return "; ".join(
-        f"{algorithm} with LoRA {lora}: {len(r['steps_logged'])} steps of B = {r['batch_size']}, exit {r['rc']}, "
-        f"resident {number(r['rss_gib_by_step'][-1], 1)} GiB after the last, peak "
-        f"{number(max(p for p in r['peak_rss_gib_by_step'] if p is not None), 1)} GiB"
-        for (algorithm, lora), r in arms.items()
-    )
+
+    def one(algorithm: str, lora: str, r: dict) -> str:
+        steps = len(r["steps_logged"])
+        peak = number(max(p for p in r["peak_rss_gib_by_step"] if p is not None), 1)
+        if r["rc"] != 0:
+            return (f"{algorithm} with LoRA {lora}: killed (exit {r['rc']}) after {steps} of {r['steps']} steps, "
+                    f"peak {peak} GiB")  # fmt: skip
+        return (f"{algorithm} with LoRA {lora}: {steps} steps of B = {r['batch_size']}, exit 0, resident "
+                f"{number(r['rss_gib_by_step'][-1], 1)} GiB after the last, peak {peak} GiB")  # fmt: skip
+
+    return "; ".join(one(algorithm, lora, r) for (algorithm, lora), r in arms.items())
