@@ -41,7 +41,7 @@ def launch_each(cases: list[list[str]], timeout: float = 600) -> list[subprocess
 USER_ERRORS = [
     (
         ["--config=configs/pizza.py:gpu-typo"],
-        "unknown config arg 'gpu-typo' for random-acts-of-pizza; use 'paper', 'cpu' or 'smol'",
+        "unknown config arg 'gpu-typo' for random-acts-of-pizza; use 'paper', 'cpu', 'smol' or 'qwen'",
     ),
     (
         ["--config=configs/doesnotexist.py"],

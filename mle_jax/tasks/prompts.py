@@ -8,7 +8,6 @@ fit a token budget without ever cutting the instructions.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -266,8 +265,10 @@ CODE_EXTRACTIONS = ("first", "aide")
 
 
 def _parses(code: str) -> bool:
+    """Whether `code` compiles (AIDE's is_valid_python_script). compile, not ast.parse: building Python AST objects
+    from several threads at once can fail on CPython 3.11 (instrument/pyast.py), and no tree is needed here."""
     try:
-        ast.parse(code)
+        compile(code, "<response>", "exec")
     except (SyntaxError, ValueError):  # ValueError: a NUL byte
         return False
     return True
