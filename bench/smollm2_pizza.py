@@ -521,7 +521,7 @@ def stage_memory(a) -> dict[str, Any]:
     by_step = {k: [r.get(f"process/{k}") for r in rows] for k in keys}
     # what holds the memory (infra.metrics.memory_breakdown) and where each step's time went (rl/loop.py)
     parts = sorted({k for r in rows for k in r if k.startswith("memory/")})
-    times = ("time/sample_s", "time/update_s", "time/wait_s")
+    times = ("time/sample_s", "time/instrument_s", "time/update_s", "time/wait_s", "time/exec_busy_s")
     plot = workdir / "plots" / "memory_gib.png"
     copied = None
     if plot.is_file():

@@ -6,7 +6,8 @@
 //
 //   mle_dense_packed: x [M, K] f32 @ w [K, N] f32 -> [M, N] f32, with w handed over in panels of 32 columns,
 //     [N / 32, K, 32] (`pack` in cpu_decode.py; a decode loop packs each weight once, outside its loop), so
-//     that a tile of 8 rows x 32 columns streams its panel contiguously.
+//     that a tile of 8 rows x 32 columns streams its panel contiguously; only the rows a mask live [M] marks
+//     are computed (the others are zeros: a decode's stopped rows cost nothing).
 //   mle_split_cache_attention: one query per row against its prompt's prefix and its own filled suffix slots
 //     (mle_jax.models.split_cache.split_cache_attention's contract), reading only the filled suffix.
 //
@@ -75,8 +76,8 @@ void parallel_chunks(ffi::ThreadPool& pool, int64_t chunks, const std::function<
 // ---- dense ----------------------------------------------------------------------------------------------------
 
 template <int MR>
-inline __attribute__((always_inline)) void dense_tile(const float* x, const float* panel, float* y, int64_t k_len,
-                                                      int64_t n, int64_t n0, int64_t rows) {
+inline __attribute__((always_inline)) void dense_tile(const float* x, const float* panel, float* const* y,
+                                                      int64_t k_len, int64_t n0) {
   v16 acc[MR][2];
   for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = (v16){};
   for (int64_t k = 0; k < k_len; ++k) {
@@ -88,44 +89,70 @@ inline __attribute__((always_inline)) void dense_tile(const float* x, const floa
       acc[m][1] += xs * w1;
     }
   }
-  for (int64_t m = 0; m < rows; ++m) {
-    *(v16*)(y + m * n + n0) = acc[m][0];
-    *(v16*)(y + m * n + n0 + 16) = acc[m][1];
+  for (int m = 0; m < MR; ++m) {
+    *(v16*)(y[m] + n0) = acc[m][0];
+    *(v16*)(y[m] + n0 + 16) = acc[m][1];
   }
 }
 
-// Panels [p0, p1) of y = x @ w for all M rows (x [M, K], packed w [N / 32, K, 32], y [M, N]).
-MLE_CLONES void dense_panels(
-    const float* x, const float* w, float* y, int64_t m_len, int64_t k_len, int64_t n, int64_t p0, int64_t p1,
-    float* pad) {
+// Panels [p0, p1) of y = x @ w for M rows (x [M, K] contiguous, packed w [N / 32, K, 32], y[m] the output row of
+// x's row m): tiles of 8 rows, then one tile of the rows left (1 to 7), so that the work is the rows', not 8's.
+MLE_CLONES void dense_panels(const float* x, const float* w, float* const* y, int64_t m_len, int64_t k_len,
+                             int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const float* panel = w + p * k_len * kPanel;
+    const int64_t n0 = p * kPanel;
     int64_t m0 = 0;
-    for (; m0 + kRows <= m_len; m0 += kRows) dense_tile<kRows>(x + m0 * k_len, panel, y + m0 * n, k_len, n, p * kPanel, kRows);
-    if (m0 < m_len) {  // the last rows: a zero-padded copy of x, only the real rows stored
-      int64_t rows = m_len - m0;
-      std::memset(pad, 0, sizeof(float) * kRows * k_len);
-      std::memcpy(pad, x + m0 * k_len, sizeof(float) * rows * k_len);
-      dense_tile<kRows>(pad, panel, y + m0 * n, k_len, n, p * kPanel, rows);
+    for (; m0 + kRows <= m_len; m0 += kRows) dense_tile<kRows>(x + m0 * k_len, panel, y + m0, k_len, n0);
+    const float* xr = x + m0 * k_len;
+    float* const* yr = y + m0;
+    switch (m_len - m0) {
+      case 1: dense_tile<1>(xr, panel, yr, k_len, n0); break;
+      case 2: dense_tile<2>(xr, panel, yr, k_len, n0); break;
+      case 3: dense_tile<3>(xr, panel, yr, k_len, n0); break;
+      case 4: dense_tile<4>(xr, panel, yr, k_len, n0); break;
+      case 5: dense_tile<5>(xr, panel, yr, k_len, n0); break;
+      case 6: dense_tile<6>(xr, panel, yr, k_len, n0); break;
+      case 7: dense_tile<7>(xr, panel, yr, k_len, n0); break;
+      default: break;
     }
   }
 }
 
+// y = x @ w for the rows `live` marks; the other rows of y are zeros and cost nothing (the decode's rows that have
+// stopped: the step's work shrinks with the rows still generating, with no change of shape).
 ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                     ffi::ResultBuffer<ffi::F32> y) {
+                     ffi::Buffer<ffi::PRED> live, ffi::ResultBuffer<ffi::F32> y) {
   auto xd = x.dimensions(), wd = w.dimensions();
   if (xd.size() != 2 || wd.size() != 3 || wd[2] != kPanel || wd[1] != xd[1])
     return ffi::Error::InvalidArgument("mle_dense_packed: x [M, K] and w [N/32, K, 32] expected");
+  if (live.element_count() != static_cast<size_t>(xd[0]))
+    return ffi::Error::InvalidArgument("mle_dense_packed: live [M] expected");
   int64_t m_len = xd[0], k_len = xd[1], panels = wd[0], n = panels * kPanel;
   const float* xp = x.typed_data();
   const float* wp = w.typed_data();
+  const bool* lp = live.typed_data();
   float* yp = y->typed_data();
+  std::vector<int64_t> rows;
+  for (int64_t m = 0; m < m_len; ++m) {
+    if (lp[m]) rows.push_back(m);
+    else std::memset(yp + m * n, 0, sizeof(float) * n);
+  }
+  const int64_t live_len = static_cast<int64_t>(rows.size());
+  if (live_len == 0) return ffi::Error::Success();
+  std::vector<float> gathered;  // the live rows of x, contiguous (only when some row is not live)
+  if (live_len < m_len) {
+    gathered.resize(live_len * k_len);
+    for (int64_t i = 0; i < live_len; ++i)
+      std::memcpy(gathered.data() + i * k_len, xp + rows[i] * k_len, sizeof(float) * k_len);
+    xp = gathered.data();
+  }
+  std::vector<float*> out(live_len);
+  for (int64_t i = 0; i < live_len; ++i) out[i] = yp + rows[i] * n;
   int64_t chunk = std::max<int64_t>(1, panels / (4 * std::max<int64_t>(1, pool.num_threads() + 1)));
   int64_t chunks = (panels + chunk - 1) / chunk;
   parallel_chunks(pool, chunks, [&](int64_t c) {
-    thread_local std::vector<float> pad;  // the last rows' zero-padded tile: only when M is not a multiple of 8
-    if (m_len % kRows) pad.resize(kRows * k_len);
-    dense_panels(xp, wp, yp, m_len, k_len, n, c * chunk, std::min(panels, (c + 1) * chunk), pad.data());
+    dense_panels(xp, wp, out.data(), live_len, k_len, c * chunk, std::min(panels, (c + 1) * chunk));
   });
   return ffi::Error::Success();
 }
@@ -373,6 +400,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MleDensePacked, DenseImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MleSplitCacheAttention, AttentionImpl,

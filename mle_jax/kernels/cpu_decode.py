@@ -39,6 +39,7 @@ LIBRARY = Path(__file__).with_name("_cpu_decode.so")
 PANEL = 32  # columns per packed weight panel (cpu_decode.cc's kPanel)
 
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("mle_jax_cpu_decode", default=False)
+_LIVE: contextvars.ContextVar[Array | None] = contextvars.ContextVar("mle_jax_live_rows", default=None)
 
 
 def build(out: Path = LIBRARY) -> Path:
@@ -160,12 +161,28 @@ def packed_weights(trace_step: Callable[[], Any]) -> Iterator[None]:
         _TABLE.reset(token)
 
 
-def dense(x: Array, w: Packed) -> Array:
-    """x [M, K] float32 @ a packed weight [K, N] -> [M, N] float32, by the packed-panel kernel."""
+@contextlib.contextmanager
+def live_rows(live: Array) -> Iterator[None]:
+    """Within it (a decode step being traced), the kernel matmuls of M = len(live) rows compute only the rows
+    live [M] bool marks and give zeros for the others: a decode's rows that have stopped cost nothing."""
+    token = _LIVE.set(live)
+    try:
+        yield
+    finally:
+        _LIVE.reset(token)
+
+
+def dense(x: Array, w: Packed, live: Array | None = None) -> Array:
+    """x [M, K] float32 @ a packed weight [K, N] -> [M, N] float32, by the packed-panel kernel. live [M] bool
+    (default: `live_rows`' mask where it has M rows, else every row): the rows computed; the others are zeros."""
     _require()
     m = x.shape[0]
+    if live is None:
+        live = _LIVE.get()
+        if live is None or live.shape != (m,):
+            live = jnp.ones((m,), bool)
     out = jax.ffi.ffi_call("mle_dense_packed", jax.ShapeDtypeStruct((m, w.panels.shape[0] * PANEL), jnp.float32))(
-        x.astype(jnp.float32), w.panels
+        x.astype(jnp.float32), w.panels, jnp.asarray(live, bool)
     )
     return out[:, : w.n]
 

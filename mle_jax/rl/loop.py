@@ -74,7 +74,8 @@ class LoopCounters:
     instrumented_unparsed: int = 0  # programs that do not parse: no instrumenter can place a print in them
     update_s: float = 0.0
     wait_s: float = 0.0
-    sample_s: float = 0.0
+    sample_s: float = 0.0  # sampling, and instrumenting and queueing what was sampled (instrument_s of it)
+    instrument_s: float = 0.0  # Environment.submit of newly drawn samples: the instrumenter, then the fleet's queue
     exec_busy_s: float = 0.0
     wall_s: float = 0.0
 
@@ -312,7 +313,9 @@ class AsyncRLLoop:
         samples = self.env.sample(prompts, self.counters.next_uid, n=n)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
+        t1 = time.monotonic()
         self.env.submit(samples)
+        self.counters.instrument_s += time.monotonic() - t1
         self._track([Episode([s]) for s in samples])
         self.counters.sample_s += time.monotonic() - t0
 
@@ -578,6 +581,8 @@ class AsyncRLLoop:
                 "time/wait_s": c.wait_s,
                 "time/update_s": c.update_s,
                 "time/sample_s": c.sample_s,
+                "time/instrument_s": c.instrument_s,
+                "time/exec_busy_s": c.exec_busy_s,
                 # of the samples drawn since the last step: improve prompts (prompt.improve_fraction, once owed
                 # draws are settled; env/task_mix.PromptStream)
                 "prompt/improve_share_drawn": float(np.mean([k == "improve" for k in self._drawn_kinds]))

@@ -154,7 +154,8 @@ def _phase_steps(model, cache, carry, temperature, top_p, top_k, max_tokens, sto
 
     def body(c):
         step, tok, cache, out_tok, out_lp, done, lengths, key = c
-        logits, cache = model.decode(tok, cache)
+        with cpu_decode.live_rows(~done):  # the kernels skip the rows that have stopped (their tokens are pads)
+            logits, cache = model.decode(tok, cache)
         key, sub = jax.random.split(key)
         new, lp = sample_token(logits, sub, temperature, top_p, top_k)
         new = jnp.where(done, pad_id, new)

@@ -41,6 +41,29 @@ def test_packed_dense_equals_xla_dot(m, k, n):
     np.testing.assert_allclose(out, np.asarray(x) @ np.asarray(w), rtol=1e-5, atol=1e-4)
 
 
+
+@pytest.mark.parametrize("live", [[1, 0] * 8, [0] * 7 + [1] * 9, [0] * 16, [1] + [0] * 15])
+def test_packed_dense_computes_only_the_live_rows(live):
+    """A mask of the rows still decoding (`live_rows`): those rows equal x @ w, gathered into tiles of 8 and one of
+    the rest; the others are zeros (whatever x holds there)."""
+    rng = np.random.default_rng(sum(live))
+    x = jnp.asarray(rng.standard_normal((16, 96)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((96, 200)), jnp.float32)
+    mask = jnp.asarray(live, bool)
+    packed = cpu_decode.Packed(cpu_decode.pack(w), 200)
+
+    def traced(x, p):
+        with cpu_decode.live_rows(mask):
+            return cpu_decode.dense(x, cpu_decode.Packed(p, 200)), cpu_decode.dense(x[:3], cpu_decode.Packed(p, 200))
+
+    out, other_rows = jax.jit(traced)(x, packed.panels)
+    ref = np.asarray(x) @ np.asarray(w)
+    on = np.asarray(live, bool)
+    np.testing.assert_allclose(np.asarray(out)[on], ref[on], rtol=1e-5, atol=1e-4)
+    assert not np.asarray(out)[~on].any()
+    # a matmul of another row count inside the context computes every row
+    np.testing.assert_allclose(other_rows, ref[:3], rtol=1e-5, atol=1e-4)
+
 @pytest.mark.parametrize(
     "u,n,hkv,g,dh,p,m",
     [

@@ -122,6 +122,23 @@ def test_the_cpu_kernels_decode_as_xla_does_and_the_setting_turns_them_off(model
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
 
 
+def test_rows_that_stop_early_decode_on_the_kernels_as_on_xla(models):
+    """The kernels skip the rows that have stopped (cpu_decode.live_rows): with a stop token that ends some rows
+    after a few steps and not others, every row's tokens and logprobs equal XLA's decode of all rows."""
+    _, ours = models
+    probe = JaxSampler(ours, eos_ids=[], cpu_kernels=False, **BUCKETS).generate(PROMPTS, temperature=0.0, max_tokens=24)
+    stop = int(probe[0].token_ids[3])  # row 0 stops at its 4th token; a row that never draws it runs to the end
+    on = JaxSampler(ours, eos_ids=[stop], **BUCKETS)
+    off = JaxSampler(ours, eos_ids=[stop], cpu_kernels=False, **BUCKETS)
+    assert on.cpu_kernels
+    a = on.generate(PROMPTS, n=2, temperature=0.0, max_tokens=24)
+    b = off.generate(PROMPTS, n=2, temperature=0.0, max_tokens=24)
+    assert {c.finish_reason for c in b} == {"stop", "length"}, "the stop token should end some rows, not all"
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.token_ids, y.token_ids)
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
+        assert x.finish_reason == y.finish_reason
+
 def test_grids_share_a_prompt_between_its_samples():
     a, b, c = [1, 2], [3], [4, 5, 6]
     # the same count for every prompt: U x n, no padding (n samples of each prompt; distinct prompts: n = 1)
