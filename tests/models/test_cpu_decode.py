@@ -41,7 +41,6 @@ def test_packed_dense_equals_xla_dot(m, k, n):
     np.testing.assert_allclose(out, np.asarray(x) @ np.asarray(w), rtol=1e-5, atol=1e-4)
 
 
-
 @pytest.mark.parametrize("live", [[1, 0] * 8, [0] * 7 + [1] * 9, [0] * 16, [1] + [0] * 15])
 def test_packed_dense_computes_only_the_live_rows(live):
     """A mask of the rows still decoding (`live_rows`): those rows equal x @ w, gathered into tiles of 8 and one of
@@ -63,6 +62,7 @@ def test_packed_dense_computes_only_the_live_rows(live):
     assert not np.asarray(out)[~on].any()
     # a matmul of another row count inside the context computes every row
     np.testing.assert_allclose(other_rows, ref[:3], rtol=1e-5, atol=1e-4)
+
 
 @pytest.mark.parametrize(
     "u,n,hkv,g,dh,p,m",

@@ -139,6 +139,7 @@ def test_rows_that_stop_early_decode_on_the_kernels_as_on_xla(models):
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
         assert x.finish_reason == y.finish_reason
 
+
 def test_grids_share_a_prompt_between_its_samples():
     a, b, c = [1, 2], [3], [4, 5, 6]
     # the same count for every prompt: U x n, no padding (n samples of each prompt; distinct prompts: n = 1)
