@@ -59,8 +59,12 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("executor", "sandbox backends (bwrap, Docker/Podman) and fleets (local pool, Ray) running untrusted code"),
     ("instrument", "progress prints by a frozen LM, their verification, the AST fallback, the tags"),
     ("sampling", "the Sampler protocol, the in-process JAX sampler, the vLLM server and its client with weight sync"),
-    ("models", "Flax NNX Qwen2, the critic, HF safetensors and GGUF weights, tokenizers"),
-    ("kernels", "the JAX sampler's decode step on CPU as XLA FFI custom calls (C++, built by make)"),
+    (
+        "kernels",
+        "the JAX sampler's decode step on CPU as XLA FFI custom calls (C++, built by make), plugged into "
+        "the model's one seam, models/ops",
+    ),
+    ("models", "Flax NNX Qwen2, the critic, HF safetensors and GGUF weights, tokenizers; the ops seam"),
     ("tasks", "the twelve tasks: MLE-bench folders, preparers, graders, prompts, reward, medals"),
     ("infra", "leaves that know nothing of RL: meshes and shardings, checkpoints, the optimizer, the metrics writer"),
 )

@@ -10,9 +10,11 @@ XLA's intra-op threads (docs/smollm2.md has the profile).
 headers: `python -m mle_jax.kernels.cpu_decode --build`. Where it is missing, or the backend is not CPU, the
 model keeps XLA's own ops (`available()`).
 
-Inside `enabled()` (the sampler's decode traces under it), split-cache attention in float32 goes to its kernel,
-and `packed_weights` packs a model's dense weights once, outside the decode loop: `weight` then hands the model a
-`Packed` panel array instead of the weight, and `mle_jax.models.qwen2.dense` multiplies by it with the kernel.
+The kernels plug into the model through its one seam, mle_jax.models.ops (the model imports nothing from here):
+inside `enabled()` (the sampler's decode traces under it) `BACKEND` is the active `ops.DecodeBackend`, so
+split-cache attention in float32 goes to its kernel, and `packed_weights` packs a model's dense weights once,
+outside the decode loop: `ops.weight` then hands the model a `Packed` panel array (an `ops.BackendWeight`) instead
+of the weight, which `ops.dense` multiplies by with the kernel. `live_rows` tells the matmul which rows still decode.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from mle_jax.models import ops
+
 Array = jax.Array
 SOURCE = Path(__file__).with_name("cpu_decode.cc")
 LIBRARY = Path(__file__).with_name("_cpu_decode.so")
 PANEL = 32  # columns per packed weight panel (cpu_decode.cc's kPanel)
 
-_ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("mle_jax_cpu_decode", default=False)
 _LIVE: contextvars.ContextVar[Array | None] = contextvars.ContextVar("mle_jax_live_rows", default=None)
 
 
@@ -83,17 +86,15 @@ def available() -> bool:
 
 @contextlib.contextmanager
 def enabled(on: bool = True) -> Iterator[None]:
-    """Within it, tracing routes float32 decode work to the kernels (when `available()`)."""
-    token = _ENABLED.set(bool(on) and available())
-    try:
+    """Within it, tracing routes float32 decode work to the kernels (when `available()`): `BACKEND` is the model's
+    decode backend (mle_jax.models.ops.decode_with); off, the model's own ops."""
+    with ops.decode_with(BACKEND if on and available() else None):
         yield
-    finally:
-        _ENABLED.reset(token)
 
 
 def active() -> bool:
     """Whether the code being traced routes decode work to the kernels (`enabled()` and `available()`)."""
-    return _ENABLED.get()
+    return ops.active_backend() is BACKEND
 
 
 def pack(w: Array) -> Array:
@@ -106,11 +107,15 @@ def pack(w: Array) -> Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class Packed:
+class Packed(ops.BackendWeight):
     """A dense weight [K, N] in the kernel's panels ([ceil(N / 32), K, 32] float32), packed outside a decode loop."""
 
     panels: Array
     n: int
+
+    def matmul(self, x: Array) -> Array:
+        """x [M, K] -> [M, N] float32 by the kernel (`dense`)."""
+        return dense(x, self)
 
 
 _TABLE: contextvars.ContextVar[dict[int, Packed] | None] = contextvars.ContextVar("mle_jax_packed", default=None)
@@ -119,24 +124,36 @@ _RECORD: contextvars.ContextVar[list[tuple[Any, Any, tuple[int, ...], bool]] | N
 )
 
 
-def weight(param: Any, dtype: Any, shape: tuple[int, ...] | None = None, transpose: bool = False) -> Array | Packed:
-    """The dense weight of an nnx.Param as a model's matmul takes it: param[...] in `dtype`, reshaped to the 2-D
-    `shape` [K, N] (or transposed, for a tied head) -> [K, N]; or, inside `packed_weights`, its `Packed` panels."""
-    table = _TABLE.get()
-    if table is not None and id(param) in table:
-        return table[id(param)]
-    record = _RECORD.get()
-    if record is not None:
-        record.append((param, dtype, shape, transpose))
-    w = param[...].astype(dtype)
-    w = w.T if transpose else w
-    return w if shape is None else w.reshape(shape)
+class _Backend:
+    """The kernels as the model's decode backend (mle_jax.models.ops.DecodeBackend)."""
+
+    def weight(self, param: Any, dtype: Any, shape: tuple[int, ...] | None, transpose: bool) -> Packed | None:
+        """Inside `packed_weights`, the param's `Packed` panels (while it traces a step: None, the use recorded)."""
+        table = _TABLE.get()
+        if table is not None and id(param) in table:
+            return table[id(param)]
+        record = _RECORD.get()
+        if record is not None:
+            record.append((param, dtype, shape, transpose))
+        return None
+
+    def split_cache_attention(
+        self, q: Array, prefix_kt: Array, prefix_vt: Array, prefix_valid: Array, kt: Array, vt: Array, filled: Array
+    ) -> Array | None:
+        """The attention kernel where every array is float32; None otherwise (the model's own)."""
+        if not all(x.dtype == jnp.float32 for x in (q, prefix_kt, prefix_vt, kt, vt)):
+            return None
+        return split_cache_attention(q, prefix_kt, prefix_vt, prefix_valid, kt, vt, filled)
+
+
+BACKEND = _Backend()
 
 
 @contextlib.contextmanager
 def packed_weights(trace_step: Callable[[], Any]) -> Iterator[None]:
     """Packs, here (outside any loop that follows), every float32 dense weight that `trace_step` (one decode step
-    of the model, traced abstractly) takes through `weight`; within the context `weight` returns them packed.
+    of the model, traced abstractly) takes through `ops.weight`; within the context `ops.weight` returns them
+    packed.
     Only while `active()`; otherwise it packs nothing."""
     if not active():
         yield
@@ -151,7 +168,7 @@ def packed_weights(trace_step: Callable[[], Any]) -> Iterator[None]:
     for param, dtype, shape, transpose in record:
         if id(param) in table:
             continue
-        w = weight(param, dtype, shape, transpose)
+        w = ops.plain_weight(param, dtype, shape, transpose)
         if w.dtype == jnp.float32 and w.ndim == 2:
             table[id(param)] = Packed(pack(w), int(w.shape[1]))
     token = _TABLE.set(table)
@@ -197,11 +214,6 @@ def split_cache_attention(
     return jax.ffi.ffi_call("mle_split_cache_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
         q, prefix_kt, prefix_vt, prefix_valid, kt, vt, jnp.asarray(filled, jnp.int32)
     )
-
-
-def routes_attention(q: Array, *cache: Array) -> bool:
-    """Whether split-cache attention goes to the kernel: active, and the query and every cache array float32."""
-    return active() and all(x.dtype == jnp.float32 for x in (q, *cache))
 
 
 def main(argv: list[str] | None = None) -> int:

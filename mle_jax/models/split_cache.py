@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from mle_jax.kernels import cpu_decode
+from mle_jax.models import ops
 
 Array = jax.Array
 _NEG = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: a row with no valid slot yet stays NaN-free
@@ -114,8 +114,9 @@ def split_cache_attention(
     r, hq, dh = q.shape
     u, hkv = prefix_kt.shape[:2]
     n, g = r // u, hq // hkv
-    if cpu_decode.routes_attention(q, prefix_kt, prefix_vt, kt, vt):
-        return cpu_decode.split_cache_attention(q, prefix_kt, prefix_vt, prefix_valid, kt, vt, filled)
+    out = ops.backend_attention(q, prefix_kt, prefix_vt, prefix_valid, kt, vt, filled)  # a decode backend's
+    if out is not None:
+        return out
     m_len = vt.shape[2]
     scale = dh**-0.5
     # prefix: the n rows' G query heads of each kv head side by side: one [n*G, Dh] x [Dh, P] matmul per (u, kv head)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from mle_jax.models.qwen2 import dense, head_matmul, head_matmul_backward
+from mle_jax.models.ops import dense, head_matmul, head_matmul_backward
 from mle_jax.rl import groups
 
 DURATION_MODES = ("off", "batch_mean", "clipped", "log")
@@ -336,7 +336,7 @@ def fused_logprob_entropy(h: Array, w: Array, nxt: Array, temperature: float) ->
     cotangent in one elementwise pass:
         d logprob / dz = onehot(nxt) - p,    d entropy / dz = -p (log p + entropy),    z = logits / temperature,
     cast to the compute dtype before the two GEMMs of the head's backward (float32 accumulation), as
-    `qwen2.head_matmul` does.
+    `ops.head_matmul` does.
     """
     return _fused_fwd(h, w, nxt, temperature)[0]
 
@@ -380,7 +380,7 @@ def chunked_logprobs_entropy(
     holds one [B, chunk, V] block at a time instead of the whole [B, T, V] (8 x 2048 x 151936 fp32 = 10 GB
     for the paper's micro-batch). chunk <= 0 or >= T: one block (the direct computation).
     fused: each block is `fused_logprob_entropy` (its hand-written backward); False: autodiff of the same math, the
-    block rematerialised (`qwen2.head_matmul`'s backward), the reference the fused backward is tested against.
+    block rematerialised (`ops.head_matmul`'s backward), the reference the fused backward is tested against.
     """
     b, t, d = hidden.shape
     nxt = jnp.roll(tokens, -1, axis=1).astype(jnp.int32)  # the rolled-in last column is dropped by shift_right

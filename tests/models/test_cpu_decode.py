@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from mle_jax.kernels import cpu_decode
+from mle_jax.models import ops
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.split_cache import empty_suffix, split_cache_attention
 from tests.models.reference import TINY, numpy_random_model
@@ -156,3 +157,23 @@ def _dense_shapes(cfg) -> list[tuple[int, int]]:
     d, f, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     hq, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     return [(d, hq * dh), (d, hkv * dh), (hq * dh, d), (d, f), (f, d), (d, cfg.vocab_size)]
+
+
+def test_only_a_decode_step_reaches_the_kernels():
+    """The model knows no kernels (mle_jax.models.ops is its one seam): a training step of the model, traced with the
+    library built, calls no kernel, even inside `enabled()` (the decode loop packs its weights: the test above)."""
+    model = numpy_random_model(Qwen2ForCausalLM, Qwen2Config(**TINY), seed=5)
+    graphdef, state = nnx.split(model)
+    tokens = jnp.ones((2, 6), jnp.int32)
+
+    def loss(state):
+        return nnx.merge(graphdef, state)(tokens).mean()
+
+    train = jax.jit(jax.grad(loss)).lower(state).as_text()
+    assert "mle_dense_packed" not in train and "mle_split_cache_attention" not in train
+    assert ops.active_backend() is None
+    with cpu_decode.enabled():
+        assert ops.active_backend() is cpu_decode.BACKEND and cpu_decode.active()
+        inside = jax.jit(jax.grad(loss)).lower(state).as_text()
+    assert "mle_dense_packed" not in inside  # outside `packed_weights` a weight stays the model's own
+    assert ops.active_backend() is None

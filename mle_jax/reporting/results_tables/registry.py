@@ -103,7 +103,7 @@ OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo
 STEP_PROFILE_VARIANTS = {
     "1_blocked": "our blocked attention (float32 scores), float32 head backward",
     "2_cudnn": "`model.attention=dot_product` (cuDNN flash attention), float32 head backward",
-    "3_cudnn_bf16_head": "cuDNN attention, bf16 head backward (`qwen2.head_matmul`)",
+    "3_cudnn_bf16_head": "cuDNN attention, bf16 head backward (`ops.head_matmul`)",
     "4_cudnn_bf16_head_noremat_micro4": "the same, remat off (micro-batch 8 ran out of memory)",
     "5_chunk2048": "cuDNN attention, bf16 head backward, logits of 2,048 positions at a time (`ppo.logits_chunk`)",
     "6_chunk0": "the same, the logits of every position at once (`ppo.logits_chunk=0`)",
