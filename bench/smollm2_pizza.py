@@ -203,7 +203,9 @@ def _warm(arg: str, workdir: Path):
     s = settings(arg, workdir)
     task, packages = environment.prepare(s)
     t0 = time.perf_counter()
-    ws = warm_start(s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart")
+    ws = warm_start(
+        s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart", builders.local_sampler(s.sampler)
+    )
     return s, task, packages, ws, time.perf_counter() - t0
 
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from mle_jax.executor.sandbox import make_sandbox
+from mle_jax.run.builders import local_sampler
 from mle_jax.run.environment import prepare_mix
 from mle_jax.run.settings import from_config
 from mle_jax.warmstart.stage import measure_turn_two, sft_programs, warm_start
@@ -54,7 +55,9 @@ def load_config(spec: str):
 def arm(s, tasks, sandbox, packages, workdir: Path, remeasure: bool) -> dict:
     t0 = time.perf_counter()
     finished = (workdir / "policy" / "DONE").is_file()
-    ws = warm_start(s.warmstart, tasks[0] if len(tasks) == 1 else tasks, sandbox, packages, workdir)
+    ws = warm_start(
+        s.warmstart, tasks[0] if len(tasks) == 1 else tasks, sandbox, packages, workdir, local_sampler(s.sampler)
+    )
     m = ws.metrics
     out = {k: m[k] for k in KEPT if k in m} | {k: v for k, v in m.items() if k.startswith("debug_")}
     out["stage_s_this_call"] = round(time.perf_counter() - t0, 1)  # a resumed or loaded stage: its remainder
@@ -62,7 +65,9 @@ def arm(s, tasks, sandbox, packages, workdir: Path, remeasure: bool) -> dict:
         if len(tasks) != 1:
             raise SystemExit("--remeasure takes a run of one task")
         in_sft = sft_programs(s.warmstart, tasks, packages, [ws.verified])
-        again = measure_turn_two(s.warmstart, tasks, sandbox, packages, in_sft, ws.model, ws.tokenizer, workdir)
+        again = measure_turn_two(
+            s.warmstart, tasks, sandbox, packages, in_sft, ws.model, ws.tokenizer, workdir, local_sampler(s.sampler)
+        )
         out |= {f"{k}_at_stage": v for k, v in out.items() if k.startswith("debug_heldout")} | again
         out["remeasured"] = True
     records = workdir / "debug_heldout.jsonl"

@@ -27,8 +27,8 @@ from pathlib import Path
 from mle_jax.executor.runtime import sandbox_packages
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.instrument import instrument_batch
+from mle_jax.run.builders import local_sampler
 from mle_jax.run.settings import RunSettings, from_config
-from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.tasks.graders import grade
 from mle_jax.tasks.prepare import prepare
 from mle_jax.tasks.prompts import parse_response, render_prompt, scratch_messages
@@ -61,7 +61,7 @@ def evaluate(
     model, tokenizer, prompts: list[list[int]], task, sandbox, limits, s: RunSettings, seed: int, workers: int
 ) -> dict:
     """Samples one response per prompt; counts those with code, that exit ok, that grade valid."""
-    sampler = JaxSampler(model, tokenizer)
+    sampler = local_sampler(s.sampler)(model, tokenizer)
     t0 = time.perf_counter()
     comps = sampler.generate(prompts, n=1, seed=seed, **s.rollout.sampling.generate_kwargs())
     sample_s = time.perf_counter() - t0
@@ -129,7 +129,7 @@ def main() -> None:
     workers = s.executor.slots or 2
 
     t0 = time.perf_counter()
-    ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart")
+    ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart", local_sampler(s.sampler))
     stage_s = time.perf_counter() - t0
     prompts = {
         kind: build_prompts(kind, ws.tokenizer, task, s, packages, ws.verified, args.samples, args.seed)

@@ -29,7 +29,6 @@ from mle_jax.rl.batch import RolloutBatch
 from mle_jax.run import builders, environment
 from mle_jax.run.cli import config_flag, parse_flags
 from mle_jax.run.settings import from_config
-from mle_jax.sampling.jax_sampler import JaxSampler
 
 
 def drift(model: nnx.Module, batch: RolloutBatch, temperature: float, clip: float) -> dict[str, float]:
@@ -52,9 +51,10 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
     s = dataclasses.replace(s, workdir=str(out / "base"))
     task, packages = environment.prepare(s)
     initial, tokenizer, _ = builders.build_policy(s, task, packages, out / "base")
+    local = builders.local_sampler(s.sampler)
     results = {}
     with environment.open_environment(
-        s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
+        s, task, packages, initial, tokenizer, out / "base", sampler=local(initial, tokenizer)
     ) as env:
         rng = np.random.default_rng(s.seed)
         samples = env.sample(env.prompts(s.loop.batch_size, None, rng, improve_fraction=0.0), 0)
@@ -80,7 +80,7 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
             )
             metrics = learner.update(batch)
             model = learner.policy_model()
-            env_n = dataclasses.replace(env, sampler=JaxSampler(model, tokenizer))
+            env_n = dataclasses.replace(env, sampler=local(model, tokenizer))
             after = evaluate(evals, env_n)["scratch"]
             results[n] = {
                 **drift(model, batch, ppo_settings.temperature, ppo_settings.clip_ratio),
@@ -88,7 +88,7 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
                 "valid_fraction_after": after["valid_fraction"],
                 "mean_reward_after": after["mean_reward"],
             }
-        base = evaluate(evals, dataclasses.replace(env, sampler=JaxSampler(initial, tokenizer)))["scratch"]
+        base = evaluate(evals, dataclasses.replace(env, sampler=local(initial, tokenizer)))["scratch"]
     summary = {
         "batch": {"size": len(samples), "valid": int(sum(x.reward.valid for x in samples))},
         "before": {"valid_fraction": base["valid_fraction"], "mean_reward": base["mean_reward"]},

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.learner import Learner
 from mle_jax.run.settings import RunSettings, SamplerSettings
 from mle_jax.sampling import registry as samplers
+from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.stage import untrained_policy, warm_start
@@ -40,7 +41,7 @@ def build_policy(
     """
     if s.warmstart.enabled:
         sandbox = make_sandbox(s.executor)
-        ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart")
+        ws = warm_start(s.warmstart, task, sandbox, packages, workdir / "warmstart", local_sampler(s.sampler))
         metrics = {
             "corpus_verified": len(ws.verified),
             **{k: v for k, v in ws.metrics.items() if isinstance(v, int | float | str)},
@@ -88,6 +89,17 @@ def make_sampler(
     vLLM server at `url` (default `s.vllm_url`). frozen: of a frozen copy of `model` (the instrumenter's)."""
     cls = samplers.resolve(s.backend)
     return cls.from_settings(s, model, tokenizer, workdir, url=url, frozen=frozen)
+
+
+def local_sampler(s: SamplerSettings) -> Callable[..., JaxSampler]:
+    """How every in-process sampler outside the RL loop is made (the warm start's, the experiments', a bench's
+    evaluation of a model it holds): `(model, tokenizer, seed=0, **options) -> JaxSampler` with this run's sampler
+    settings (`jax_cpu_kernels`), whatever `s.backend` serves the loop; options are JaxSampler's own."""
+    return partial(_local_sampler, s)
+
+
+def _local_sampler(s: SamplerSettings, model: Qwen2ForCausalLM, tokenizer: Any, seed: int = 0, **options) -> JaxSampler:
+    return JaxSampler(model, tokenizer, seed=seed, cpu_kernels=s.jax_cpu_kernels, **options)
 
 
 def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenizer: Any, workdir: Path) -> InstrumentFn:

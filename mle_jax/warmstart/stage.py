@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,7 +36,7 @@ from mle_jax.models.hf import from_pretrained, save_pretrained
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.settings import ModelSettings
 from mle_jax.models.tokenizer import load_tokenizer
-from mle_jax.sampling.jax_sampler import JaxSampler
+from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.prompts import scratch_messages
 from mle_jax.tasks.task import Task
 from mle_jax.warmstart.corpus import CorpusItem, VerifiedItem, sandbox_run_fn, select_balanced, verify_corpus
@@ -241,6 +241,7 @@ def measure_turn_two(
     model: Qwen2ForCausalLM,
     tokenizer: Any,
     workdir: Path,
+    local_sampler: Callable[..., Sampler],
     progress: bool = True,
 ) -> dict[str, Any]:
     """The warm-started policy's turn 2 after faulty runs of held-out grid programs (`warmstart.debug_eval` of them,
@@ -248,7 +249,7 @@ def measure_turn_two(
     task), run and graded in the sandbox. Writes each try to workdir/debug_heldout.jsonl; returns the
     `debug_heldout_*` metrics (`debug.fix_metrics`)."""
     records: list[dict] = []
-    sampler = JaxSampler(model, tokenizer, seed=settings.seed)
+    sampler = local_sampler(model, tokenizer, seed=settings.seed)
     n_eval = -(-settings.debug_eval // len(tasks))  # each task's share, rounded up
     for t, exclude in zip(tasks, in_sft, strict=True):
         observe = observe_fn(settings, sandbox, t)
@@ -314,6 +315,7 @@ def warm_start(
     sandbox: Sandbox,
     packages: Sequence[str],
     workdir: str | Path,
+    local_sampler: Callable[..., Sampler],
     progress: bool = True,
 ) -> WarmStart:
     """Runs (or resumes, or loads the finished result of) the warm-start stage for `task` in `workdir`.
@@ -321,7 +323,8 @@ def warm_start(
     The SFT set: one scratch-prompt example per verified program, plus improve-prompt examples
     (`settings.improve_fraction` of the set, see `mle_jax.warmstart.improve`).
     sandbox: `make_sandbox(...)` (programs are verified in it); packages: the sandbox's packages
-    (they gate model families in the corpus and appear in the prompt, as in RL).
+    (they gate model families in the corpus and appear in the prompt, as in RL). local_sampler: `(model, tokenizer,
+    seed=0) -> Sampler` in process, the run's (run/builders.local_sampler), for the stage's evaluations.
     task: one task, or the tasks of a mix: then the SFT set is the union of each task's (each prompt names its
     task), the instrumentation examples are drawn from every task's programs, the tokenizer is trained on all,
     and each task's corpus is verified in workdir/<task id>/.
@@ -395,7 +398,7 @@ def warm_start(
         rng = random.Random(settings.seed)
         probe = rng.sample(held_out, min(settings.instrument_eval, len(held_out)))
         metrics["instrument_heldout"] = len(probe)
-        held = heldout_instrumentation(JaxSampler(model, tokenizer), tokenizer, probe, settings.instrument)
+        held = heldout_instrumentation(local_sampler(model, tokenizer), tokenizer, probe, settings.instrument)
         metrics.update({f"instrument_heldout_{k}": v for k, v in held.items()})
     if settings.debug_fraction > 0 or settings.measures_debug:
         metrics["debug_context"] = settings.debug_context
@@ -403,7 +406,9 @@ def warm_start(
     if settings.measures_debug:
         in_sft = sft_programs(settings, tasks, packages, verified_by_task)
         metrics.update(
-            measure_turn_two(settings, tasks, sandbox, packages, in_sft, model, tokenizer, workdir, progress)
+            measure_turn_two(
+                settings, tasks, sandbox, packages, in_sft, model, tokenizer, workdir, local_sampler, progress
+            )
         )
     save_pretrained(model, policy_dir)
     tokenizer.save_pretrained(str(policy_dir))

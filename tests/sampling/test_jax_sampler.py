@@ -297,3 +297,25 @@ def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
         assert (c.finish_reason == "stop") == (len(stop_at) > 0)
         if len(stop_at):
             assert stop_at[0] == len(c.token_ids) - 1
+
+
+def test_every_in_process_sampler_takes_the_runs_sampler_settings(models):
+    """One way to build a sampler: outside sampling/, only run/builders constructs a JaxSampler (`make_sampler` for
+    the loop, `local_sampler` for the warm start, the experiments and evaluations of a held model), so
+    sampler.jax_cpu_kernels=false reaches every one of them."""
+    from pathlib import Path
+
+    import mle_jax
+    from mle_jax.run.builders import local_sampler
+
+    root = Path(mle_jax.__file__).parent
+    builds = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "JaxSampler(" in p.read_text() and p.parent.name != "sampling"
+    )
+    assert builds == ["run/builders.py"]
+    _, ours = models
+    off = local_sampler(SamplerSettings(backend="jax", jax_cpu_kernels=False))(ours, None, seed=3)
+    on = local_sampler(SamplerSettings(backend="vllm"))(ours, None)  # in process whatever serves the loop
+    assert not off.cpu_kernels and on.cpu_kernels

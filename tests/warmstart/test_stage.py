@@ -12,6 +12,7 @@ import pytest
 from configs import pizza as pizza_config
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.executor.settings import ExecutorSettings
+from mle_jax.run.builders import local_sampler
 from mle_jax.run.settings import from_config
 from mle_jax.tasks.prepare import prepare
 from mle_jax.warmstart.programs.pizza import PIZZA
@@ -29,10 +30,11 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
     cfg.warmstart.instrument_examples, cfg.warmstart.instrument_eval = 2, 2  # + 2 instrumentation examples (C.3)
     cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
     cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
-    settings = from_config(cfg).warmstart
+    rs = from_config(cfg)
+    settings, local = rs.warmstart, local_sampler(rs.sampler)
     sandbox = make_sandbox(ExecutorSettings(backend="bwrap"))
     packages = ["numpy", "pandas", "scipy", "scikit-learn"]
-    ws = warm_start(settings, task, sandbox, packages, tmp_path / "ws", progress=False)
+    ws = warm_start(settings, task, sandbox, packages, tmp_path / "ws", local, progress=False)
     assert len(ws.verified) == 3 and all(0.5 < v.score < 0.85 for v in ws.verified)
     assert ws.metrics["steps"] == 4 and ws.metrics["final_loss"] < ws.metrics["first_loss"]
     assert (ws.policy_dir / "DONE").is_file() and (ws.policy_dir / "config.json").is_file()
@@ -52,7 +54,7 @@ def test_warm_start_stage_trains_saves_and_reloads(raw_data_dir: Path, tmp_path)
         def run(self, *a, **k):
             raise AssertionError("a verified program was run again")
 
-    again = warm_start(settings, task, NoRuns(), packages, tmp_path / "ws", progress=False)
+    again = warm_start(settings, task, NoRuns(), packages, tmp_path / "ws", local, progress=False)
     tokens = jnp.asarray([ws.tokenizer.encode("import numpy as np")], jnp.int32)
     np.testing.assert_allclose(np.asarray(again.model(tokens)), np.asarray(ws.model(tokens)), rtol=1e-5, atol=1e-5)
     assert again.tokenizer.encode("train.json") == ws.tokenizer.encode("train.json")
@@ -71,11 +73,10 @@ def test_warm_start_with_debug_examples_teaches_and_measures_turn_two(raw_data_d
     cfg.warmstart.instrument_examples = 0
     cfg.model.hidden_size, cfg.model.intermediate_size, cfg.model.num_hidden_layers = 64, 128, 1
     cfg.model.num_attention_heads, cfg.model.num_key_value_heads = 2, 1
-    settings = from_config(cfg).warmstart
+    rs = from_config(cfg)
     packages = ["numpy", "pandas", "scipy", "scikit-learn"]
-    ws = warm_start(
-        settings, task, make_sandbox(ExecutorSettings(backend="bwrap")), packages, tmp_path / "ws", progress=False
-    )
+    sandbox = make_sandbox(ExecutorSettings(backend="bwrap"))
+    ws = warm_start(rs.warmstart, task, sandbox, packages, tmp_path / "ws", local_sampler(rs.sampler), progress=False)
     m = ws.metrics
     assert m["debug_context"] == "conversation" and m["debug_faults_run"] == 2 and m["debug_examples"] == 2
     assert m["examples"] == 3 + 3 + 2

@@ -98,7 +98,8 @@ def run_arm(
     c = loop.counters
     evaluated_here = not (arm_dir / "after.json").is_file()
     after_env = dataclasses.replace(  # seeds: fresh
-        with_agent(base_env, s.rollout.agent), sampler=JaxSampler(learner.policy_model(), tokenizer)
+        with_agent(base_env, s.rollout.agent),
+        sampler=builders.local_sampler(s.sampler)(learner.policy_model(), tokenizer),
     )
     after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env, draws=draws))
     stats = {
@@ -209,7 +210,13 @@ def experiment(
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
     # the frozen instrumenter is the initial policy's; before RL, the initial policy is sampled afresh (eval seeds)
     with environment.open_environment(
-        s, task, packages, initial, tokenizer, out / "base", sampler=JaxSampler(initial, tokenizer)
+        s,
+        task,
+        packages,
+        initial,
+        tokenizer,
+        out / "base",
+        sampler=builders.local_sampler(s.sampler)(initial, tokenizer),
     ) as before_env:
         befores = {}
         for k in sorted(set(arm_turns.values()), key=lambda k: -1 if k is None else k):
