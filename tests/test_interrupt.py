@@ -77,14 +77,16 @@ def test_ctrl_c_stops_the_evaluation_while_its_runs_are_in_flight():
 
     from rich.progress import Progress
 
-    from mle_jax.env.evaluation import _run_all
+    from mle_jax.env.driver import EpisodeDriver
+    from mle_jax.env.evaluation import _run_round
 
-    pending = SimpleNamespace(done=False, future=Future())  # a run that never returns
+    driver = EpisodeDriver(env=None)
+    driver.in_flight.append(SimpleNamespace(done=False, future=Future()))  # a run that never returns
     with interrupt.stop_on_sigint("stopping", "stopped"):
         os.kill(os.getpid(), signal.SIGINT)
         while not interrupt.requested():
             time.sleep(0.01)
         t0 = time.monotonic()
         with pytest.raises(interrupt.Interrupted, match="during the evaluation"), Progress(disable=True) as progress:
-            _run_all([pending], env=None, progress=progress, label="eval: from scratch")
+            _run_round(driver, 1, 0, progress, "eval: from scratch")
         assert time.monotonic() - t0 < 5

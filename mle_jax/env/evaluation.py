@@ -10,12 +10,12 @@ the samples at each level; the paper's figures get theirs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import wait
 
 import numpy as np
 from rich.progress import Progress
 
 from mle_jax.env import rollout
+from mle_jax.env.driver import EpisodeDriver
 from mle_jax.env.episodes import Episode
 from mle_jax.env.printed_metric import best_of_printed
 from mle_jax.env.settings import EvalSettings
@@ -26,17 +26,16 @@ from mle_jax.tasks.medals import medal, medal_summary
 from mle_jax.tasks.paper import PAPER_TABLE1
 
 
-def _run_all(samples: list[rollout.Sample], env: rollout.Environment, progress: Progress, label: str) -> None:
-    job = progress.add_task(label, total=len(samples))
-    progress.update(job, advance=sum(s.done for s in samples))
-    futures = {s.future: s for s in samples if s.future is not None}
-    while futures:
-        done, _ = wait(list(futures), timeout=0.5, return_when="FIRST_COMPLETED")
-        # Ctrl-C (infra/interrupt.py): the runs in flight are cancelled when the environment closes
-        interrupt.raise_if_requested(f"stopped during the evaluation ({label}), after RL")
-        for f in done:
-            env.finish(futures.pop(f), f.result())
-            progress.advance(job)
+def _run_round(driver: EpisodeDriver, total: int, ended_at_once: int, progress: Progress, label: str) -> None:
+    """Runs the driver's turns in flight to their end, with a progress bar of `total` turns (`ended_at_once` of them
+    ended without a run)."""
+    job = progress.add_task(label, total=total)
+    progress.update(job, advance=ended_at_once)
+    # Ctrl-C (infra/interrupt.py): the runs in flight are cancelled when the environment closes
+    driver.run_out(
+        on_turn=lambda _: progress.advance(job),
+        interrupted=lambda: interrupt.raise_if_requested(f"stopped during the evaluation ({label}), after RL"),
+    )
 
 
 def summarize(
@@ -112,8 +111,9 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
         if settings.improve:
             next_uid = 1 + max(s.uid for e in episodes for s in e.turns)  # n after n one-turn episodes
             improved = env.sample([env.improve_prompt(env.previous(s)) for s in scratch], next_uid)
-            env.submit(improved)
-            _run_all(improved, env, progress, "eval: improve")
+            driver = EpisodeDriver(env)
+            _, ended = driver.start(improved)
+            _run_round(driver, len(improved), len(ended), progress, "eval: improve")
             out["improved"] = _summary(improved, task_id, lower)
             better_scores, better_rewards = [], []
             for a, b in zip(scratch, improved, strict=True):
@@ -133,23 +133,20 @@ def run_episodes(
 ) -> list[Episode]:
     """One episode per prompt, of at most `turns` turns (env/episodes.py), turn by turn: every episode's turn k runs
     on the fleet together; an episode whose response had no code ends there."""
+    driver = EpisodeDriver(env, turns)
     first = env.sample(prompts, 0)
-    env.submit(first)
-    _run_all(first, env, progress, label if turns == 1 else f"{label}: turn 1")
-    episodes = {s.uid: Episode([s]) for s in first}
+    episodes, ended = driver.start(first)
+    _run_round(driver, len(first), len(ended), progress, label if turns == 1 else f"{label}: turn 1")
     uid = len(first)
     for k in range(2, turns + 1):
-        lasts = [e.last for e in episodes.values() if e.continues(turns)]
-        if not lasts:
+        if not driver.ready:
             break
-        new = env.next_turns(lasts, uid)
+        new, ended = driver.advance(uid, key=lambda s: s.episode)  # in the episodes' order
         uid += len(new)
-        for s in new:
-            episodes[s.episode].turns.append(s)
-        _run_all(new, env, progress, f"{label}: turn {k}")
-    for e in episodes.values():
+        _run_round(driver, len(new), len(ended), progress, f"{label}: turn {k}")
+    for e in episodes:
         e.ended = True
-    return list(episodes.values())
+    return episodes
 
 
 def episode_summary(episodes: list[Episode], task_id: str, lower_is_better: bool) -> dict:

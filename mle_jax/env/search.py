@@ -53,13 +53,13 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from mle_jax.env import rollout
+from mle_jax.env.driver import EpisodeDriver
 from mle_jax.executor.result import Status
 from mle_jax.tasks.medals import medal
 from mle_jax.tasks.progress import untag
@@ -413,16 +413,9 @@ def run_searches(
         uid += len(samples)
         for (s, node, _), sample in zip(proposed, samples, strict=True):
             s.samples[node.id] = sample
-        env.submit(samples)
-        futures = {sample.future: (s, node, sample) for (s, node, _), sample in zip(proposed, samples, strict=True)}
-        futures.pop(None, None)  # samples without code: finished by submit
-        while futures:
-            finished, _ = wait(list(futures), timeout=0.5, return_when="FIRST_COMPLETED")
-            if interrupted is not None:
-                interrupted()
-            for f in finished:
-                _, _, sample = futures.pop(f)
-                env.finish(sample, f.result())
+        driver = EpisodeDriver(env)  # a node is one turn: submitted, run, graded and observed by the driver
+        driver.start(samples)
+        driver.run_out(interrupted=interrupted)
         for s, node, sample in ((s, node, s.samples[node.id]) for s, node, _ in proposed):
             metric, source = node_metric(sample.raw_output, sample.tag)
             s.tree.finish(node.id, is_buggy(sample), metric)

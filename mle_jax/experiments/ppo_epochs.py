@@ -21,6 +21,7 @@ import numpy as np
 from absl import app, flags, logging
 from flax import nnx
 
+from mle_jax.env.driver import EpisodeDriver
 from mle_jax.env.evaluation import evaluate
 from mle_jax.reporting import provenance
 from mle_jax.reporting.markdown import markdown_table
@@ -58,10 +59,9 @@ def measure(cfg: Any, out: Path, epochs: list[int], fresh_samples: int) -> dict:
     ) as env:
         rng = np.random.default_rng(s.seed)
         samples = env.sample(env.prompts(s.loop.batch_size, None, rng, improve_fraction=0.0), 0)
-        env.submit(samples)
-        for smp in samples:
-            if smp.future is not None:
-                env.finish(smp, smp.future.result())
+        driver = EpisodeDriver(env)
+        driver.start(samples)
+        driver.run_out()
         batch = RolloutBatch.from_sequences(
             [x.prompt.prompt_ids for x in samples],
             [x.completion.token_ids for x in samples],

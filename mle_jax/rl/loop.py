@@ -30,13 +30,13 @@ abandons a step still waiting for its runs (a resumed run samples its prompts ag
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mle_jax.env import rollout
+from mle_jax.env.driver import POLL_S, EpisodeDriver, Turn
 from mle_jax.env.episodes import Episode, episode_rows, inert_row, turn_group, turn_row
 from mle_jax.env.improve_buffer import ImproveBuffer
 from mle_jax.infra import interrupt
@@ -50,8 +50,6 @@ from mle_jax.rl.settings import LoopSettings
 from mle_jax.tasks.medals import medal_summary
 from mle_jax.tasks.registry import get_spec
 from mle_jax.tasks.reward import task_scores
-
-POLL_S = 0.5  # a blocking wait for runs returns this often, to see a stop request (Ctrl-C)
 
 
 class ExecutorDown(RuntimeError):
@@ -266,11 +264,11 @@ class AsyncRLLoop:
         self._drawn_kinds: list[str] = []  # the kinds of the prompts sampled since the last step's metrics
         self.rng = np.random.default_rng(settings.seed)
         self.pad_id = int(getattr(env.tokenizer, "pad_token_id", None) or 0)
-        self.in_flight: list[rollout.Sample] = []  # the running turn of each live episode
+        # submits, waits on and finishes every turn; holds the running turn of each live episode (env/driver.py)
+        self.driver = EpisodeDriver(env, env.settings.agent.turns)
         self.last_used: list[rollout.Sample] = []  # the samples (every turn) of the latest update, for inspection
         # finished episodes in completion order (members of groups not yet finished too); one turn each by default
         self.finished: list[Episode] = []
-        self.live: dict[int, Episode] = {}  # episodes with a turn running, by episode uid
         self.turns = env.settings.agent.turns
         # "turn" credit: a batch is the first B finished turns. The graded turns not yet trained, in completion order,
         # as (episode, turn, turn number); with groups (n > 1) a turn an ended episode did not reach is (episode, None,
@@ -280,6 +278,16 @@ class AsyncRLLoop:
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
         self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
         self.saved_step: int | None = None  # the newest step checkpointed (or resumed from)
+
+    @property
+    def in_flight(self) -> list[rollout.Sample]:
+        """The running turn of each live episode (the driver's)."""
+        return self.driver.in_flight
+
+    @property
+    def live(self) -> dict[int, Episode]:
+        """Episodes with a turn running, by episode uid (the driver's)."""
+        return self.driver.live
 
     # ---- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -314,72 +322,51 @@ class AsyncRLLoop:
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         t1 = time.monotonic()
-        self.env.submit(samples)
+        _, ended = self.driver.start(samples)
         self.counters.instrument_s += time.monotonic() - t1
-        self._track([Episode([s]) for s in samples])
+        self._started(samples, ended)
         self.counters.sample_s += time.monotonic() - t0
 
-    def _track(self, episodes: list[Episode]) -> None:
-        """Counts the instrumenter's path of each episode's newest turn; a turn without code ends its episode at once
-        (finished), a running one is in flight."""
-        for e in episodes:
-            s = e.last
+    def _started(self, samples: list[rollout.Sample], ended: list[Turn]) -> None:
+        """Counts the instrumenter's path of each new turn; a turn without code ended its episode at once."""
+        for s in samples:
             self.counters.instrumented_lm += s.instrument_path == "lm"
             self.counters.instrumented_fallback += s.instrument_path == "fallback"
             self.counters.instrumented_unparsed += s.instrument_path == "unparsed"
-            if s.done:
-                self._turn_done(e, s)
-                self._end(e)
-            else:
-                self.live[e.uid] = e
-                self.in_flight.append(s)
+        for t in ended:
+            self._turn_done(t.episode, t.sample)
+            self._end(t.episode)
 
-    def _next_turns(self, lasts: list[rollout.Sample]) -> None:
-        """Samples the next turn of the episodes whose turns `lasts` just finished, with the current weights, without
+    def _next_turns(self) -> None:
+        """Samples the next turn of the episodes whose turns just finished, with the current weights, without
         waiting for the other episodes, and queues their programs."""
         t0 = time.monotonic()
-        samples = self.env.next_turns(lasts, self.counters.next_uid)
+        samples, ended = self.driver.advance(self.counters.next_uid)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
-        episodes = []
-        for s in samples:
-            e = self.live[s.episode]
-            e.turns.append(s)
-            episodes.append(e)
-        self._track(episodes)
+        self._started(samples, ended)
         self.counters.sample_s += time.monotonic() - t0
 
     def _collect(self, block: bool) -> None:
-        """Moves finished runs to `finished`, in completion order; grades them outside the sandbox."""
-        pending = [s.future for s in self.in_flight if s.future is not None]
-        if not pending:
-            return
-        done, _ = wait(pending, timeout=POLL_S if block else 0, return_when=FIRST_COMPLETED)
-        still, broken, continuing = [], set(), []
-        for s in self.in_flight:
-            if s.future in done:
-                self.env.finish(s, s.future.result())
-                self.counters.exec_busy_s += s.duration_s
-                if s.result.infra_failure:
-                    broken.add(s.group)
-                    self._infra_failure(s)
-                    continue
-                self.infra_streak = 0
-                self.buffer.add(self.env.previous(s), s.reward.n_prints)
-                episode = self.live[s.episode]
-                self._turn_done(episode, s)
-                if episode.continues(self.turns):
-                    continuing.append(s)
-                else:
-                    self._end(episode)
-            else:
-                still.append(s)
-        self.in_flight = still
+        """Moves finished runs to `finished`, in completion order (the driver grades them outside the sandbox); the
+        episodes that go on get their next turn."""
+        broken = set()
+        for t in self.driver.poll(POLL_S if block else 0):
+            s = t.sample
+            self.counters.exec_busy_s += s.duration_s
+            if t.outcome == "failed":
+                broken.add(s.group)
+                self._infra_failure(s)
+                continue
+            self.infra_streak = 0
+            self.buffer.add(self.env.previous(s), s.reward.n_prints)
+            self._turn_done(t.episode, s)
+            if t.outcome == "ended":
+                self._end(t.episode)
         if broken:
             self._drop_groups(broken)
-            continuing = [s for s in continuing if s.group not in broken]
-        if continuing:
-            self._next_turns(continuing)
+        if self.driver.ready:
+            self._next_turns()
 
     def _turn_done(self, e: Episode, s: rollout.Sample) -> None:
         """A turn was graded (or ended without code): with "turn" credit it may train from now on."""
@@ -388,9 +375,8 @@ class AsyncRLLoop:
 
     def _end(self, e: Episode) -> None:
         """No further turn of `e` will be sampled: it joins `finished`; with "turn" credit and groups, each turn it did
-        not reach becomes an inert member of that turn's group."""
+        not reach becomes an inert member of that turn's group (the driver has taken it out of `live`)."""
         e.ended = True
-        self.live.pop(e.uid, None)
         self.finished.append(e)
         if self.per_turn and self.settings.group_size > 1:
             self.turn_queue += [(e, None, k) for k in range(len(e.turns) + 1, self.turns + 1)]
@@ -398,14 +384,9 @@ class AsyncRLLoop:
     def _drop_groups(self, groups: set[int]) -> None:
         """Drops the other members of groups one of whose runs failed in the executor: their queued runs are
         cancelled, running and finished ones are never trained on (an update trains on whole groups only)."""
-        dropped = [s for s in self.in_flight if s.group in groups]
+        dropped = self.driver.drop(groups)  # cancelled: a queued run never starts
         dropped += [s for e in self.finished if e.group in groups for s in e.turns]
-        for s in dropped:
-            if s.future is not None:
-                s.future.cancel()
-        self.in_flight = [s for s in self.in_flight if s.group not in groups]
         self.finished = [e for e in self.finished if e.group not in groups]
-        self.live = {uid: e for uid, e in self.live.items() if e.group not in groups}
         self.turn_queue = [x for x in self.turn_queue if x[0].group not in groups]
         self.counters.dropped_with_group += len(dropped)
 
@@ -444,8 +425,7 @@ class AsyncRLLoop:
             self.requeued.append(runs[0].prompt)  # the group's prompt (its members share it)
             self.counters.resampled_stale += len(runs)
             taken.add(group)
-        self.in_flight = [s for s in self.in_flight if s.group not in taken]
-        self.live = {uid: e for uid, e in self.live.items() if e.group not in taken}
+        self.driver.drop(taken, cancel=False)  # cancelled above
 
     def _finished_groups(self) -> list[list[Episode]]:
         """The groups all of whose n episodes have finished, in the order their last member finished."""
@@ -664,9 +644,6 @@ class AsyncRLLoop:
 
     def close(self) -> None:
         """Cancels queued runs and waits for checkpoint writes in flight (orbax saves asynchronously)."""
-        for s in self.in_flight:
-            if s.future is not None:
-                s.future.cancel()
-        self.in_flight = []
+        self.driver.close()
         self.checkpointer.close()
         self.writer.close()

@@ -27,12 +27,13 @@ import itertools
 import random
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rich.progress import Progress
 
+from mle_jax.env.driver import POLL_S, wait_for_runs
 from mle_jax.env.rollout import previous_output
 from mle_jax.executor.grading import grade_run
 from mle_jax.infra import interrupt
@@ -179,7 +180,8 @@ def parallel_runs(
                 for f in pending:
                     f.cancel()
                 raise interrupt.Interrupted(f"stopped while running the warm start's {label} (finished runs are kept)")
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            done = wait_for_runs(pending, POLL_S)  # the one wait on runs (env/driver.py)
+            pending -= done
             for f in done:
                 i = index[f]
                 results[i] = f.result()

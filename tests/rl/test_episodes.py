@@ -284,7 +284,7 @@ def test_turn_credit_groups_complete_with_inert_rows_for_turns_an_episode_did_no
     loop = AsyncRLLoop.__new__(AsyncRLLoop)
     loop.settings = SimpleNamespace(group_size=2, batch_size=4)
     loop.env = SimpleNamespace(settings=SimpleNamespace(max_sequence_tokens=8))
-    loop.turns, loop.per_turn, loop.pad_id, loop.live = 3, True, 0, {}
+    loop.turns, loop.per_turn, loop.pad_id = 3, True, 0
     loop.finished, loop.turn_queue = [], []
     loop._turn_done(a, a.turns[0])
     loop._end(a)  # inert members for turns 2 and 3
