@@ -32,8 +32,11 @@ from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
-from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
-from mle_jax.rl.ppo_settings import PPOSettings  # noqa: E402
+from mle_jax.rl.learner import Learner  # noqa: E402
+from mle_jax.rl.settings import (
+    LearnerSettings,  # noqa: E402
+    PPOSettings,  # noqa: E402
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algorithms", ["ppo", "grpo"], "objectives to time (the first is the peer of the ratios)")

@@ -28,8 +28,11 @@ from mle_jax.models.qwen2 import Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.settings import ModelSettings  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
-from mle_jax.rl.learner import Learner, LearnerSettings  # noqa: E402
-from mle_jax.rl.ppo_update import PPOSettings  # noqa: E402
+from mle_jax.rl.learner import Learner  # noqa: E402
+from mle_jax.rl.settings import (
+    LearnerSettings,  # noqa: E402
+    PPOSettings,  # noqa: E402
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "B: samples per update")

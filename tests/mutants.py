@@ -32,7 +32,7 @@ class Mutant:
 
 
 MUTANTS = (
-    Mutant("duration weights set to ones", "mle_jax/rl/ppo.py",
+    Mutant("duration weights set to ones", "mle_jax/rl/duration.py",
            "    w = d / jnp.maximum(mean(d), 1e-12)\n", "    w = jnp.ones_like(d)\n",
            ("tests/rl/test_ppo.py",)),
     Mutant("same-id statistics pooled over every id", "mle_jax/rl/groups.py",

@@ -16,9 +16,7 @@ from mle_jax.infra.optim import OptimSettings
 from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.reporting.report import ReportSettings
-from mle_jax.rl.learner import LearnerSettings
-from mle_jax.rl.ppo_update import PPOSettings
-from mle_jax.rl.settings import LoopSettings
+from mle_jax.rl.settings import LearnerSettings, LoopSettings, PPOSettings
 from mle_jax.run.settings import ConfigError, RunSettings, SamplerSettings, from_config
 from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.tasks.prompts import PromptSettings

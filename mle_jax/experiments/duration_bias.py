@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 from rich.progress import Progress
 
 from mle_jax.reporting import provenance
-from mle_jax.rl import ppo
+from mle_jax.rl import duration, ppo
 from mle_jax.rl.batch import RolloutBatch
 
 
@@ -179,7 +179,7 @@ def make_update(cfg: SimConfig, duration_mode: str, ref_logits: jax.Array):
         adv, ret = ppo.gae(tok_r, values, maskf, 1.0, 1.0)
         if cfg.whiten_advantages:
             adv = ppo.masked_whiten(adv, maskf)
-        weights = ppo.duration_weights(durations, duration_mode)
+        weights = duration.duration_weights(durations, duration_mode)
         for _ in range(cfg.epochs):
             grads, metrics = jax.grad(loss_fn, has_aux=True)(
                 params, tokens, maskf, behaviour_lp, values, adv, ret, weights

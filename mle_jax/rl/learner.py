@@ -12,7 +12,6 @@ with a NamedSharding from the weights' logical axes (mle_jax.infra.sharding), ba
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,32 +26,11 @@ from jax.sharding import Mesh
 
 from mle_jax.infra import sharding as shd
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.infra.optim import OptimSettings
 from mle_jax.models import lora
 from mle_jax.rl import objectives
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, PPOSettings, TrainState, ppo_update
-
-
-@dataclasses.dataclass(frozen=True)
-class LearnerSettings:
-    """What the learner needs of the run config: the objective (the `learner` section), the update's knobs, the
-    optimizers, where the frozen reference lives, and the seed of the update's shuffling."""
-
-    algorithm: str = "ppo"  # a name in rl/objectives.OBJECTIVES
-    ppo: PPOSettings = dataclasses.field(default_factory=PPOSettings)
-    optim: OptimSettings = dataclasses.field(default_factory=OptimSettings)
-    reference_on_host: bool = False  # keep the frozen reference in pinned host memory (saves device memory)
-    seed: int = 0
-    # adapters on the policy and the critic over one frozen base, which is the reference (rank 0: every weight)
-    lora: lora.LoraSettings = dataclasses.field(default_factory=lora.LoraSettings)
-
-    def __post_init__(self) -> None:
-        objectives.get(self.algorithm)  # ValueError naming the choices
-
-    @property
-    def objective(self) -> objectives.Objective:
-        return objectives.get(self.algorithm)
+from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, TrainState, ppo_update
+from mle_jax.rl.settings import LearnerSettings
 
 
 class ParamTree:

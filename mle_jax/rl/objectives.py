@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 from jax import Array
 
 from mle_jax.rl import ppo
 from mle_jax.rl.advantages import group_advantages
-from mle_jax.rl.ppo_settings import PPOSettings
+
+if TYPE_CHECKING:  # rl/settings.py validates its algorithm against this module
+    from mle_jax.rl.settings import PPOSettings
 
 
 class Objective(abc.ABC):

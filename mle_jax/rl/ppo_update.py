@@ -21,9 +21,9 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mle_jax.infra import sharding as shd
-from mle_jax.rl import ppo
+from mle_jax.rl import duration, ppo
 from mle_jax.rl.objectives import Objective
-from mle_jax.rl.ppo_settings import PPOSettings
+from mle_jax.rl.settings import PPOSettings
 
 Nested = dict[str, Any]
 BATCH_KEYS = (
@@ -143,7 +143,7 @@ def ppo_update(
     adv = objective.advantages(s, batch, mask, behaviour_lp, ref_lp, values)
     advantages, kl = adv["advantages"], adv["kl"]
     tasks = batch["task_ids"]  # duration weights and the slow flag are relative to the sample's own task
-    weights = ppo.duration_weights(
+    weights = duration.duration_weights(
         batch["durations_s"], s.duration_weights, s.duration_max_weight, s.min_duration_s, task_ids=tasks
     )
     durations = batch["durations_s"].astype(jnp.float32)

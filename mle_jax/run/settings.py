@@ -22,9 +22,7 @@ from mle_jax.instrument import InstrumentSettings
 from mle_jax.models.settings import ModelSettings
 from mle_jax.reporting.report import ReportSettings
 from mle_jax.rl import objectives
-from mle_jax.rl.learner import LearnerSettings
-from mle_jax.rl.ppo_update import PPOSettings
-from mle_jax.rl.settings import LoopSettings
+from mle_jax.rl.settings import LearnerSettings, LoopSettings, PPOSettings
 from mle_jax.sampling import registry as samplers
 from mle_jax.sampling.protocol import SamplingSettings
 from mle_jax.tasks.prepare import PREPARERS, TaskSettings

@@ -18,8 +18,8 @@ from flax import nnx
 from mle_jax.infra.optim import OptimSettings
 from mle_jax.models import hf, lora
 from mle_jax.models.value import Qwen2ValueModel
-from mle_jax.rl.learner import Learner, LearnerSettings, ParamTree
-from mle_jax.rl.ppo_settings import PPOSettings
+from mle_jax.rl.learner import Learner, ParamTree
+from mle_jax.rl.settings import LearnerSettings, PPOSettings
 from tests.models.reference import TINY, torch_logits, torch_qwen2
 from tests.rl.tiny import mesh
 

@@ -13,7 +13,7 @@ from flax import nnx
 
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
-from mle_jax.rl import ppo
+from mle_jax.rl import duration, ppo
 from mle_jax.rl.learner import Learner
 from mle_jax.rl.ppo_update import merge_micro, split_micro
 from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, params_digest, random_batch
@@ -34,7 +34,7 @@ def reference_step(cfg, policy, value, batch, task_ids=None):
     tok_r, _ = ppo.token_rewards(jnp.asarray(batch.rewards), mask, blp, ref_lp, s.kl_coef, s.kl_estimator)
     adv, ret = ppo.gae(tok_r, values, mask, s.gamma, s.lam)
     adv = ppo.task_masked_whiten(adv, mask, task_ids)
-    w = ppo.duration_weights(
+    w = duration.duration_weights(
         jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight, task_ids=task_ids
     )
 
@@ -115,7 +115,7 @@ def test_update_of_two_tasks_whitens_and_weighs_within_each_task():
     np.testing.assert_allclose(metrics["actor/grad_norm"], per_task[0][1], rtol=1e-4)
     assert abs(per_task[0][1] - whole[0][1]) > 0.05 * whole[0][1]  # the per-task scales change the step
     assert max(float(np.abs(np.asarray(g) - np.asarray(o)).max()) for g, o in zip(got, other, strict=True)) > 1e-3
-    w = ppo.duration_weights(jnp.asarray(batch.durations_s), "batch_mean", task_ids=jnp.asarray(tasks))
+    w = duration.duration_weights(jnp.asarray(batch.durations_s), "batch_mean", task_ids=jnp.asarray(tasks))
     assert metrics["duration/weight_max"] == pytest.approx(float(jnp.max(w)), rel=1e-6)
     assert metrics["duration/weight_min"] == pytest.approx(float(jnp.min(w)), rel=1e-6)
 

@@ -20,10 +20,11 @@ from flax import nnx
 from configs import pizza
 from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
 from mle_jax.planner.programs import abstract_models
-from mle_jax.rl import objectives, ppo
+from mle_jax.rl import duration, objectives, ppo
 from mle_jax.rl.advantages import group_advantages
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.learner import Learner, LearnerSettings, version_lags
+from mle_jax.rl.learner import Learner, version_lags
+from mle_jax.rl.settings import LearnerSettings
 from mle_jax.run import builders, preflight
 from mle_jax.run.settings import ConfigError, from_config
 from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, params_digest, random_batch
@@ -60,7 +61,7 @@ def reference_group_step(cfg: LearnerSettings, policy: nnx.Module, batch: Rollou
     blp = jnp.asarray(batch.behaviour_logprobs)
     ref_lp = ppo.token_logprobs(ref(tokens, attention_mask=attn), tokens) * mask
     adv = group_advantages(jnp.asarray(batch.rewards), jnp.asarray(batch.group_ids), "grpo")[:, None] * mask
-    w = ppo.duration_weights(jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight)
+    w = duration.duration_weights(jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight)
 
     def objective(model):
         logits = model(tokens, attention_mask=attn)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mle_jax.rl import ppo
+from mle_jax.rl import duration, ppo
 
 
 def numpy_gae(rewards, values, mask, gamma, lam):
@@ -256,38 +256,40 @@ def test_duration_weights_per_task_hand_worked():
     # task 0: Δt 1, 3 (mean 2); task 1: Δt 10, 20, 30 (mean 20); task 2: Δt 5, 5 (no information)
     d = jnp.array([1.0, 10.0, 3.0, 20.0, 5.0, 30.0, 5.0])
     tasks = jnp.array([0, 1, 0, 1, 2, 1, 2])
-    w = np.asarray(ppo.duration_weights(d, "batch_mean", task_ids=tasks))
+    w = np.asarray(duration.duration_weights(d, "batch_mean", task_ids=tasks))
     np.testing.assert_allclose(w, [0.5, 0.5, 1.5, 1.0, 1.0, 1.5, 1.0], rtol=1e-6)
     assert w[4] == 1.0 and w[6] == 1.0  # a task's equal Δt: exactly ones for that task
     # the whole batch's mean (74 / 7) would call task 0's slower program (3 s) fast: weight 0.28
-    assert np.asarray(ppo.duration_weights(d, "batch_mean"))[2] < 0.3
+    assert np.asarray(duration.duration_weights(d, "batch_mean"))[2] < 0.3
     # clipped at 1.2 of the task's mean, then back to mean 1 within the task:
     # task 0: 0.5, 1.2 -> / 0.85; task 1: 0.5, 1.0, 1.2 -> / 0.9
-    c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.2, task_ids=tasks))
+    c = np.asarray(duration.duration_weights(d, "clipped", max_weight=1.2, task_ids=tasks))
     np.testing.assert_allclose(c, [0.5 / 0.85, 0.5 / 0.9, 1.2 / 0.85, 1.0 / 0.9, 1.0, 1.2 / 0.9, 1.0], rtol=1e-6)
     # log: task 0 log 2, log 4 -> mean 1.5 log 2 -> 2/3, 4/3; task 1 log 11, log 21, log 31 over their mean
-    lg = np.asarray(ppo.duration_weights(d, "log", task_ids=tasks))
+    lg = np.asarray(duration.duration_weights(d, "log", task_ids=tasks))
     l1 = np.log([11.0, 21.0, 31.0]) / np.log([11.0, 21.0, 31.0]).mean()
     np.testing.assert_allclose(lg, [2 / 3, l1[0], 4 / 3, l1[1], 1.0, l1[2], 1.0], rtol=1e-6)
     for weights in (w, c, lg):  # mean 1 within each task
         for k in (0, 1, 2):
             np.testing.assert_allclose(weights[np.asarray(tasks) == k].mean(), 1.0, rtol=1e-6)
     # the floor applies before the task means: task 0's Δt 0 counts as 1 s
-    f = np.asarray(ppo.duration_weights(jnp.array([0.0, 3.0, 10.0]), task_ids=jnp.array([0, 0, 1]), min_duration_s=1))
+    f = np.asarray(
+        duration.duration_weights(jnp.array([0.0, 3.0, 10.0]), task_ids=jnp.array([0, 0, 1]), min_duration_s=1)
+    )
     np.testing.assert_allclose(f, [0.5, 1.5, 1.0], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ppo.task_means(d, tasks)), [2, 20, 2, 20, 5, 20, 5], rtol=1e-6)
     with pytest.raises(ValueError, match="task_ids must be"):
-        ppo.duration_weights(d, task_ids=jnp.zeros(3, jnp.int32))
+        duration.duration_weights(d, task_ids=jnp.zeros(3, jnp.int32))
 
 
 @pytest.mark.parametrize("mode", ["off", "batch_mean", "clipped", "log"])
 def test_duration_weights_of_one_task_are_the_whole_batch_weights_bit_for_bit(mode):
     d = jnp.asarray(np.random.default_rng(4).uniform(0.0, 90.0, size=11), jnp.float32)
-    want = np.asarray(ppo.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0))
-    got = ppo.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0, task_ids=jnp.full((11,), 3))
+    want = np.asarray(duration.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0))
+    got = duration.duration_weights(d, mode, max_weight=2.0, min_duration_s=1.0, task_ids=jnp.full((11,), 3))
     assert np.array_equal(np.asarray(got), want)
-    jit_whole = jax.jit(lambda d: ppo.duration_weights(d, mode, 2.0, 1.0))
-    jit_tasks = jax.jit(lambda d, ids: ppo.duration_weights(d, mode, 2.0, 1.0, task_ids=ids))
+    jit_whole = jax.jit(lambda d: duration.duration_weights(d, mode, 2.0, 1.0))
+    jit_tasks = jax.jit(lambda d, ids: duration.duration_weights(d, mode, 2.0, 1.0, task_ids=ids))
     assert np.array_equal(np.asarray(jit_tasks(d, jnp.zeros(11, jnp.int32))), np.asarray(jit_whole(d)))
     if mode != "off":  # and the task ids do change the weights once there are two tasks
         two = np.asarray(jit_tasks(d, jnp.arange(11) % 2))
@@ -296,33 +298,33 @@ def test_duration_weights_of_one_task_are_the_whole_batch_weights_bit_for_bit(mo
 
 def test_duration_weights_modes():
     d = jnp.array([1.0, 3.0, 8.0])
-    np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off")), [1, 1, 1])
-    np.testing.assert_allclose(np.asarray(ppo.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6)
-    c = np.asarray(ppo.duration_weights(d, "clipped", max_weight=1.5))
+    np.testing.assert_array_equal(np.asarray(duration.duration_weights(d, "off")), [1, 1, 1])
+    np.testing.assert_allclose(np.asarray(duration.duration_weights(d, "batch_mean")), [0.25, 0.75, 2.0], rtol=1e-6)
+    c = np.asarray(duration.duration_weights(d, "clipped", max_weight=1.5))
     np.testing.assert_allclose(c, np.array([0.25, 0.75, 1.5]) / (2.5 / 3), rtol=1e-6)
-    lg = np.asarray(ppo.duration_weights(d, "log"))
+    lg = np.asarray(duration.duration_weights(d, "log"))
     np.testing.assert_allclose(lg, np.log1p([1, 3, 8]) / np.log1p([1, 3, 8]).mean(), rtol=1e-6)
     for mode in ("batch_mean", "clipped", "log"):
-        w = np.asarray(ppo.duration_weights(jnp.array([0.1, 7.0, 2.5, 40.0]), mode, max_weight=2.0))
+        w = np.asarray(duration.duration_weights(jnp.array([0.1, 7.0, 2.5, 40.0]), mode, max_weight=2.0))
         np.testing.assert_allclose(w.mean(), 1.0, rtol=1e-6)
         # all-equal durations: exactly ones, bit for bit
-        eq = np.asarray(ppo.duration_weights(jnp.full((7,), 0.1), mode, max_weight=2.0))
+        eq = np.asarray(duration.duration_weights(jnp.full((7,), 0.1), mode, max_weight=2.0))
         assert np.array_equal(eq, np.ones(7, np.float32))
-        zero = np.asarray(ppo.duration_weights(jnp.zeros(3), mode, max_weight=2.0))
+        zero = np.asarray(duration.duration_weights(jnp.zeros(3), mode, max_weight=2.0))
         assert np.array_equal(zero, np.ones(3, np.float32))
     with pytest.raises(ValueError, match="mode"):
-        ppo.duration_weights(d, "linear")
+        duration.duration_weights(d, "linear")
     with pytest.raises(ValueError, match="max_weight"):
-        ppo.duration_weights(d, "clipped")
+        duration.duration_weights(d, "clipped")
 
 
 def test_duration_floor_is_applied_before_the_weights():
     d = jnp.array([0.0, 0.5, 4.0])  # a response with no code (never ran), a fast run, a slow run
-    w = np.asarray(ppo.duration_weights(d, "batch_mean", min_duration_s=1.0))
+    w = np.asarray(duration.duration_weights(d, "batch_mean", min_duration_s=1.0))
     np.testing.assert_allclose(w, np.array([1.0, 1.0, 4.0]) / 2.0, rtol=1e-6)
     assert w[0] > 0  # without the floor the no-code sample would get weight 0 and never be pushed away
-    assert np.asarray(ppo.duration_weights(d, "batch_mean"))[0] == 0.0
-    np.testing.assert_array_equal(np.asarray(ppo.duration_weights(d, "off", min_duration_s=1.0)), [1, 1, 1])
+    assert np.asarray(duration.duration_weights(d, "batch_mean"))[0] == 0.0
+    np.testing.assert_array_equal(np.asarray(duration.duration_weights(d, "off", min_duration_s=1.0)), [1, 1, 1])
 
 
 def test_equal_durations_give_plain_ppo_exactly():
@@ -337,7 +339,7 @@ def test_equal_durations_give_plain_ppo_exactly():
         return ppo.policy_loss(new_lp, old, adv, mask, weights, clip_ratio=0.2)[0]
 
     plain, g_plain = jax.value_and_grad(loss)(new, None)
-    w = ppo.duration_weights(jnp.full((b,), 37.3), "batch_mean")
+    w = duration.duration_weights(jnp.full((b,), 37.3), "batch_mean")
     weighted, g_weighted = jax.value_and_grad(loss)(new, w)
     assert float(plain) == float(weighted)
     assert np.array_equal(np.asarray(g_plain), np.asarray(g_weighted))

@@ -18,8 +18,8 @@ import pytest
 from flax import nnx
 
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
-from mle_jax.rl import objectives, ppo
-from mle_jax.rl.ppo_settings import PPOSettings
+from mle_jax.rl import duration, objectives, ppo
+from mle_jax.rl.settings import PPOSettings
 from tests.rl.tiny import TINY, random_batch
 
 pytestmark = pytest.mark.model
@@ -58,7 +58,7 @@ def grad_norms():
         lp0 = jax.lax.stop_gradient(logprobs(p))  # on-policy: ratio 1, no token clipped
         # a critic that has learned each task's mean reward: what is left is each task's own spread
         values = ppo.task_means(rewards, jnp.asarray(TASKS))[:, None] * mask
-        weights = ppo.duration_weights(jnp.asarray(DURATIONS), s.duration_weights, task_ids=weigh_ids)
+        weights = duration.duration_weights(jnp.asarray(DURATIONS), s.duration_weights, task_ids=weigh_ids)
 
         def loss(p, r):
             adv = objective.advantages(s, {"rewards": r, "task_ids": whiten_ids}, mask, lp0, lp0, values)

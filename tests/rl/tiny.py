@@ -18,8 +18,7 @@ from mle_jax.infra.sharding import MeshSettings, make_mesh
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.learner import LearnerSettings
-from mle_jax.rl.ppo_update import PPOSettings
+from mle_jax.rl.settings import LearnerSettings, PPOSettings
 
 TINY = Qwen2Config(
     vocab_size=32,

@@ -65,7 +65,7 @@ from mle_jax.experiments.learning.arms import (
 )
 from mle_jax.experiments.learning.report import mean_reward_text, revision_text
 from mle_jax.experiments.learning.running import experiment, share_warm_start
-from mle_jax.rl.ppo import DURATION_MODES
+from mle_jax.rl.duration import DURATION_MODES
 from mle_jax.run.cli import config_flag, parse_flags
 from mle_jax.run.settings import from_config
 

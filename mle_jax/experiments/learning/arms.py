@@ -17,7 +17,7 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from mle_jax.rl import objectives
-from mle_jax.rl.ppo import DURATION_MODES
+from mle_jax.rl.duration import DURATION_MODES
 
 # the objectives behind config.learner.algorithm (issue 21); "ppo" is the paper's, with its critic
 ALGORITHMS = tuple(objectives.OBJECTIVES)
