@@ -29,9 +29,10 @@ from absl import app, flags, logging
 from rich.progress import Progress
 
 from mle_jax.env import protocols, search
-from mle_jax.env.evaluation import evaluate, format_table
+from mle_jax.env.evaluation import evaluate
 from mle_jax.infra import interrupt
 from mle_jax.reporting import provenance, report, search_report
+from mle_jax.reporting.report import evaluation_printout
 from mle_jax.run import builders, environment
 from mle_jax.run.cli import fail, parse_flags
 from mle_jax.run.settings import from_config
@@ -179,7 +180,7 @@ def main(argv: list[str]) -> None:
     path = workdir / f"evaluation-{_TASK.value}.json" if _TASK.value else dated_path(workdir, "evaluation", now)
     path.write_text(json.dumps(result, indent=2))
     if request is None:
-        print(format_table(result))
+        print(evaluation_printout(result))
     else:
         print(search_report.search_tables(result))
         for name in request.protocols:

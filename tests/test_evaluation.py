@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.env.evaluation import PAPER_TABLE1, format_table, summarize
+from mle_jax.env.evaluation import PAPER_TABLE1, summarize
+from mle_jax.reporting.report import evaluation_printout
 
 NOMAD = "nomad2018-predict-transparent-conductors"  # RMSLE, lower is better: gold 0.05589, silver 0.06229
 
@@ -24,11 +25,11 @@ def test_the_printed_table_has_the_medals_and_the_papers_figures_with_theirs():
     scratch = summarize([None, 0.2], [-10.0, -0.2], True, NOMAD)
     best = summarize([0.06, 0.2], [-0.06, -0.2], True, NOMAD)
     result = {"task": NOMAD, "scratch": scratch, "best_of_both": best, "paper": PAPER_TABLE1[NOMAD]}
-    text = format_table(result)
+    text = evaluation_printout(result)
     assert "| best's medal | gold | silver | bronze | above median | none | invalid | any medal |" in text
     assert f"| {NOMAD} | scratch | none | 0 | 0 | 0 | 0 | 0.5 | 0.5 | 0 |" in text
     assert f"| {NOMAD} | best_of_both | silver | 0 | 0.5 | 0 | 0 | 0.5 | 0 | 0.5 |" in text
     # the paper's 0.178 prompted earns nothing; its 0.059 after RL is between gold and silver
     assert "Qwen2.5-3B prompted 0.178 (none), after RL 0.059 (silver)." in text
-    old = format_table({"task": NOMAD, "scratch": {k: v for k, v in scratch.items() if k != "medals"}})
+    old = evaluation_printout({"task": NOMAD, "scratch": {k: v for k, v in scratch.items() if k != "medals"}})
     assert "best's medal" not in old  # an evaluation.json from before medals still prints

@@ -9,11 +9,11 @@ import json
 import numpy as np
 
 from mle_jax.env.rollout import TEXT_FIELDS, PromptItem, Sample, tail_lines
+from mle_jax.env.sample_texts import pick_samples, sample_markdown, tensorboard_samples
 from mle_jax.executor.result import ExecResult, Status
 from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.instrument import instrument_batch
 from mle_jax.instrument.tagging import tag_progress
-from mle_jax.reporting.sample_texts import pick_samples, sample_markdown, tensorboard_samples
 from mle_jax.sampling.protocol import Completion
 from mle_jax.tasks.progress import new_tag
 from mle_jax.tasks.reward import Reward

@@ -20,8 +20,6 @@ from mle_jax.env.episodes import Episode
 from mle_jax.env.printed_metric import best_of_printed
 from mle_jax.env.settings import EvalSettings
 from mle_jax.infra import interrupt
-from mle_jax.reporting.markdown import markdown_table
-from mle_jax.reporting.report import evaluation_medals
 from mle_jax.tasks.medals import medal, medal_summary
 from mle_jax.tasks.paper import PAPER_TABLE1
 
@@ -196,21 +194,3 @@ def draw_summary(samples: list[rollout.Sample], draws: int, task_id: str, lower_
         "duration_s_by_draw": [float(np.mean([s.duration_s for s in d])) for d in by],
         "records": [s.record() for s in samples],
     }
-
-
-def format_table(result: dict) -> str:
-    """The evaluation's table, its medal table and the paper's figures with their medals (one of each per task
-    of a mix)."""
-    if "tasks" in result:
-        return "\n\n".join(f"### {t}\n\n{format_table(r)}" for t, r in result["tasks"].items())
-    rows = []
-    for name in ("scratch", "improved", "best_of_both"):
-        if name in result:
-            r = result[name]
-            rows.append([name, r["samples"], r["valid_fraction"], r["mean"], r["max"]])
-    for name, r in (result.get("episodes") or {}).items():
-        if isinstance(r, dict) and "samples" in r:
-            rows.append([f"episodes: {name.replace('_', ' ')}", r["samples"], r["valid_fraction"], r["mean"], r["max"]])
-    table = markdown_table(["", "samples", "valid fraction", "mean", "best"], rows)
-    medals = evaluation_medals(result)
-    return f"{table}\n\n{medals}" if medals else table

@@ -346,3 +346,21 @@ def write_report(
     path = workdir / "report.md"
     path.write_text("\n".join(parts) + "\n")
     return path
+
+
+def evaluation_printout(result: dict) -> str:
+    """What `python -m mle_jax.evaluate` prints of an evaluation (env/evaluation.evaluate): its table, its medal table
+    and the paper's figures with their medals (one of each per task of a mix)."""
+    if "tasks" in result:
+        return "\n\n".join(f"### {t}\n\n{evaluation_printout(r)}" for t, r in result["tasks"].items())
+    rows = []
+    for name in ("scratch", "improved", "best_of_both"):
+        if name in result:
+            r = result[name]
+            rows.append([name, r["samples"], r["valid_fraction"], r["mean"], r["max"]])
+    for name, r in (result.get("episodes") or {}).items():
+        if isinstance(r, dict) and "samples" in r:
+            rows.append([f"episodes: {name.replace('_', ' ')}", r["samples"], r["valid_fraction"], r["mean"], r["max"]])
+    table = markdown_table(["", "samples", "valid fraction", "mean", "best"], rows)
+    medals = evaluation_medals(result)
+    return f"{table}\n\n{medals}" if medals else table

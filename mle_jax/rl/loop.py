@@ -39,10 +39,10 @@ from mle_jax.env import rollout
 from mle_jax.env.driver import POLL_S, EpisodeDriver, Turn
 from mle_jax.env.episodes import Episode, episode_rows, inert_row, turn_group, turn_row
 from mle_jax.env.improve_buffer import ImproveBuffer
+from mle_jax.env.sample_texts import tensorboard_samples
 from mle_jax.infra import interrupt
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter, memory_breakdown, process_metrics
-from mle_jax.reporting.sample_texts import tensorboard_samples
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
