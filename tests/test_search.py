@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mle_jax.env import protocols, search
+from mle_jax.env import printed_metric, protocols, search
 from mle_jax.reporting.search_report import protocol_markdown, search_tables, tree_line
 
 TAG = "@@mle0123456789ab@@"
@@ -17,23 +17,26 @@ PIZZA = "random-acts-of-pizza"  # AUC: gold 0.97908, bronze 0.6921, median 0.599
 
 def test_the_printed_metric_is_the_tagged_testing_loss_value_and_only_that():
     out = f"{TAG} loaded data\n{TAG} testing loss: 0.5\nfold 2\n{TAG} testing loss: 0.4321\n"
-    assert search.printed_metric(out, TAG) == pytest.approx(0.4321)  # the last one: the final model's
-    assert search.printed_metric(f"{TAG} testing loss: np.float64(1.5e-2)\n", TAG) == pytest.approx(0.015)
+    assert printed_metric.tagged_metric(out, TAG) == pytest.approx(0.4321)  # the last one: the final model's
+    assert printed_metric.tagged_metric(f"{TAG} testing loss: np.float64(1.5e-2)\n", TAG) == pytest.approx(0.015)
     # an untagged print (the agent's own, escaped the stripping) and another run's tag count for nothing
-    assert search.printed_metric("testing loss: 0.01\n@@mleffffffffffff@@ testing loss: 0.02\n", TAG) is None
-    assert search.printed_metric(f"{TAG} testing loss:\n", TAG) is None  # printed without its value
-    assert search.printed_metric(f"{TAG} testing loss: nan\n{TAG} testing loss: inf", TAG) is None
-    assert search.printed_metric(f"{TAG} training loss: 0.3\n", TAG) is None
-    assert search.printed_metric(f"{TAG} testing loss: 0.3\n", None) is None  # never instrumented
+    assert printed_metric.tagged_metric("testing loss: 0.01\n@@mleffffffffffff@@ testing loss: 0.02\n", TAG) is None
+    assert printed_metric.tagged_metric(f"{TAG} testing loss:\n", TAG) is None  # printed without its value
+    assert printed_metric.tagged_metric(f"{TAG} testing loss: nan\n{TAG} testing loss: inf", TAG) is None
+    assert printed_metric.tagged_metric(f"{TAG} training loss: 0.3\n", TAG) is None
+    assert printed_metric.tagged_metric(f"{TAG} testing loss: 0.3\n", None) is None  # never instrumented
 
 
 def test_without_a_tagged_value_the_programs_own_validation_print_is_the_metric():
     out = f"validation auc: 0.61\n{TAG} testing loss:\nValidationError: x=3\nval_loss = 4e-1\ntraining auc: 0.99\n"
-    assert search.program_metric(out) == pytest.approx(0.4)  # the last validation line
-    assert search.node_metric(out, TAG) == (pytest.approx(0.4), "program")
-    assert search.node_metric(out + f"{TAG} testing loss: 0.7\n", TAG) == (0.7, "instrumenter")  # the tagged first
-    assert search.program_metric("CV log loss: 0.52 (5 folds)\nvalidation rmsle of bandgap: nan") == 0.52
-    assert search.node_metric("training loss: 0.3\ntesting loss: 0.2\n", TAG) == (None, None)
+    assert printed_metric.program_metric(out) == pytest.approx(0.4)  # the last validation line
+    assert printed_metric.node_metric(out, TAG) == (pytest.approx(0.4), "program")
+    assert printed_metric.node_metric(out + f"{TAG} testing loss: 0.7\n", TAG) == (
+        0.7,
+        "instrumenter",
+    )  # the tagged first
+    assert printed_metric.program_metric("CV log loss: 0.52 (5 folds)\nvalidation rmsle of bandgap: nan") == 0.52
+    assert printed_metric.node_metric("training loss: 0.3\ntesting loss: 0.2\n", TAG) == (None, None)
 
 
 def _tree(lower: bool, *nodes: tuple[str, int | None, bool, float | None]) -> search.Tree:

@@ -13,7 +13,8 @@ read is therefore the last of, in order of preference:
 
 1. a tagged `testing loss: <number>` line (the instrumenter's print, with the agent's value);
 2. the agent's own held-out print, a line starting `validation`, `valid`, `val`, `holdout`, `cv` or `oof` with a
-   number after its colon or equals sign (`validation log loss: 0.53`): the search's reading (env/search.py).
+   number after its colon or equals sign (`validation log loss: 0.53`), the test-time search's reading too
+   (env/search.py): the parser lives here, for both.
 
 Both are the task's metric as the agent computed it on data it held out, so the task's direction applies (log loss
 lower, AUC higher: public, the competition's description says it).
@@ -21,18 +22,64 @@ lower, AUC higher: public, the competition's description says it).
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mle_jax.env.search import node_metric
+from mle_jax.tasks.progress import untag
 
 if TYPE_CHECKING:
     from mle_jax.env.rollout import Sample
 
+METRIC_PRINT = "testing loss:"  # the progress print whose value is the program's own validation metric
+_VALIDATION_LINE = re.compile(
+    r"^[ \t]*(?:validation|valid|val|holdout|hold-out|cv|oof)(?:\b|_)[^\n:=]*[:=][ \t]*(.*)$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def tagged_metric(raw_output: str, tag: str | None) -> float | None:
+    """The number after the last ``testing loss:`` print carrying `tag` (the instrumenter's) in a run's raw output;
+    None when there is no such print, it has no number, or the number is not finite (or `tag` is None: a run that was
+    never instrumented has no trusted print)."""
+    if not tag:
+        return None
+    pattern = re.compile(r"^" + re.escape(tag) + r" ?" + re.escape(METRIC_PRINT) + r"(.*)$", re.MULTILINE)
+    lines = pattern.findall(raw_output.replace("\r", "\n"))
+    if not lines:
+        return None
+    m = _NUMBER.search(lines[-1])
+    if m is None:
+        return None
+    value = float(m.group(0))
+    return value if math.isfinite(value) else None
+
+
+def program_metric(output: str) -> float | None:
+    """The number on the last line of a program's output that reports a validation metric (module doc); None when
+    no such line has a finite number."""
+    for rest in reversed(_VALIDATION_LINE.findall(output.replace("\r", "\n"))):
+        m = _NUMBER.search(rest)
+        if m is not None and math.isfinite(float(m.group(0))):
+            return float(m.group(0))
+    return None
+
+
+def node_metric(raw_output: str, tag: str | None) -> tuple[float | None, str | None]:
+    """(a run's printed validation metric, its source: "instrumenter" or "program"), or (None, None)."""
+    tagged = tagged_metric(raw_output, tag)
+    if tagged is not None:
+        return tagged, "instrumenter"
+    output = untag(raw_output, tag) if tag else raw_output
+    own = program_metric(output)
+    return (own, "program") if own is not None else (None, None)
+
 
 def printed_metric(raw_output: str, tag: str | None) -> float | None:
     """The held-out metric a run printed, or None when it printed none: the reading of the test-time search
-    (`search.node_metric`: the instrumenter's tagged `testing loss:` value, else the program's own validation line),
+    (`node_metric`: the instrumenter's tagged `testing loss:` value, else the program's own validation line),
     one parser for both.
 
     raw_output: the run's terminal output as captured, the instrumenter's lines still tagged; tag: the run's tag

@@ -49,8 +49,6 @@ of the seeds, the sampler's stream and what the programs print, not of which pro
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,60 +58,15 @@ import numpy as np
 
 from mle_jax.env import rollout
 from mle_jax.env.driver import EpisodeDriver
+from mle_jax.env.printed_metric import node_metric
 from mle_jax.executor.result import Status
 from mle_jax.tasks.medals import medal
-from mle_jax.tasks.progress import untag
 
 OPERATORS: tuple[str, ...] = ("draft", "debug", "improve")
-METRIC_PRINT = "testing loss:"  # the progress print whose value is the program's own validation metric
-
 # AIDE's published defaults (WecoAI/aideml, aide/utils/config.yaml, agent.search)
 AIDE_NUM_DRAFTS = 5
 AIDE_DEBUG_PROB = 0.5
 AIDE_MAX_DEBUG_DEPTH = 3
-
-_VALIDATION_LINE = re.compile(
-    r"^[ \t]*(?:validation|valid|val|holdout|hold-out|cv|oof)(?:\b|_)[^\n:=]*[:=][ \t]*(.*)$",
-    re.IGNORECASE | re.MULTILINE,
-)
-_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-
-
-def printed_metric(raw_output: str, tag: str | None) -> float | None:
-    """The number after the last ``testing loss:`` print carrying `tag` (the instrumenter's) in a run's raw output;
-    None when there is no such print, it has no number, or the number is not finite (or `tag` is None: a run that was
-    never instrumented has no trusted print)."""
-    if not tag:
-        return None
-    pattern = re.compile(r"^" + re.escape(tag) + r" ?" + re.escape(METRIC_PRINT) + r"(.*)$", re.MULTILINE)
-    lines = pattern.findall(raw_output.replace("\r", "\n"))
-    if not lines:
-        return None
-    m = _NUMBER.search(lines[-1])
-    if m is None:
-        return None
-    value = float(m.group(0))
-    return value if math.isfinite(value) else None
-
-
-def program_metric(output: str) -> float | None:
-    """The number on the last line of a program's output that reports a validation metric (module doc); None when
-    no such line has a finite number."""
-    for rest in reversed(_VALIDATION_LINE.findall(output.replace("\r", "\n"))):
-        m = _NUMBER.search(rest)
-        if m is not None and math.isfinite(float(m.group(0))):
-            return float(m.group(0))
-    return None
-
-
-def node_metric(raw_output: str, tag: str | None) -> tuple[float | None, str | None]:
-    """(a run's printed validation metric, its source: "instrumenter" or "program"), or (None, None)."""
-    tagged = printed_metric(raw_output, tag)
-    if tagged is not None:
-        return tagged, "instrumenter"
-    output = untag(raw_output, tag) if tag else raw_output
-    own = program_metric(output)
-    return (own, "program") if own is not None else (None, None)
 
 
 @dataclass(frozen=True)
@@ -257,7 +210,12 @@ class Greedy:
         return Step("draft") if best is None else Step("improve", best.id)
 
 
-POLICIES: dict[str, Callable[..., SearchPolicy]] = {"independent": Independent, "aide": Aide, "greedy": Greedy}
+# name -> the policy from AIDE's settings (num_drafts, debug_prob, max_debug_depth), each taking those it has
+POLICIES: dict[str, Callable[[int, float, int], SearchPolicy]] = {
+    "independent": lambda num_drafts, debug_prob, max_debug_depth: Independent(),
+    "aide": Aide,
+    "greedy": lambda num_drafts, debug_prob, max_debug_depth: Greedy(num_drafts),
+}
 
 
 def make_policy(
@@ -275,11 +233,7 @@ def make_policy(
         raise ValueError(f"debug_prob must be in [0, 1], got {debug_prob}")
     if max_debug_depth < 0:
         raise ValueError(f"max_debug_depth must be >= 0, got {max_debug_depth}")
-    if name == "aide":
-        return Aide(num_drafts, debug_prob, max_debug_depth)
-    if name == "greedy":
-        return Greedy(num_drafts)
-    return Independent()
+    return POLICIES[name](num_drafts, debug_prob, max_debug_depth)
 
 
 def policy_settings(policy: SearchPolicy) -> dict:

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mle_jax.env.search import POLICIES
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
 from mle_jax.tasks.medals import any_medal_over_seeds
@@ -17,7 +18,7 @@ from mle_jax.tasks.registry import get_spec
 SEARCH_DIR = f"{RESULTS}/search-evidence"
 SEARCH_TASKS = {"spooky": "spooky-author-identification", "pizza": "random-acts-of-pizza"}
 CHECKPOINTS = {"initial": "warm start", "latest": "after RL"}
-SEARCHES = ("independent", "aide", "greedy")
+SEARCHES = tuple(POLICIES)  # every registered search policy (env/search.py)
 EVIDENCE = tuple(f"{SEARCH_DIR}/{t}-{c}-{s}.json" for t in SEARCH_TASKS for c in CHECKPOINTS for s in SEARCHES)
 ML_AGENT = tuple(f"{SEARCH_DIR}/{t}-latest-aide-ml_agent.json" for t in SEARCH_TASKS)
 
