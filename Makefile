@@ -54,8 +54,8 @@ test-unit: install
 bench: install apt kernels sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
 
-# The result tables of README.md, BUILD.md and docs/*.md, rewritten from docs/results (tests/test_results_tables.py checks them),
-# and docs/config.md from configs/base.py (tests/test_config_docs.py).
+# The result tables of README.md, BUILD.md and docs/*.md, rewritten from docs/results (tests/reporting/test_results_tables.py checks them),
+# and docs/config.md from configs/base.py (tests/run/test_config_docs.py).
 tables: install
 	$(VPY) -m mle_jax.reporting.results_tables --write
 	$(VPY) -m mle_jax.run.config_docs --write

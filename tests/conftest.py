@@ -64,7 +64,7 @@ LONGEST_FIRST = (
     "tests/test_plan.py",
     "tests/rl/test_loop.py",
     "tests/rl/test_distributed.py",
-    "tests/test_plan_targets.py",
+    "tests/planner/test_plan_targets.py",
 )
 
 

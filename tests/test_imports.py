@@ -400,3 +400,13 @@ def test_every_python_dash_m_command_in_the_docs_and_scripts_names_a_module_that
     }
     assert "mle_jax.launch" in named and "mle_jax.reporting.results_tables" in named
     assert [m for m in sorted(named) if importlib.util.find_spec(m) is None] == []
+
+
+def test_the_tests_mirror_the_packages():
+    """Each package's tests are in tests/<package>/; the top of tests/ keeps the CLIs' and the end-to-end tiers' (at
+    most 10 test modules)."""
+    tests = ROOT / "tests"
+    missing = [name for name, _ in PACKAGES if not list((tests / name).glob("test_*.py"))]
+    assert missing == []
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert len(top) <= 10, top

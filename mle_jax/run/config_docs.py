@@ -7,7 +7,7 @@ configs/base.py stays the one place a field is defined and explained: the defaul
 meaning is the comment on the line that sets the field, after the comment lines right above it. A model field is
 explained where `tiny_model` sets it; a comment where `qwen25_3b_model` sets it again says why the default differs.
 A section's meaning is the comment on the line that makes its ConfigDict. A field without a comment is an error
-that names it (tests/test_config_docs.py), so a new field comes with its line in docs/config.md.
+that names it (tests/run/test_config_docs.py), so a new field comes with its line in docs/config.md.
 """
 
 from __future__ import annotations

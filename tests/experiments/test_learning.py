@@ -231,7 +231,7 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
 
 def _eval_result(medals: dict) -> dict:
     """evaluate's output (scratch samples only) of two logistic-regression samples, with these medals (what
-    evaluation.summarize gives; tests/test_evaluation.py) and pizza's figures in the paper."""
+    evaluation.summarize gives; tests/env/test_evaluation.py) and pizza's figures in the paper."""
     records = [{"code": _program("logreg"), "valid": True, "score": 0.6, "reward": 0.6, "duration_s": 1.0}] * 2
     scratch = {"samples": 2, "mean_reward": 0.6, "se_reward": 0.0, "valid_fraction": 1.0, "mean": 0.6, "max": 0.6,
                "records": records, "medals": medals}  # fmt: skip

@@ -13,7 +13,7 @@ line in registry.py, for example
     "duration_bias": Entry((f"{RESULTS}/duration_bias.jsonl",), render_duration_bias),
 
 put the two marker lines where it goes (any document; a block may appear in several, each occurrence checked)
-and run `--write`. tests/test_results_tables.py fails when a document's
+and run `--write`. tests/reporting/test_results_tables.py fails when a document's
 block differs from what its renderer writes now, when a marker names no entry or an entry has no marker, and when
 a results file an entry reads has no `command` and `date` (`mle_jax.reporting.provenance` stamps them), except the
 files in `registry.LEGACY`, which were written before the producing commands recorded them.

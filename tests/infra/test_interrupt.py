@@ -22,7 +22,7 @@ from mle_jax.warmstart.programs.pizza import PIZZA
 from mle_jax.warmstart.settings import SFTSettings
 from mle_jax.warmstart.sft import run_sft, train_task_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # the first Ctrl-C is a request; the second, sent while the main thread is in C code that has let go of the GIL (as
 # in an XLA compile: no Python signal handler runs until it returns), ends the process

@@ -24,7 +24,7 @@ from mle_jax.tasks.reward import RewardSettings
 from mle_jax.warmstart.settings import WarmStartSettings
 
 CONFIGS = sorted(
-    p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
+    p.stem for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
 )
 
 

@@ -22,7 +22,7 @@ from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
 from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.infra.tensorboard_events import scalar_points
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def state(seed: float):

@@ -21,7 +21,7 @@ from mle_jax.planner.targets import GPU_TARGETS, TpuSlice, tpu_slice
 from mle_jax.reporting import plan_markdown
 from tests.xla_flags import optimised_compile_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AOT = REPO / ".aot-venv" / "bin" / "python"
 # a tiny config whose one micro-batch of 8 rows spreads over 8 chips; 64 tokens
 TINY = [

@@ -16,7 +16,7 @@ from mle_jax.infra import sharding as shd
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from tests.rl.tiny import tiny_qwen2
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mesh_cfg(data, fsdp, tensor):

@@ -7,7 +7,7 @@ from configs import base, pizza
 from mle_jax.run.settings import from_config
 
 CONFIG_FILES = sorted(
-    p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
+    p.stem for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.py") if p.stem not in ("__init__", "base")
 )
 
 
