@@ -1,6 +1,7 @@
 """Reading collectives out of optimized HLO text: groups (listed and iota form), the mesh axes they span, the
 bytes per device, the runs per call inside counted loops, and libtpu's Megascale transfers between slices. The
-HLO lines are in the form libtpu and XLA print them (tests/planner/test_plan_targets.py reads real compiled programs)."""
+HLO lines are in the form libtpu and XLA print them (tests/planner/test_plan_targets.py reads real compiled
+programs)."""
 
 from __future__ import annotations
 
