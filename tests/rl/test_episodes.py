@@ -17,9 +17,9 @@ from mle_jax.env.settings import AgentSettings
 from mle_jax.reporting.report import submitted_rows
 from mle_jax.rl import ppo
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.loop import StepStats
 from mle_jax.rl.objectives import OBJECTIVES
 from mle_jax.rl.settings import PPOSettings
+from mle_jax.rl.step_metrics import StepStats
 from mle_jax.sampling.protocol import Completion
 from mle_jax.tasks.prompts import data_mount
 from mle_jax.tasks.reward import Reward

@@ -25,7 +25,8 @@ from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.reporting import report
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.loop import AsyncRLLoop, StepStats
+from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.step_metrics import StepStats
 from mle_jax.run.builders import make_learner
 from mle_jax.run.settings import from_config
 from mle_jax.sampling.protocol import Completion
