@@ -120,6 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.task.prepared_dir = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
     c.task.raw_dir = str(RAW_DATA_DIR)  # raw Kaggle files shipped in data/raw/, one folder per task id
     c.task.data_root = "data/tasks"  # where preparers write <id>/prepared/
+    c.task.modules = ()  # modules to import first, each defining tasks outside mle_jax (tasks/prepare.define_task)
     # a mix of tasks, one policy (mle_jax/env/task_mix.py): each prompt's task drawn by weight. Empty: the mix of one,
     # task.id. The task section's prepared_dir is task.id's; every other task of the mix is prepared from raw_dir
     c.tasks = ()

@@ -21,7 +21,7 @@ from mle_jax.env.printed_metric import best_of_printed
 from mle_jax.env.settings import EvalSettings
 from mle_jax.infra import interrupt
 from mle_jax.tasks.medals import medal, medal_summary
-from mle_jax.tasks.paper import PAPER_TABLE1
+from mle_jax.tasks.paper import paper_row
 
 
 def _run_round(driver: EpisodeDriver, total: int, ended_at_once: int, progress: Progress, label: str) -> None:
@@ -119,7 +119,7 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
                 better_scores.append((min if lower else max)(cands) if cands else None)
                 better_rewards.append(max(a.reward.total, b.reward.total))
             out["best_of_both"] = summarize(better_scores, better_rewards, lower, task_id)
-    paper = PAPER_TABLE1.get(task_id)
+    paper = paper_row(task_id)
     if paper:
         out["paper"] = paper
         out["paper_medals"] = {model: medal(task_id, score) for model, score in paper.items()}  # what each would earn

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mle_jax.tasks.registry import get_spec
+
 THRESHOLDS_CSV = Path(__file__).resolve().parents[2] / "data" / "mlebench" / "medal_thresholds.csv"
 
 # best first; "none" is a valid submission below every level
@@ -58,11 +60,18 @@ def task_ids() -> tuple[str, ...]:
 
 
 def thresholds(task_id: str) -> Thresholds:
-    """The task's thresholds; KeyError (one line) for a task the table does not have."""
+    """The task's thresholds: MLE-bench's row, else its spec's own (`TaskSpec.medal_thresholds`, a task defined
+    outside MLE-bench); KeyError (one line) for a task with neither."""
+    table = _table()
+    if task_id in table:
+        return table[task_id]
     try:
-        return _table()[task_id]
+        spec = get_spec(task_id)
     except KeyError:
-        raise KeyError(f"no medal thresholds for task {task_id!r}; known: {', '.join(sorted(_table()))}") from None
+        spec = None
+    if spec is None or spec.medal_thresholds is None:
+        raise KeyError(f"no medal thresholds for task {task_id!r}; known: {', '.join(sorted(table))}") from None
+    return Thresholds(*spec.medal_thresholds, spec.lower_is_better)
 
 
 def medal(task_id: str, score: float) -> str:

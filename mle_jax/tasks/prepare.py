@@ -11,6 +11,7 @@ call with the same inputs does nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import shutil
 import tarfile
@@ -23,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from mle_jax.tasks.paths import RAW_DATA_DIR
-from mle_jax.tasks.registry import get_spec, load_task
-from mle_jax.tasks.task import Task
+from mle_jax.tasks.registry import get_spec, load_task, register
+from mle_jax.tasks.task import Task, TaskSpec
 
 # The raw Kaggle files of the tasks with data ship in the repository (data/README.md: provenance, Kaggle's rules).
 PREPARER_VERSION = 1
@@ -168,6 +169,15 @@ PREPARERS: dict[str, tuple[tuple[str, ...], Callable[[Path, Path, Path], None]]]
 }
 
 
+def define_task(spec: TaskSpec, raw_files: tuple[str, ...], preparer: Callable[[Path, Path, Path], None]) -> None:
+    """A new task, defined outside mle_jax: its spec (metric, medal thresholds, paper row), the raw files its preparer
+    reads, and the preparer (raw, public, private) -> None that writes MLE-bench's prepared/ folders. Called by the
+    module that defines the task, which a run imports first (`task.modules`); its warm-start programs are one more
+    module (mle_jax.warmstart.programs.register). docs/architecture.md "A new task" walks through it."""
+    register(spec)
+    PREPARERS[spec.id] = (tuple(raw_files), preparer)
+
+
 def _inputs_hash(task_id: str, raw: Path, files: tuple[str, ...]) -> str:
     h = hashlib.sha256(f"{task_id}:v{PREPARER_VERSION}".encode())
     for name in (*files, "description.md"):
@@ -235,8 +245,15 @@ class TaskSettings:
     prepared_dir: str = ""  # an MLE-bench prepared/ folder (public/ + private/); empty: prepare from raw
     raw_dir: str = str(RAW_DATA_DIR)  # raw Kaggle files, one folder per task id
     data_root: str = "data/tasks"  # where preparers write <id>/prepared/
+    modules: tuple[str, ...] = ()  # modules imported first, each defining tasks (`define_task`) outside mle_jax
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "modules", tuple(self.modules))
+        for name in self.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise ValueError(f"task.modules: cannot import {name!r} ({e}); is its folder on PYTHONPATH?") from None
         if not self.id:
             raise ValueError("task.id is empty: use a task config (configs/<task>.py) or set --config.task.id")
 

@@ -30,6 +30,10 @@ class TaskSpec:
     # log loss: how MLE-bench checks that a row's probabilities sum to 1. "isclose": np.isclose(sum, 1,
     # atol=1e-6) (so |sum - 1| <= 1e-6 + 1e-5, numpy's rtol); "round6": round(sum, 6) == 1
     row_sum_rule: str = "isclose"
+    # gold, silver, bronze and median, for a task MLE-bench's table (data/mlebench/medal_thresholds.csv) lacks
+    medal_thresholds: tuple[float, float, float, float] | None = None
+    # the paper's Table 1 row: Qwen2.5-3B prompted with AIDE, and after its RL (None: not one of the paper's tasks)
+    paper: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mle_jax.env.evaluation import PAPER_TABLE1, summarize
+from mle_jax.env.evaluation import summarize
 from mle_jax.reporting.report import evaluation_printout
+from mle_jax.tasks.paper import PAPER_TABLE1
 
 NOMAD = "nomad2018-predict-transparent-conductors"  # RMSLE, lower is better: gold 0.05589, silver 0.06229
 

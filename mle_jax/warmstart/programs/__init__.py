@@ -4,7 +4,8 @@ Adding a task: write `mle_jax/warmstart/programs/<name>.py` with `TASK_ID = "<ML
 `def programs(packages: frozenset[str]) -> list[CorpusItem]` that enumerates the task's whole grid
 (model families x features x hyperparameters, each a plan + a complete program, see
 `mle_jax.warmstart.corpus`), and optionally `KINDS`, (family, regex) pairs that tell a program's model
-family from its code (`solution_kind`). Modules here are found by name; nothing else needs registering.
+family from its code (`solution_kind`). Modules here are found by name; nothing else needs registering. A task
+defined outside mle_jax registers its generator module with `register`.
 """
 
 from __future__ import annotations
@@ -22,18 +23,40 @@ from mle_jax.warmstart.corpus import CorpusItem, select_balanced
 Generator = Callable[[frozenset[str]], list[CorpusItem]]
 
 
+_REGISTERED: dict[str, ModuleType] = {}  # generators of tasks defined outside mle_jax (`register`)
+
+
+def _check(module: ModuleType) -> str:
+    """The module's TASK_ID, once checked that it defines TASK_ID and programs(packages)."""
+    task_id, fn = getattr(module, "TASK_ID", None), getattr(module, "programs", None)
+    if not isinstance(task_id, str) or not callable(fn):
+        raise TypeError(f"{module.__name__} must define TASK_ID (str) and programs(packages)")
+    return task_id
+
+
 @functools.cache
-def _modules() -> dict[str, ModuleType]:
+def _package_modules() -> dict[str, ModuleType]:
     out: dict[str, ModuleType] = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        task_id, fn = getattr(module, "TASK_ID", None), getattr(module, "programs", None)
-        if not isinstance(task_id, str) or not callable(fn):
-            raise TypeError(f"{module.__name__} must define TASK_ID (str) and programs(packages)")
+        task_id = _check(module)
         if task_id in out:
             raise ValueError(f"two corpus generators for {task_id!r}")
         out[task_id] = module
     return out
+
+
+def _modules() -> dict[str, ModuleType]:
+    return {**_package_modules(), **_REGISTERED}
+
+
+def register(module: ModuleType) -> None:
+    """The corpus generator of a task defined outside mle_jax (tasks/prepare.define_task): a module like the ones
+    here (module doc), wherever it lives."""
+    task_id = _check(module)
+    if task_id in _modules():
+        raise ValueError(f"two corpus generators for {task_id!r}")
+    _REGISTERED[task_id] = module
 
 
 def _generators() -> dict[str, Generator]:
