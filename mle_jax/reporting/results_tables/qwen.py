@@ -26,14 +26,14 @@ def _arm(overrides: list[str]) -> tuple[str, str]:
 
 
 def render_qwen_runs(lines: list[dict]) -> str:
-    """Each `:qwen` run of the memory stage, newest per arm: its exit, steps, wall time, resident memory after the
+    """Each `:qwen` run of the memory stage, newest per arm and length: its exit, steps, wall time, resident memory after the
     first and last steps and at its peak, what held the arrays after its last step, and its seconds per step."""
-    arms: dict[tuple[str, str], dict] = {}
+    arms: dict[tuple[str, str, int], dict] = {}
     for r in lines:
         if r["stage"] == "memory":
-            arms[_arm(r.get("overrides", []))] = r
+            arms[(*_arm(r.get("overrides", [])), r["steps"])] = r
     rows = []
-    for (algorithm, lora), r in arms.items():
+    for (algorithm, lora, _), r in arms.items():
         parts = {k.removesuffix("_gib"): v[-1] for k, v in r.get("memory_parts_by_step", {}).items() if v}
         trained = sum(parts.get(k) or 0.0 for k in ("policy", "policy_opt", "critic", "critic_opt"))
         held = " / ".join(number(parts.get(k), 2) for k in ("reference", "instrumenter", "sampler"))
@@ -44,16 +44,23 @@ def render_qwen_runs(lines: list[dict]) -> str:
             f"{number(t['sample_s'][-1] / steps, 0)} / {number(t['update_s'][-1] / steps, 0)}"
             if t.get("sample_s") and t.get("update_s") else "—"
         )  # fmt: skip
+        if t.get("instrument_s") and t["instrument_s"][-1] is not None:  # logged since the 10-step run
+            per_step = per_step.replace(" / ", f" (LM instrumenting {number(t['instrument_s'][-1] / steps, 0)}) / ", 1)
+        ratio = r.get("rss_last_over_step3")
+        flat = f"{number(rss[2], 1)} → {number(rss[-1], 1)} ({ratio:.2f}×)" if ratio and steps > 3 else "—"
         eval_note = "" if any(o.startswith("eval.samples=0") for o in r.get("overrides", [])) else " (+ evaluation)"
         rows.append([
             algorithm, lora, str(r["rc"]), f"{steps} of {r['steps']}", f"{r['wall_s'] / 60:.0f} min{eval_note}",
-            f"{number(rss[0], 1)} → {number(rss[-1], 1)}", number(max(p for p in peak if p is not None), 1),
+            f"{number(rss[0], 1)} → {number(rss[-1], 1)}", flat, number(max(p for p in peak if p is not None), 1),
             f"{held} / {number(trained, 3)}", per_step,
         ])  # fmt: skip
-    header = ["objective", "LoRA", "exit", "RL steps", "wall", "resident GiB, step 1 → last", "peak GiB",
+    header = ["objective", "LoRA", "exit", "RL steps", "wall", "resident GiB, step 1 → last",
+              "resident GiB, step 3 → last (ratio)", "peak GiB",
               "GiB held after the last step: base (the reference) / the instrumenter's own / the sampler's own / "
               "trained + Adam",
               "s per step: sampling / update"]  # fmt: skip
+    if any("instrument_s" in r.get("time_by_step", {}) for r in arms.values()):
+        header[-1] = "s per step: sampling (of it, LM instrumenting) / update"
     return markdown_table(header, rows)
 
 
