@@ -26,8 +26,9 @@ def _arm(overrides: list[str]) -> tuple[str, str]:
 
 
 def render_qwen_runs(lines: list[dict]) -> str:
-    """Each `:qwen` run of the memory stage, newest per arm and length: its exit, steps, wall time, resident memory after the
-    first and last steps and at its peak, what held the arrays after its last step, and its seconds per step."""
+    """Each `:qwen` run of the memory stage, newest per arm and length: its exit, steps, wall time, resident memory
+    after the first, third and last steps and at its peak, what held the arrays after its last step, and its seconds
+    per step."""
     arms: dict[tuple[str, str, int], dict] = {}
     for r in lines:
         if r["stage"] == "memory":
