@@ -79,13 +79,22 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Contrast:
     x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if x.size < 2 or y.size < 2:
         raise ValueError(f"Welch's test needs at least 2 values per arm, got {x.size} and {y.size}")
-    diff = float(x.mean() - y.mean())
-    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se_a, se_b = math.sqrt(x.var(ddof=1) / x.size), math.sqrt(y.var(ddof=1) / y.size)
+    return welch_from_stats(float(x.mean()), se_a, x.size, float(y.mean()), se_b, y.size)
+
+
+def welch_from_stats(mean_a: float, se_a: float, n_a: int, mean_b: float, se_b: float, n_b: int) -> Contrast:
+    """mean_a − mean_b with Welch's test from each arm's mean, the standard error of that mean and its n (>= 2): what
+    a summary keeps of its samples. Both SEs 0: "not tested" when the means are equal, else p = 0."""
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"Welch's test needs at least 2 values per arm, got {n_a} and {n_b}")
+    diff = float(mean_a - mean_b)
+    va, vb = se_a**2, se_b**2
     se2 = va + vb
     if se2 == 0:
-        return Contrast(diff, "not tested" if diff == 0 else "welch", None if diff == 0 else 0.0, x.size, y.size)
-    df = se2**2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1))
-    return Contrast(diff, "welch", _t_sf2(diff / math.sqrt(se2), df), x.size, y.size)
+        return Contrast(diff, "not tested" if diff == 0 else "welch", None if diff == 0 else 0.0, n_a, n_b)
+    df = se2**2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+    return Contrast(diff, "welch", _t_sf2(diff / math.sqrt(se2), df), n_a, n_b)
 
 
 def paired_permutation(a: Sequence[float], b: Sequence[float], n_resamples: int = 20_000, seed: int = 0) -> Contrast:

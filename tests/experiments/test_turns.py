@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from configs import spooky
 from mle_jax.env.evaluation import summarize
@@ -20,6 +21,7 @@ from mle_jax.experiments.learning.arms import (
 from mle_jax.experiments.learning.outcomes import eval_summary, revision_contrasts
 from mle_jax.experiments.learning.report import revision_lines
 from mle_jax.experiments.learning.running import before_path, work_left
+from mle_jax.reporting.markdown import signed
 from mle_jax.reporting.results_tables.turns import render_turns_contrasts, render_turns_table
 from mle_jax.run.settings import from_config
 from mle_jax.warmstart.programs import full_grid
@@ -108,7 +110,7 @@ def _summary() -> dict:
             "turns_contrasts": revision_contrasts(arms, (1, 3), lower_is_better=False)}  # fmt: skip
 
 
-def test_the_summary_of_an_episode_evaluation_and_the_contrast_in_ses():
+def test_the_summary_of_an_episode_evaluation_and_the_contrast_by_its_test():
     s = _summary()
     t1, t3 = s["arms"]["ppo_t1"]["after"], s["arms"]["ppo_t3"]["after"]
     ep = t1["episodes"]
@@ -120,18 +122,19 @@ def test_the_summary_of_an_episode_evaluation_and_the_contrast_in_ses():
     assert eval_summary({"scratch": t1_scratch_only()}, PIZZA).get("episodes") is None  # one turn, one draw: as before
     [(key, c)] = s["turns_contrasts"].items()
     assert key == "ppo_t3 vs ppo_t1" and c["reference"] == "ppo_t1" and c["turns"] == 3
-    v = c["after"]["valid_share"]
-    pooled = 5 / 8
-    assert v["difference"] == pytest.approx(0.25) and v["se"] == pytest.approx(np.sqrt(pooled * (1 - pooled) / 2))
-    assert v["beyond_2se"] is False and v["z"] == pytest.approx(0.25 / v["se"])
-    m = c["after"]["mean_score"]  # AUC: higher is better, so positive = revising better
-    assert m["difference"] == pytest.approx(np.mean([0.7, 0.65, 0.62]) - 0.575)
-    assert m["se"] == pytest.approx(np.hypot(t3["se_score"], t1["se_score"]))
+    v = c["after"]["valid_share"]  # 3 of 4 start prompts handed in valid against 2 of 4: Fisher's exact test
+    assert v["diff"] == pytest.approx(0.25) and v["test"] == "fisher" and (v["n_a"], v["n_b"]) == (4, 4)
+    assert v["p"] == pytest.approx(stats.fisher_exact([[3, 1], [2, 2]]).pvalue)
+    m = c["after"]["mean_score"]  # AUC: higher is better, so positive = revising better; Welch over the valid ones
+    assert m["diff"] == pytest.approx(np.mean([0.7, 0.65, 0.62]) - 0.575) and m["test"] == "welch"
+    ref = stats.ttest_ind_from_stats(t3["mean_score"], t3["se_score"] * np.sqrt(3), 3,
+                                     t1["mean_score"], t1["se_score"] * np.sqrt(2), 2, equal_var=False)  # fmt: skip
+    assert m["p"] == pytest.approx(ref.pvalue)
     ts = c["before"]["task_score"]
-    assert ts["difference"] == pytest.approx(t3["task_score_mean"] - t1["task_score_mean"])
+    assert ts["diff"] == pytest.approx(t3["task_score_mean"] - t1["task_score_mean"]) and ts["test"] == "welch"
     # lower is better (log loss): the mean score's difference is negated, so positive still means revising better
     flipped = revision_contrasts(s["arms"], (1, 3), lower_is_better=True)["ppo_t3 vs ppo_t1"]["after"]["mean_score"]
-    assert flipped["difference"] == pytest.approx(-m["difference"])
+    assert flipped["diff"] == pytest.approx(-m["diff"]) and flipped["p"] == pytest.approx(m["p"])
     # arms without a reference of the smallest K get no contrast
     assert revision_contrasts({"a_t3": s["arms"]["ppo_t3"]}, (1, 3), False) == {}
 
@@ -150,12 +153,15 @@ def test_the_report_section_and_the_readme_blocks_from_a_hand_made_summary():
     assert "| draw: 0.50 / 0.25 / 0.25 | draw: 1.0 / 2.0 / 3.0 |" in text
     assert "| 0.6567 ± 0.0233 | 0.7000 | 0.8000 |" in text  # the 3-turn arm's best turn by the private score: 0.8
     assert "| turn: 0.25 / 0.50 / 0.75 | turn: 1.0 / 2.0 / 3.0 | 20.0 |" in text
-    assert "- ppo_t3 minus ppo_t1, after RL: valid hand-ins +0.250 (+0.7 SE, within 2 SE); task score" in text
+    fisher = stats.fisher_exact([[3, 1], [2, 2]]).pvalue
+    line = f"- ppo_t3 minus ppo_t1, after RL, n = 4 start prompts: valid hand-ins +0.250 (Fisher p = {fisher:.2g}, "
+    assert line + "within noise); task score" in text
     assert revision_lines({k: v for k, v in s.items() if k != "turns"}) == []  # a run without --turns: no section
     table = render_turns_table(s, s)
     assert table.count(f"| {PIZZA} | `ppo_t1` | before | 1 × 3 | 11 |") == 2 and "|  | `ppo_t3` | after |" in table
     contrasts = render_turns_contrasts(s)
-    assert f"| {PIZZA} | `ppo_t3` − `ppo_t1` | after | +0.250 (+0.7 SE) | +2.705 (+0.7 SE) | +0.0817 (+2.4 SE) |" in (
-        contrasts
-    )
-    assert contrasts.endswith("| +0.250 (+1.1 SE) | mean score of valid (task's direction) |")  # the one beyond 2 SE
+    c = s["turns_contrasts"]["ppo_t3 vs ppo_t1"]["after"]
+    cells = [f"{signed(c[k]['diff'], d)} ({'Fisher' if c[k]['test'] == 'fisher' else 'Welch'} p = {c[k]['p']:.2g})"
+             for k, d in (("valid_share", 3), ("task_score", 3), ("mean_score", 4), ("any_medal", 3))]  # fmt: skip
+    assert f"| {PIZZA} | `ppo_t3` − `ppo_t1` | after | 4 | {' | '.join(cells)} |" in contrasts
+    assert contrasts.endswith("| none |")  # 4 start prompts: nothing shows beyond noise

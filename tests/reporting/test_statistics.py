@@ -40,6 +40,14 @@ def test_welch_equals_scipy():
         st.welch([1.0], [2.0, 3.0])
 
 
+def test_welch_from_a_summarys_means_and_ses_equals_scipy():
+    """What a summary keeps (mean, SE of the mean, n) gives scipy's Welch test from the same statistics."""
+    for m_a, se_a, n_a, m_b, se_b, n_b in ((-4.7, 0.9, 16, -1.4, 1.1, 16), (0.62, 0.01, 64, 0.6, 0.02, 5)):
+        ref = stats.ttest_ind_from_stats(m_a, se_a * np.sqrt(n_a), n_a, m_b, se_b * np.sqrt(n_b), n_b, equal_var=False)
+        got = st.welch_from_stats(m_a, se_a, n_a, m_b, se_b, n_b)
+        assert got.test == "welch" and got.p == pytest.approx(ref.pvalue, rel=1e-9)
+
+
 @pytest.mark.parametrize("n", [6, 12, 40])
 def test_paired_permutation_equals_scipy(n):
     rng = np.random.default_rng(n)

@@ -131,7 +131,7 @@ def main(argv: list[str]) -> None:
               f"{arm['before']['valid_fraction']:.2f} -> {arm['after']['valid_fraction']:.2f}, task score "
               f"{final['mean']:.3f} ± {final['se'] or 0:.3f} across {arm['task_score']['runs']} seeds")  # fmt: skip
     for c in (summary.get("turns_contrasts") or {}).values():
-        print(revision_text(c, "after"))
+        print(revision_text(summary, c, "after"))
     print(f"report: {out / 'report.md'}")
 
 

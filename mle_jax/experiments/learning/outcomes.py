@@ -3,6 +3,7 @@ slower-and-better kinds and their share, per-step series, version lags, instrume
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ import numpy as np
 from mle_jax.env.evaluation import standard_error
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.instrument import pyast
+from mle_jax.reporting.results_tables.turns import revision_contrast
 from mle_jax.tasks.registry import get_spec
 from mle_jax.tasks.reward import task_scores
 from mle_jax.warmstart.programs import solution_kind
@@ -327,37 +329,14 @@ def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def _contrast(
-    a: float | None, se_a: float | None, b: float | None, se_b: float | None, se: float | None = None
-) -> dict[str, Any]:
-    """a - b with the SE of the difference (`se`, else hypot of the two), in SEs, and whether it is beyond 2 SE
-    (None: no SE)."""
-    if a is None or b is None:
-        return {"difference": None, "se": None, "z": None, "beyond_2se": None}
-    diff = float(a - b)
-    if se is None and se_a is not None and se_b is not None:
-        se = float(np.hypot(se_a, se_b))
-    z = diff / se if se else None
-    return {"difference": diff, "se": se, "z": z, "beyond_2se": None if se is None else bool(abs(diff) > 2 * se)}
-
-
-def _pooled_se(p1: float | None, p2: float | None, n1: int, n2: int) -> float | None:
-    if p1 is None or p2 is None or n1 < 1 or n2 < 1:
-        return None
-    pooled = (p1 * n1 + p2 * n2) / (n1 + n2)
-    return float(np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)))
-
-
 def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_better: bool) -> dict[str, dict]:
     """Revising against resampling at the same number of programs: for every arm split by --turns (`<arm>_t<K>`),
     each K above the smallest against the smallest (with --turns=1,3: K = 3 turns with feedback against the best of 3
-    independent one-turn samples), before RL and after. Every difference is the K-turn arm minus the reference, in
-    the direction where positive means revising is better: the share of start prompts handed in valid (SE of the
-    pooled share), the paper's task score (−10 for an invalid hand-in; the evaluations' SEs), the mean score of the
-    valid hand-ins (negated when lower is better) and the share with a medal; each in SEs and whether beyond 2 SE.
+    independent one-turn samples), before RL and after, each figure with its test
+    (reporting/results_tables/turns.revision_contrast: positive means revising is better) as {diff, test, p, n_a,
+    n_b} (None: not measured).
 
     arms: summary["arms"] (each "before"/"after" from `eval_summary`). Returns {"<arm>_t<K> vs <arm>_t<k0>": {...}}."""
-    sign = -1.0 if lower_is_better else 1.0
     k0 = min(turns)
     out = {}
     for name in arms:
@@ -368,19 +347,7 @@ def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_bet
             ref_name = f"{name.removesuffix(suffix)}_t{k0}"
             c: dict[str, Any] = {"arm": name, "reference": ref_name, "turns": k, "reference_turns": k0}
             for when in ("before", "after"):
-                a, b = arms[name][when], arms[ref_name][when]
-                na, nb = a["samples"], b["samples"]
-                ma, mb = (a.get("medals") or {}).get("any_medal"), (b.get("medals") or {}).get("any_medal")
-                c[when] = {
-                    "valid_share": _contrast(a["valid_fraction"], None, b["valid_fraction"], None,
-                                             _pooled_se(a["valid_fraction"], b["valid_fraction"], na, nb)),
-                    "task_score": _contrast(a["task_score_mean"], a["task_score_se"], b["task_score_mean"],
-                                            b["task_score_se"]),
-                    "mean_score": _contrast(
-                        None if a["mean_score"] is None else sign * a["mean_score"], a["se_score"],
-                        None if b["mean_score"] is None else sign * b["mean_score"], b["se_score"],
-                    ),
-                    "any_medal": _contrast(ma, None, mb, None, _pooled_se(ma, mb, na, nb)),
-                }  # fmt: skip
+                tested = revision_contrast(arms[name][when], arms[ref_name][when], lower_is_better)
+                c[when] = {key: None if x is None else dataclasses.asdict(x) for key, x in tested.items()}
             out[f"{name} vs {ref_name}"] = c
     return out

@@ -111,7 +111,7 @@ def revision_lines(summary: dict) -> list[str]:
     contrasts = summary.get("turns_contrasts") or {}
     if contrasts:
         lines.append("")
-        lines += [f"- {revision_text(c, when)}" for c in contrasts.values() for when in ("before", "after")]
+        lines += [f"- {revision_text(summary, c, when)}" for c in contrasts.values() for when in ("before", "after")]
     return lines
 
 

@@ -5,13 +5,14 @@ and <task>-<policy>-<search>-ml_agent.json."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from mle_jax.env.search import POLICIES
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.reporting.statistics import Contrast, share_contrast, welch_from_stats
 from mle_jax.tasks.medals import any_medal_over_seeds
 from mle_jax.tasks.registry import get_spec
 
@@ -75,30 +76,37 @@ def render_search_operators(*tables: dict) -> str:
     return markdown_table(header, rows)
 
 
-def contrast(a: float | None, a_se: float | None, b: float | None, b_se: float | None, sign: float = 1.0) -> dict:
-    """sign * (a - b), its SE (the two SEs combined as independent) and whether it is beyond 2 SE (None: no SE)."""
-    if a is None or b is None:
-        return {"difference": None, "se": None, "beyond_2se": None}
-    se = math.sqrt((a_se or 0.0) ** 2 + (b_se or 0.0) ** 2) if a_se is not None or b_se is not None else None
-    d = sign * (a - b)
-    return {"difference": d, "se": se, "beyond_2se": None if not se else abs(d) > 2 * se}
+def share_over_seeds(rate_a: float | None, seeds_a: int, rate_b: float | None, seeds_b: int) -> Contrast | None:
+    """A rate over seeds (each seed's submission valid, or with a medal) a − b by Fisher's exact test."""
+    if rate_a is None or rate_b is None or not seeds_a or not seeds_b:
+        return None
+    return share_contrast(round(rate_a * seeds_a), seeds_a, round(rate_b * seeds_b), seeds_b)
 
 
-def _verdict(c: dict) -> str:
-    if c["difference"] is None:
-        return "—"
-    if c["se"] == 0.0:  # every seed alike in both searches
-        return f"{signed(c['difference'], 3)} (no spread across seeds)"
-    if c["beyond_2se"] is None:
-        return f"{signed(c['difference'], 3)} (no SE)"
-    word = "beyond" if c["beyond_2se"] else "within"
-    return f"{signed(c['difference'], 3)} ± {number(c['se'], 3)}, {word} 2 SE"
+def mean_over_seeds(a: Mapping[str, Any], b: Mapping[str, Any], sign: float = 1.0) -> Contrast | None:
+    """sign * (a's mean submitted score − b's) over their valid seeds by Welch's test from each summary's mean and SE
+    (protocols.search_summary); None with fewer than 2 valid seeds in an arm."""
+    na, nb = round(a["valid_rate"] * a["seeds"]), round(b["valid_rate"] * b["seeds"])
+    if a["mean_score"] is None or b["mean_score"] is None or na < 2 or nb < 2:
+        return None
+    x = welch_from_stats(a["mean_score"], a["mean_score_se"] or 0.0, na, b["mean_score"], b["mean_score_se"] or 0.0, nb)
+    return dataclasses.replace(x, diff=sign * x.diff)
+
+
+def verdict(x: Contrast | None) -> str:
+    """A contrast's cell: the difference, its test and p, and whether it shows beyond noise (p < ALPHA)."""
+    if x is None:
+        return "— (fewer than 2 valid seeds)"
+    if x.p is None:
+        return f"{signed(x.diff, 3)} (no test: both arms alike in every seed)"
+    test = "Fisher" if x.test == "fisher" else "Welch"
+    return f"{signed(x.diff, 3)} ({test} p = {x.p:.2g}, {'beyond' if x.beyond_noise else 'within'} noise)"
 
 
 def render_search_contrasts(*tables: dict) -> str:
-    """Each search against `independent` at the same budget, per task and policy: the difference of the mean
-    submitted score (signed so that + is better in the task's direction), of the valid rate and of the any-medal
-    rate, each ± the SE of the difference, and whether it shows beyond 2 SE."""
+    """Each search against `independent` at the same budget, per task and policy, the seeds the unit: the difference
+    of the mean submitted score (signed so that + is better in the task's direction; Welch), of the valid rate and of
+    the any-medal rate (Fisher), each with its p and whether it shows beyond noise (p < ALPHA)."""
     by = {_label(t): t for t in tables}
     rows = []
     for (task, checkpoint, name), t in by.items():
@@ -108,12 +116,13 @@ def render_search_contrasts(*tables: dict) -> str:
         s, b = t["summaries"][task], base["summaries"][task]
         sign = -1.0 if get_spec(task).lower_is_better else 1.0
         rows.append([
-            task, checkpoint, f"`{name}` − `independent`",
-            _verdict(contrast(s["mean_score"], s["mean_score_se"], b["mean_score"], b["mean_score_se"], sign)),
-            _verdict(contrast(s["valid_rate"], s["valid_rate_se"], b["valid_rate"], b["valid_rate_se"])),
-            _verdict(contrast(s["any_medal"], s["any_medal_se"], b["any_medal"], b["any_medal_se"])),
+            task, checkpoint, f"`{name}` − `independent`", f"{s['seeds']} / {b['seeds']}",
+            verdict(mean_over_seeds(s, b, sign)),
+            verdict(share_over_seeds(s["valid_rate"], s["seeds"], b["valid_rate"], b["seeds"])),
+            verdict(share_over_seeds(s["any_medal"], s["seeds"], b["any_medal"], b["seeds"])),
         ])  # fmt: skip
-    header = ["task", "policy", "contrast", "mean submitted score (+ is better)", "submission valid", "any medal"]
+    header = ["task", "policy", "contrast", "seeds", "mean submitted score (+ is better)", "submission valid",
+              "any medal"]  # fmt: skip
     return markdown_table(header, rows)
 
 

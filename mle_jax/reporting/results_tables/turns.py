@@ -5,6 +5,8 @@ from summaries with `turns` and `turns_contrasts`. The experiment's report.md us
 from __future__ import annotations
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
+from mle_jax.reporting.statistics import ALPHA, Contrast, share_contrast, welch_from_stats
+from mle_jax.tasks.registry import get_spec
 
 # the pizza run again, alone on the machine: its wall time is --quick's
 TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick", "learning-pizza-turns-quick-quiet")
@@ -62,21 +64,59 @@ REVISION_PARTS = (
     ("mean_score", "mean score of valid (task's direction)", 4),
     ("any_medal", "medal share", 3),
 )
-_VERDICT = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE"}
 
 
-def revision_text(c: dict, when: str) -> str:
-    """One line: a K-turn arm minus its one-turn (best of K) reference before or after RL, each figure in SEs of the
-    difference and whether beyond 2 SE (positive: revising better)."""
+def revision_contrast(a: dict, b: dict, lower_is_better: bool) -> dict[str, Contrast | None]:
+    """A K-turn arm's evaluation `a` minus its one-turn reference's `b` (each `eval_summary`, over the same n start
+    prompts), each figure with the test that fits it (reporting/statistics.py; positive: revising better): the share
+    of start prompts handed in valid and the share with a medal by Fisher's exact test, the task score (−10 for an
+    invalid hand-in) over the start prompts and the mean score of the valid hand-ins (negated when lower is better)
+    by Welch's test from their means and SEs. None: not measured (no valid hand-in, or fewer than 2)."""
+    na, nb = a["samples"], b["samples"]
+    out: dict[str, Contrast | None] = {}
+    va, vb = round(a["valid_fraction"] * na), round(b["valid_fraction"] * nb)
+    out["valid_share"] = share_contrast(va, na, vb, nb)
+    ma, mb = (a.get("medals") or {}).get("any_medal"), (b.get("medals") or {}).get("any_medal")
+    out["any_medal"] = None if ma is None or mb is None else share_contrast(round(ma * na), na, round(mb * nb), nb)
+    ta, tb = a.get("task_score_mean"), b.get("task_score_mean")
+    out["task_score"] = (
+        None if ta is None or tb is None or a.get("task_score_se") is None or b.get("task_score_se") is None
+        else welch_from_stats(ta, a["task_score_se"], na, tb, b["task_score_se"], nb)
+    )  # fmt: skip
+    sign = -1.0 if lower_is_better else 1.0
+    sa, sb = a.get("mean_score"), b.get("mean_score")
+    out["mean_score"] = (
+        None if sa is None or sb is None or va < 2 or vb < 2 or a.get("se_score") is None or b.get("se_score") is None
+        else welch_from_stats(sign * sa, a["se_score"], va, sign * sb, b["se_score"], vb)
+    )  # fmt: skip
+    return out
+
+
+def _contrasts(s: dict, c: dict, when: str) -> dict[str, Contrast | None]:
+    arms = s["arms"]
+    return revision_contrast(arms[c["arm"]][when], arms[c["reference"]][when], get_spec(s["task"]).lower_is_better)
+
+
+def _test_text(x: Contrast) -> str:
+    if x.p is None:
+        return "no test: both arms none or all alike" if x.test == "not tested" else "no test"
+    return f"{'Fisher' if x.test == 'fisher' else 'Welch'} p = {x.p:.2g}"
+
+
+def revision_text(s: dict, c: dict, when: str) -> str:
+    """One line: a K-turn arm minus its one-turn (best of K) reference before or after RL, each figure with its test
+    and whether it shows beyond noise (p < ALPHA; positive: revising better)."""
     parts = []
+    contrasts = _contrasts(s, c, when)
     for key, label, digits in REVISION_PARTS:
-        d = c[when][key]
-        if d["difference"] is None:
+        x = contrasts[key]
+        if x is None:
             parts.append(f"{label}: not measured")
             continue
-        z = "no SE" if d["z"] is None else f"{d['z']:+.1f} SE"
-        parts.append(f"{label} {d['difference']:+.{digits}f} ({z}, {_VERDICT[d['beyond_2se']]})")
-    return f"{c['arm']} minus {c['reference']}, {when} RL: " + "; ".join(parts)
+        word = "" if x.p is None else (", beyond noise" if x.beyond_noise else ", within noise")
+        parts.append(f"{label} {x.diff:+.{digits}f} ({_test_text(x)}{word})")
+    n = s["arms"][c["arm"]][when]["samples"]
+    return f"{c['arm']} minus {c['reference']}, {when} RL, n = {n} start prompts: " + "; ".join(parts)
 
 
 def render_turns_table(*summaries: dict) -> str:
@@ -92,26 +132,28 @@ def render_turns_table(*summaries: dict) -> str:
     return markdown_table(["task", *REVISION_HEADER], rows) + "".join(f"\n\n{r}" for r in runs)
 
 
-def _cell(d: dict, digits: int) -> str:
-    if d["difference"] is None:
+def _cell(x: Contrast | None, digits: int) -> str:
+    if x is None:
         return "—"
-    z = "no SE" if d["z"] is None else f"{signed(d['z'], 1)} SE"
-    return f"{signed(d['difference'], digits)} ({z})"
+    return f"{signed(x.diff, digits)} ({_test_text(x)})"
 
 
 def render_turns_contrasts(*summaries: dict) -> str:
-    """Per task, each K-turn arm minus its one-turn reference before and after RL (positive: revising better), each
-    figure in SEs of the difference; the last column names the figures beyond 2 SE."""
+    """Per task, each K-turn arm minus its one-turn reference before and after RL (positive: revising better) over n
+    start prompts, each figure with its test (`revision_contrast`); the last column names the figures beyond noise
+    (two-sided p < ALPHA)."""
     rows = []
     for s in summaries:
         for c in s["turns_contrasts"].values():
             for when in ("before", "after"):
-                parts = c[when]
-                beyond = [label for key, label, _ in REVISION_PARTS if parts[key]["beyond_2se"]]
-                rows.append([_task_label(s, summaries), f"`{c['arm']}` − `{c['reference']}`", when,
+                parts = _contrasts(s, c, when)
+                beyond = [label for key, label, _ in REVISION_PARTS if parts[key] and parts[key].beyond_noise]
+                n = s["arms"][c["arm"]][when]["samples"]
+                rows.append([_task_label(s, summaries), f"`{c['arm']}` − `{c['reference']}`", when, n,
                              *(_cell(parts[key], digits) for key, _, digits in REVISION_PARTS),
                              ", ".join(beyond) or "none"])  # fmt: skip
-    header = ["task", "contrast", "", *(label for _, label, _ in REVISION_PARTS), "beyond 2 SE"]
+    header = ["task", "contrast", "", "n (start prompts)", *(label for _, label, _ in REVISION_PARTS),
+              f"beyond noise (p < {ALPHA})"]  # fmt: skip
     return markdown_table(header, rows)
 
 
