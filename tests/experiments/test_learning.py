@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from absl import app
 from ml_collections import ConfigDict
+from scipy import stats
 
 from configs import spooky
 from mle_jax.experiments.learning.arms import DEFAULT_ARMS, Arm, arm_config, make_arms, parse_arm, select_arms
 from mle_jax.experiments.learning.outcomes import (
-    arm_contrasts,
     arm_task_scores,
     corpus_kinds,
     corpus_medians,
@@ -36,6 +36,7 @@ from mle_jax.experiments.learning.report import ablation_lines, ablation_table, 
 from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, share_warm_start, work_left
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.reporting.results_tables.ablations import (
+    arm_contrasts,
     never_valid_figure,
     render_ablation_contrasts,
     render_ablation_table,
@@ -428,12 +429,17 @@ def test_task_scores_across_seeds_and_the_contrasts_with_the_first_arm():
     one = arm_task_scores([_repeat(0.5, None, [None, None])])
     assert one["final"]["se"] is None and one["final"]["se_within"] is None and one["curve"] is None
     c = arm_contrasts({"paper": {"task_score": paper}, "off": {"task_score": off}, "one": {"task_score": one}})
-    final = c["off"]["final"]
-    assert c["off"]["reference"] == "paper" and final["difference"] == pytest.approx(5.4)
-    assert final["se_diff"] == pytest.approx(np.hypot(0.05, 5.15)) and final["beyond_2se"] is False  # 2 seeds apart
-    assert final["z_se_within"] == pytest.approx(5.4 / np.hypot(0.025, 0.025))
-    assert c["off"]["curve"]["difference"] == pytest.approx(-2.25 + 8.5) and c["one"]["curve"] is None
-    assert c["one"]["final"]["beyond_2se"] is None  # one seed: no SE across seeds, no verdict
+    final = c["off"]["final"]  # the seed the unit: Welch's test over the two seeds' final task scores
+    assert c["off"]["reference"] == "paper" and final["diff"] == pytest.approx(5.4) and final["test"] == "welch"
+    assert final["p"] == pytest.approx(stats.ttest_ind([0.6, 0.5], [-10.0, 0.3], equal_var=False).pvalue)
+    assert final["p"] > 0.05 and (final["n_a"], final["n_b"]) == (2, 2)  # 2 seeds apart: within noise
+    assert c["off"]["curve"]["diff"] == pytest.approx(-2.25 + 8.5) and c["one"]["curve"] is None
+    assert c["one"]["final"] is None  # one seed: no test, no verdict
+    # arms that differ only in the improve share, neither of which trained on an improve prompt, could not differ
+    same = {"task_score": {**off, "improve_trained": 0.0}, "stats": {"improve_fraction": 0.0, "rl_wall_s": 9.0}}
+    ref = {"task_score": {**paper, "improve_trained": 0.0}, "stats": {"improve_fraction": 0.5, "rl_wall_s": 7.0}}
+    untested = arm_contrasts({"paper": ref, "scratch_only": same})["scratch_only"]["final"]
+    assert untested["test"] == "not tested" and untested["p"] is None
 
 
 def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
@@ -454,8 +460,8 @@ def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
     )
     assert "| no_instrumentation | off | 0.50 / — | 2 | -4.850 ± 5.150 |" in table and "| 1 of 2 |" in table
     text = "\n".join(ablation_lines(summary))
-    assert "- paper minus no_instrumentation: final task score +5.400 (+1.0 SE across seeds" in text
-    assert "within 2 SE" in text
+    assert "- paper minus no_instrumentation: final task score +5.400 (Welch p = " in text
+    assert "2 and 2 seeds: within noise)" in text
     path = task_score_plot({"pizza": summary, "spooky": summary}, tmp_path / "task_score.png")
     assert path.stat().st_size > 1000
     # docs/results.md's blocks (results_tables/ablations.py) from the same summary
@@ -465,5 +471,8 @@ def test_the_reports_table_4_and_fig_9_from_a_hand_made_summary(tmp_path):
     assert f"| {TASK} | −4.000 ± 1.500 | 0.550 ± 0.050 (within 0.025) | −4.850 ± 5.150 (within 0.025) |" in readme
     assert readme.endswith("| 0 of 2 | 1 of 2 |")
     contrasts = render_ablation_contrasts(summary)
-    assert f"| {TASK} | `paper` − `no_instrumentation` | +5.400 | +1.0 / +152.7 | within 2 SE | +6.75 |" in contrasts
+    p = stats.ttest_ind([0.6, 0.5], [-10.0, 0.3], equal_var=False).pvalue
+    assert f"| {TASK} | `paper` − `no_instrumentation` | +5.400 (Welch p = {p:.2g}, 2 and 2 seeds: within noise) |" in (
+        contrasts
+    )
     assert never_valid_figure(summary, summary) == "`paper` 0 of 4, `no_instrumentation` 2 of 4"

@@ -296,39 +296,6 @@ def arm_task_scores(repeats: Sequence[dict]) -> dict[str, Any]:
             "improve_trained": float(np.mean(shares)) if shares else None}  # fmt: skip
 
 
-def _difference(a: dict | None, b: dict | None, se_keys: Sequence[str]) -> dict[str, Any] | None:
-    if a is None or b is None or a["mean"] is None or b["mean"] is None:
-        return None
-    diff = a["mean"] - b["mean"]
-    out: dict[str, Any] = {"difference": diff}
-    for key in se_keys:
-        se = None if a.get(key) is None or b.get(key) is None else float(np.hypot(a[key], b[key]))
-        out[f"{key}_diff"] = se
-        out[f"z_{key}"] = diff / se if se else None
-    ses = [out[f"{k}_diff"] for k in se_keys]
-    # beyond 2 SE under every SE we have (the larger one decides); None when one is missing
-    out["beyond_2se"] = None if None in ses else bool(abs(diff) > 2 * max(ses))
-    return out
-
-
-def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
-    """Each arm after the first against the first (the reference, e.g. the paper's setup): the difference of
-    the final task score (reference minus arm) in SEs across seeds and within (the evaluations' sampling), and
-    of the curve's mean (across seeds). beyond_2se: |difference| > 2 SE of the difference under each SE.
-
-    arms: summary["arms"], each with "task_score" from `arm_task_scores`."""
-    names = list(arms)
-    out = {}
-    for name in names[1:]:
-        ref, other = arms[names[0]]["task_score"], arms[name]["task_score"]
-        out[name] = {
-            "reference": names[0],
-            "final": _difference(ref["final"], other["final"], ("se", "se_within")),
-            "curve": _difference(ref["curve"], other["curve"], ("se",)),
-        }
-    return out
-
-
 def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_better: bool) -> dict[str, dict]:
     """Revising against resampling at the same number of programs: for every arm split by --turns (`<arm>_t<K>`),
     each K above the smallest against the smallest (with --turns=1,3: K = 3 turns with feedback against the best of 3

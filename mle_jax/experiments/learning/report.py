@@ -7,6 +7,7 @@ from pathlib import Path
 from mle_jax.experiments.learning.plots import write_plots
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
+from mle_jax.reporting.results_tables.ablations import arm_contrasts, tested_text
 from mle_jax.reporting.results_tables.turns import REVISION_HEADER, revision_rows, revision_text
 
 
@@ -64,19 +65,13 @@ def ablation_table(summary: dict) -> str:
 
 
 def contrast_text(name: str, c: dict) -> str:
-    """One line: the reference arm minus `name` in the final task score and over RL steps, in SEs, and whether
-    each shows beyond 2 SE."""
-
-    def part(label: str, d: dict | None) -> str:
-        if d is None:
-            return f"{label}: not measured"
-        zs = [f"{d[k]:+.1f} SE {what}" for k, what in (("z_se", "across seeds"), ("z_se_within", "within"))
-              if d.get(k) is not None]  # fmt: skip
-        verdict = {True: "beyond 2 SE", False: "within 2 SE", None: "no SE (one seed)"}[d["beyond_2se"]]
-        return f"{label} {d['difference']:+.3f} ({', '.join(zs) or 'no SE'}): {verdict}"
-
-    return f"{c['reference']} minus {name}: " + "; ".join(
-        (part("final task score", c["final"]), part("mean over RL steps", c["curve"]))
+    """One line: the reference arm minus `name` in the final task score and over RL steps, each with its test over
+    the seeds and whether it shows beyond noise."""
+    return (
+        f"{c['reference']} minus {name}: final task score "
+        + tested_text(c["final"])
+        + "; mean over RL steps "
+        + (tested_text(c["curve"], 2))
     )
 
 
@@ -87,7 +82,7 @@ def ablation_lines(summary: dict) -> list[str]:
         return []
     lines = ["", f"Task score (the paper's Fig. 9 / Table 4 number) over {summary.get('seeds', 1)} seed(s):", ""]
     lines.append(ablation_table(summary))
-    contrasts = summary.get("contrasts") or {}
+    contrasts = arm_contrasts(arms) if len(arms) > 1 else {}  # from the arms' per-seed values
     if contrasts:
         lines.append("")
         lines += [f"- {contrast_text(name, c)}" for name, c in contrasts.items()]

@@ -20,7 +20,6 @@ from mle_jax.env.rollout import Environment, InstrumentFn
 from mle_jax.env.settings import AgentSettings
 from mle_jax.experiments.learning.arms import ALGORITHMS, DEFAULT_ARMS, Arm, Scale, arm_config, eval_draws
 from mle_jax.experiments.learning.outcomes import (
-    arm_contrasts,
     arm_task_scores,
     corpus_kinds,
     corpus_medians,
@@ -37,6 +36,7 @@ from mle_jax.experiments.learning.report import write_report
 from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter, status_kib
 from mle_jax.reporting import provenance
+from mle_jax.reporting.results_tables.ablations import arm_contrasts
 from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.run import builders, environment
 from mle_jax.run.settings import RunSettings, from_config

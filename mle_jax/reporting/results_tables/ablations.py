@@ -3,9 +3,16 @@ and the self-improvement prompt (Table 4), from summaries with `task_score` and 
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus, signed
+from mle_jax.reporting.statistics import ALPHA, welch
 
 ABLATION_RUNS = ("ablations-pizza-quick", "ablations-spooky-quick")
+# what an arm of the learning experiment sets (its summary's "stats" also holds what it measured)
+ARM_SETTINGS = ("algorithm", "duration_weights", "instrument_mode", "improve_fraction")
+NO_IMPROVE = "the arms differ only in the improve share, and neither trained on an improve prompt"
 
 
 def _final(a: dict) -> str:
@@ -33,32 +40,68 @@ def render_ablation_table(*summaries: dict) -> str:
     return markdown_table(header, rows)
 
 
-def _verdict(d: dict | None) -> str:
+def _tested(a: dict | None, b: dict | None, could_differ: bool = True) -> dict[str, Any] | None:
+    """a's per-seed values against b's (`spread`s) by Welch's test, the seed the unit (reporting/statistics.py), as
+    {diff, test, p, n_a, n_b}; "not tested" when the arms could not differ; None with fewer than 2 seeds in an arm."""
+    if a is None or b is None or len(a["values"]) < 2 or len(b["values"]) < 2:
+        return None
+    x = welch(a["values"], b["values"])
+    if not could_differ:
+        return {**dataclasses.asdict(dataclasses.replace(x, test="not tested", p=None)), "reason": NO_IMPROVE}
+    return dataclasses.asdict(x)
+
+
+def could_differ(reference: dict, arm: dict) -> bool:
+    """False when two arms ran the same thing: they differ only in prompt.improve_fraction, and neither trained on an
+    improve prompt (no earlier solution to show: the paper's scratch_only ablation where the buffer stayed empty)."""
+    ref_stats, arm_stats = reference.get("stats") or {}, arm.get("stats") or {}
+    differ = {k for k in ARM_SETTINGS if ref_stats.get(k) != arm_stats.get(k)}
+    trained = [x["task_score"].get("improve_trained") for x in (reference, arm)]
+    return not (differ == {"improve_fraction"} and all(t == 0.0 for t in trained))
+
+
+def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
+    """Each arm after the first against the first (the reference, e.g. the paper's setup), the seed the unit: the
+    final task score (reference minus arm) and the curve's mean over RL steps, each by Welch's test over the seeds'
+    values (`_tested`); "not tested" where the arms could not differ (`could_differ`).
+
+    arms: summary["arms"], each with "task_score" from `arm_task_scores` (and "stats", the arm's settings)."""
+    names = list(arms)
+    out = {}
+    for name in names[1:]:
+        ref, other = arms[names[0]], arms[name]
+        differ = could_differ(ref, other)
+        out[name] = {
+            "reference": names[0],
+            "final": _tested(ref["task_score"]["final"], other["task_score"]["final"], differ),
+            "curve": _tested(ref["task_score"]["curve"], other["task_score"]["curve"], differ),
+        }
+    return out
+
+
+def tested_text(d: dict | None, digits: int = 3) -> str:
+    """A stored contrast ({diff, test, p, n_a, n_b}: a `statistics.Contrast` as a dict) in words: the difference, the
+    test and p over n seeds per arm, and whether it shows beyond noise (p < ALPHA)."""
     if d is None:
-        return "not measured"
-    return {True: "beyond 2 SE", False: "within 2 SE", None: "no SE"}[d["beyond_2se"]]
+        return "not measured (fewer than 2 seeds)"
+    if "test" not in d:  # a summary from before the one rule (its SEs only): its difference, untested here
+        return f"{signed(d['difference'], digits)} (no test in this summary)"
+    if d["p"] is None:
+        return f"{signed(d['diff'], digits)}, not tested: {d.get('reason', 'the arms could not differ')}"
+    word = "beyond" if d["p"] < ALPHA else "within"
+    return f"{signed(d['diff'], digits)} (Welch p = {d['p']:.2g}, {d['n_a']} and {d['n_b']} seeds: {word} noise)"
 
 
 def render_ablation_contrasts(*summaries: dict) -> str:
     """Each ablation arm against the first arm (the paper's setup), per task: the difference of the final task score
-    and of its mean over the RL steps (Fig. 9's curve), in SEs of the difference, and whether it shows beyond 2 SE
-    (under the larger of the SEs across seeds and within)."""
+    and of its mean over the RL steps (Fig. 9's curve), each by Welch's test over the seeds (the seed the unit;
+    reporting/statistics.py) and whether it shows beyond noise; "not tested" where the arms could not differ."""
     rows = []
     for s in summaries:
-        for name, c in s["contrasts"].items():
-            f, cu = c["final"], c["curve"]
-            rows.append([
-                s["task"], f"`{c['reference']}` − `{name}`",
-                signed(f["difference"], 3) if f else "—",
-                f"{signed(f['z_se'], 1) if f and f['z_se'] is not None else '—'} / "
-                f"{signed(f['z_se_within'], 1) if f and f['z_se_within'] is not None else '—'}",
-                _verdict(f),
-                signed(cu["difference"], 2) if cu else "—",
-                signed(cu["z_se"], 1) if cu and cu["z_se"] is not None else "—",
-                _verdict(cu),
-            ])  # fmt: skip
-    header = ["task", "contrast", "final task score difference", "in SEs (across seeds / within)", "final",
-              "mean over RL steps, difference", "in SEs (across seeds)", "over RL steps"]  # fmt: skip
+        for name, c in arm_contrasts(s["arms"]).items():  # from the arms' per-seed values, whatever the summary kept
+            rows.append([s["task"], f"`{c['reference']}` − `{name}`", tested_text(c["final"]),
+                         tested_text(c["curve"], 2)])  # fmt: skip
+    header = ["task", "contrast", "final task score", "mean over RL steps"]
     return markdown_table(header, rows)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.reporting.statistics import welch_from_stats
 
 # every learning run in docs/results: the utilisation table has a row per arm of each
 LEARNING_RUNS = ("learning-spooky", "learning-spooky-sft300", "learning-spooky-sft300-concurrent",
@@ -212,6 +213,20 @@ def render_slow_and_better(*summaries: dict) -> str:
     return markdown_table(header, rows)
 
 
+def change_text(before: dict, after: dict, key: str, se_key: str, valid_only: bool = False, digits: int = 2) -> str:
+    """after − before of an evaluation figure (mean and its SE over the evaluation's samples, `summarize`) by Welch's
+    test (reporting/statistics.py): "+0.34 (p = 0.21)". valid_only: a mean over the valid samples only (its n)."""
+    na, nb = before.get("samples"), after.get("samples")
+    if valid_only and na and nb:
+        na, nb = round(before["valid_fraction"] * na), round(after["valid_fraction"] * nb)
+    if None in (before.get(key), after.get(key), before.get(se_key), after.get(se_key)) or not na or not nb:
+        return "—"
+    if na < 2 or nb < 2:
+        return f"{signed(after[key] - before[key], digits)} (no test)"
+    x = welch_from_stats(after[key], after[se_key], nb, before[key], before[se_key], na)
+    return f"{signed(x.diff, digits)} (no test)" if x.p is None else f"{signed(x.diff, digits)} (p = {x.p:.2g})"
+
+
 def render_objective_arms(*summaries: dict) -> str:
     """The learning experiment's arms named `{algorithm}_{weights}` (--algorithms x --duration_weights), one row per
     arm: before → after RL (reward, valid fraction, score of the valid programs), its pace and memory, and the
@@ -222,8 +237,6 @@ def render_objective_arms(*summaries: dict) -> str:
         for name, a in s["arms"].items():
             b, f, st = a["before"], a["after"], a["stats"]
             stale = st.get("stale") or {}
-            z = (f["mean_reward"] - b["mean_reward"]) / max((b["se_reward"] ** 2 + f["se_reward"] ** 2) ** 0.5, 1e-12)
-            zs = (f["mean_score"] - b["mean_score"]) / max((b["se_score"] ** 2 + f["se_score"] ** 2) ** 0.5, 1e-12)
             sb = slow.get(name)
             share = f"{plus_minus(*sb['before'])} → {plus_minus(*sb['after'])}" if sb else "—"
             lag = f"{number(stale.get('stale/version_lag_slow'))} / {number(stale.get('stale/version_lag_fast'))}"
@@ -231,16 +244,17 @@ def render_objective_arms(*summaries: dict) -> str:
             rows.append([
                 f"`{name}`",
                 f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
-                signed(z, 1),
+                change_text(b, f, "mean_reward", "se_reward"),
                 f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
                 f"{plus_minus(b['mean_score'], b['se_score'], 3)} → {plus_minus(f['mean_score'], f['se_score'], 3)}",
-                signed(zs, 1), share, number(st.get("steps_per_hour"), 0), number(st.get("peak_rss_gib"), 1), lag, clip,
+                change_text(b, f, "mean_score", "se_score", valid_only=True, digits=3), share,
+                number(st.get("steps_per_hour"), 0), number(st.get("peak_rss_gib"), 1), lag, clip,
             ])  # fmt: skip
     n = summaries[0]["scale"]
     header = [f"arm ({n['steps']} steps × B={summaries[0]['batch_size']}, groups of "
               f"{summaries[0].get('group_size', 1)})", "mean reward ± SE, before → after",
-              "change / its SE", "valid fraction, before → after", "mean score of valid ± SE, before → after",
-              "change / its SE", "slow-and-better share ± SE, before → after", "steps / hour",
+              "change (Welch p)", "valid fraction, before → after", "mean score of valid ± SE, before → after",
+              "change (Welch p)", "slow-and-better share ± SE, before → after", "steps / hour",
               "peak GiB", "version lag slow / fast", "clipped share slow / fast"]  # fmt: skip
     return markdown_table(header, rows)
 
@@ -262,10 +276,7 @@ def render_mix_evidence(d: dict) -> str:
         return number(f["valid_fraction"])
 
     def z(b: dict, a: dict | None) -> str:
-        if not a:
-            return "—"
-        se = (b["se_reward"] ** 2 + a["se_reward"] ** 2) ** 0.5
-        return signed((a["mean_reward"] - b["mean_reward"]) / max(se, 1e-12), 1)
+        return change_text(b, a, "mean_reward", "se_reward") if a else "—"
 
     rows = []
     for task, t in d["tasks"].items():
@@ -281,6 +292,6 @@ def render_mix_evidence(d: dict) -> str:
     rows.append([f"{h['task']} (held out)", "0", str(hb["samples"]), arrow(hb, ha, reward), z(hb, ha),
                  arrow(hb, ha, valid), arrow(hb, ha, best), "—"])  # fmt: skip
     header = [f"task ({d['rl_steps']} RL steps × B={d['batch_size']} over the mix)", "RL samples",
-              "eval samples", "mean reward ± SE, before → after", "change / its SE", "valid fraction, before → after",
+              "eval samples", "mean reward ± SE, before → after", "change (Welch p)", "valid fraction, before → after",
               "best score (medal), before → after", "single-task run of the task (duration-weighted arm)"]  # fmt: skip
     return markdown_table(header, rows)
