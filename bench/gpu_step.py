@@ -5,6 +5,11 @@ shape on an accelerator, against the plan's projection.
     python bench/gpu_step.py --shape tiny             # any machine (CPU: this is the default, so it cannot rot)
     python bench/gpu_step.py --batch 64 --seq 2048 --micro 8 --decode_batch 64 --decode_tokens 256
     python bench/gpu_step.py --algorithm grpo --group 4   # the critic-free update, groups of 4
+    python bench/gpu_step.py --shape qwen0.5b --lora_rank 16 --out docs/results/qwen-gpu.jsonl   # :qwen's update
+
+A lent GPU's few minutes (issue 45): `--shape qwen0.5b --lora_rank 16` then `--shape 3b --lora_rank 16`, each with
+`--out docs/results/qwen-gpu.jsonl` (weights cannot travel to it: random weights at the real shapes; the
+`:qwen` configs train LoRA rank 16 adapters over a frozen base).
 
 Measures one PPO update (reference and critic forwards, policy and critic forward + backward, AdamW; the
 learner exactly as a run builds it) in tokens/s and MFU against the devices' dense bf16 peak, and the JAX
@@ -30,10 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from configs import base  # noqa: E402
 from mle_jax.infra.optim import OptimSettings  # noqa: E402
 from mle_jax.infra.sharding import MeshSettings, make_mesh, put_batch  # noqa: E402
+from mle_jax.models.lora import LoraSettings  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.value import Qwen2ValueModel  # noqa: E402
 from mle_jax.planner.counting import matmul_flops  # noqa: E402
 from mle_jax.planner.targets import GPU_TARGETS, TPU_CHIPS  # noqa: E402
+from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner  # noqa: E402
@@ -45,7 +52,7 @@ from mle_jax.rl.settings import (
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("shape", "auto", ["auto", "3b", "tiny"], "auto: 3b on an accelerator, tiny on CPU")
+flags.DEFINE_enum("shape", "auto", ["auto", "3b", "qwen0.5b", "tiny"], "auto: 3b on an accelerator, tiny on CPU")
 flags.DEFINE_integer("batch", 0, "samples per update (0: 8 x devices at 3b, 8 tiny)")
 flags.DEFINE_integer("seq", 0, "tokens per sample, prompt + response (0: 2048 at 3b, 256 tiny)")
 flags.DEFINE_integer("micro", 0, "micro-batch (0: the number of devices at 3b, 4 tiny)")
@@ -56,6 +63,8 @@ flags.DEFINE_float("peak_tflops", 0.0, "dense bf16 peak per device (0: from the 
 flags.DEFINE_integer("reps", 3, "timed updates after the compile")
 flags.DEFINE_enum("algorithm", "ppo", list(objectives.OBJECTIVES), "config.learner.algorithm of the update")
 flags.DEFINE_integer("group", 1, "samples per group (group ids of the batch; the group objectives compare in them)")
+flags.DEFINE_integer("lora_rank", 0, "model.lora.rank of the update (0: every weight trained; :qwen trains rank 16)")
+flags.DEFINE_string("out", "", "append the measurement as one JSON line (with the command, date and device) here")
 
 
 def device_peak_tflops(kind: str) -> float:
@@ -72,6 +81,8 @@ def device_peak_tflops(kind: str) -> float:
 def model_config(shape: str) -> tuple[Qwen2Config, jnp.dtype]:
     if shape == "3b":
         return Qwen2Config.from_model_config(base.qwen25_3b_model()), jnp.bfloat16
+    if shape == "qwen0.5b":  # Qwen2.5(-Coder)-0.5B's shape, bf16 on an accelerator
+        return Qwen2Config.from_model_config(base.qwen_coder_05b_model()), jnp.bfloat16
     return Qwen2Config.from_model_config(base.tiny_model()), jnp.float32
 
 
@@ -80,7 +91,7 @@ def main(argv) -> None:
     n = jax.device_count()
     accel = jax.default_backend() != "cpu"
     shape = FLAGS.shape if FLAGS.shape != "auto" else ("3b" if accel else "tiny")
-    big = shape == "3b"
+    big = shape != "tiny"
     batch = FLAGS.batch or (8 * n if big else 8)
     seq = FLAGS.seq or (2048 if big else 256)
     micro = FLAGS.micro or (n if big else 4)
@@ -97,6 +108,7 @@ def main(argv) -> None:
         algorithm=FLAGS.algorithm,
         ppo=PPOSettings(mini_batch_size=batch, micro_batch_size=micro, seq_bucket=0, temperature=0.7),
         optim=OptimSettings(master_dtype="float32"),
+        lora=LoraSettings(rank=FLAGS.lora_rank),
     )
     learner = Learner(settings, policy, value, make_mesh(MeshSettings(data=1, fsdp=-1, tensor=1)))
     rollout = RolloutBatch.random(batch, seq // 2, seq - seq // 2, cfg.vocab_size, group=FLAGS.group)
@@ -139,6 +151,17 @@ def main(argv) -> None:
     print(f"decode: {dec_batch} rows x {dec_tokens} new tokens after {seq // 2}-token prompts in {decode_s:.2f} s: "
           f"{new_tokens / decode_s:.0f} tokens/s")  # fmt: skip
     print(f"ratio update tokens/s / decode tokens/s: {(tokens / step_s) / (new_tokens / decode_s):.2f}")
+    if FLAGS.out:
+        record = {
+            "device": kind, "devices": n, "shape": shape, "params_b": round(n_params / 1e9, 3),
+            "dtype": jnp.dtype(dtype).name, "algorithm": FLAGS.algorithm, "lora_rank": FLAGS.lora_rank,
+            "batch": batch, "seq": seq, "micro": micro, "compile_s": round(compile_s, 1), "step_s": round(step_s, 4),
+            "update_tokens_per_s": round(tokens / step_s, 1), "flops_per_step": flops,
+            "mfu": round(flops / step_s / (n * peak * 1e12), 4) if peak else None, "peak_tflops": peak or None,
+            "decode_batch": dec_batch, "decode_tokens": dec_tokens,
+            "decode_tokens_per_s": round(new_tokens / decode_s, 1),
+        }  # fmt: skip
+        provenance.append_jsonl(Path(FLAGS.out), record)
 
 
 if __name__ == "__main__":

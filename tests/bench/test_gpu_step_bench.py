@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -15,9 +16,11 @@ pytestmark = pytest.mark.model
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
-def test_gpu_step_bench_runs_on_cpu(algorithm):
-    done = subprocess.run([sys.executable, "bench/gpu_step.py", "--reps=1", f"--algorithm={algorithm}", "--group=4"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+def test_gpu_step_bench_runs_on_cpu(algorithm, tmp_path):
+    """GRPO's run trains LoRA adapters (as `:qwen` does) and appends its measurement to a results file."""
+    lora = ["--lora_rank=4", f"--out={tmp_path / 'gpu.jsonl'}"] if algorithm == "grpo" else []
+    done = subprocess.run([sys.executable, "bench/gpu_step.py", "--reps=1", f"--algorithm={algorithm}", "--group=4",
+                           *lora], cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = done.stdout
     assert "model: tiny" in out and "MFU not defined" in out  # no bf16 peak on CPU
@@ -26,3 +29,7 @@ def test_gpu_step_bench_runs_on_cpu(algorithm):
     assert update > 1e9
     decode = int(re.search(r"in [\d.]+ s: (\d+) tokens/s", out).group(1))
     assert decode > 0 and "ratio update tokens/s / decode tokens/s" in out
+    if lora:
+        [record] = [json.loads(line) for line in (tmp_path / "gpu.jsonl").read_text().splitlines()]
+        assert record["lora_rank"] == 4 and record["shape"] == "tiny" and record["mfu"] is None  # CPU: no bf16 peak
+        assert round(record["decode_tokens_per_s"]) == decode and "command" in record and "date" in record
