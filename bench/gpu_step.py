@@ -44,11 +44,11 @@ from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl import objectives  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
 from mle_jax.rl.learner import Learner  # noqa: E402
-from mle_jax.rl.ppo_update import BATCH_KEYS
 from mle_jax.rl.settings import (
     LearnerSettings,  # noqa: E402
     PPOSettings,  # noqa: E402
 )
+from mle_jax.rl.update import BATCH_KEYS
 from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -206,7 +206,7 @@ def get_config() -> ml_collections.ConfigDict:
     # valid but terrible submission (log loss 12) never earns less than a crash (mle_jax/tasks/reward.py)
     c.reward.valid_floor = -8.0
 
-    c.ppo = ml_collections.ConfigDict()  # the update (mle_jax/rl/ppo.py), for every learner.algorithm
+    c.ppo = ml_collections.ConfigDict()  # the update (mle_jax/rl/core.py), for every learner.algorithm
     c.ppo.gamma = 1.0  # discount of the returns
     c.ppo.lam = 1.0  # GAE's λ
     c.ppo.clip_ratio = 0.2  # ε: the ratio π / π_old is clipped to [1 - ε, 1 + ε]

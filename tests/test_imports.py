@@ -344,7 +344,7 @@ def test_the_command_line_entry_points_start_without_the_heavy_modules():
 
 
 # What the planner may load of the packages that run the agent: their settings, results and name registries. It
-# compiles the real update (rl.learner, rl.ppo_update) and the models, but reads a config without the RL loop, the
+# compiles the real update (rl.learner, rl.update) and the models, but reads a config without the RL loop, the
 # rollouts, the warm-start stage, the samplers or the sandboxes.
 PLANNER_MAY_LOAD = frozenset(
     {

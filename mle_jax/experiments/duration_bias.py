@@ -3,7 +3,7 @@
 A task has solution kinds with different rewards and run times, e.g. "fail" (crashes at once,
 -10 + partial credit), "fast" (logistic regression: quick, worse) and "slow" (gradient boosting:
 long, better). A softmax policy with one logit per kind is trained with the project's PPO loss
-(`mle_jax.rl.ppo`) through asynchronous batching on a simulated clock: m·B samples are in flight,
+(`mle_jax.rl.core`, `mle_jax.rl.duration`) through asynchronous batching on a simulated clock: m·B samples are in flight,
 each tagged with the policy version that sampled it and its behaviour logprob; the learner takes the
 first B to finish, updates, and refills the pool from the new policy. Fast kinds return more often,
 so without duration weights they receive more updates and the policy drifts to them; weighting each
@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 from rich.progress import Progress
 
 from mle_jax.reporting import provenance
-from mle_jax.rl import duration, ppo
+from mle_jax.rl import core, duration
 from mle_jax.rl.batch import RolloutBatch
 
 
@@ -163,22 +163,22 @@ def make_update(cfg: SimConfig, duration_mode: str, ref_logits: jax.Array):
     def loss_fn(params, tokens, mask, old_lp, old_values, advantages, returns, weights):
         logits = jnp.broadcast_to(params["logits"], (*tokens.shape, params["logits"].shape[0]))
         # logits at position t score token t+1, as in the language model
-        lp = ppo.token_logprobs(logits, tokens)
+        lp = core.token_logprobs(logits, tokens)
         values = jnp.full(tokens.shape, params["value"])
-        pl, pm = ppo.policy_loss(lp, old_lp, advantages, mask, weights, clip_ratio=cfg.clip_ratio)
-        vl, _ = ppo.value_loss(values, old_values, returns, mask, value_clip=cfg.value_clip)
-        ent = ppo.masked_mean(ppo.shift_right(ppo.entropy_from_logits(logits)), mask)
+        pl, pm = core.policy_loss(lp, old_lp, advantages, mask, weights, clip_ratio=cfg.clip_ratio)
+        vl, _ = core.value_loss(values, old_values, returns, mask, value_clip=cfg.value_clip)
+        ent = core.masked_mean(core.shift_right(core.entropy_from_logits(logits)), mask)
         return pl - cfg.entropy_coef * ent + vl, pm
 
     @jax.jit
     def update(params, opt_states, tokens, mask, behaviour_lp, rewards, durations):
         maskf = mask.astype(jnp.float32)
-        ref_lp = ppo.token_logprobs(jnp.broadcast_to(ref_logits, (*tokens.shape, ref_logits.shape[0])), tokens)
-        tok_r, _ = ppo.token_rewards(rewards, maskf, behaviour_lp, ref_lp * maskf, cfg.kl_coef)
+        ref_lp = core.token_logprobs(jnp.broadcast_to(ref_logits, (*tokens.shape, ref_logits.shape[0])), tokens)
+        tok_r, _ = core.token_rewards(rewards, maskf, behaviour_lp, ref_lp * maskf, cfg.kl_coef)
         values = jnp.full(tokens.shape, params["value"]) * maskf
-        adv, ret = ppo.gae(tok_r, values, maskf, 1.0, 1.0)
+        adv, ret = core.gae(tok_r, values, maskf, 1.0, 1.0)
         if cfg.whiten_advantages:
-            adv = ppo.masked_whiten(adv, maskf)
+            adv = core.masked_whiten(adv, maskf)
         weights = duration.duration_weights(durations, duration_mode)
         for _ in range(cfg.epochs):
             grads, metrics = jax.grad(loss_fn, has_aux=True)(

@@ -25,7 +25,7 @@ from mle_jax.env.driver import EpisodeDriver
 from mle_jax.env.evaluation import evaluate
 from mle_jax.reporting import provenance
 from mle_jax.reporting.markdown import markdown_table
-from mle_jax.rl import ppo
+from mle_jax.rl import core
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.run import builders, environment
 from mle_jax.run.cli import config_flag, parse_flags
@@ -37,7 +37,7 @@ def drift(model: nnx.Module, batch: RolloutBatch, temperature: float, clip: floa
     (the k1 KL estimate) and the share of tokens whose ratio π/π_old is outside [1 - clip, 1 + clip]."""
     tokens = jnp.asarray(batch.tokens)
     logits = model(tokens, attention_mask=jnp.asarray(batch.attention_mask))
-    lp = np.asarray(ppo.token_logprobs(logits, tokens, temperature))
+    lp = np.asarray(core.token_logprobs(logits, tokens, temperature))
     mask = batch.response_mask > 0
     log_ratio = (lp - batch.behaviour_logprobs)[mask]
     ratio = np.exp(log_ratio)

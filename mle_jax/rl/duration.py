@@ -3,7 +3,7 @@ batch's mean run time.
 
 In asynchronous RL the programs that finish first fill a batch, so fast programs dominate the gradient; weighting
 sample i by Δt_i / mean Δt undoes that bias (docs/results.md measures it). Every objective applies them to its
-per-sample advantages (rl/ppo_update.py); `ppo.duration_weights` chooses the mode.
+per-sample advantages (rl/update.py); `ppo.duration_weights` chooses the mode.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The learner: a thin stateful shell around the pure update (`rl/ppo_update.py`).
+"""The learner: a thin stateful shell around the pure update (`rl/update.py`).
 
 It holds the policy train state (and the critic's, for an objective with one: `config.learner.algorithm`,
 rl/objectives.py) sharded over a device mesh and the frozen reference, jits the update once per batch shape, and
@@ -29,8 +29,8 @@ from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.models import lora
 from mle_jax.rl import objectives
 from mle_jax.rl.batch import RolloutBatch
-from mle_jax.rl.ppo_update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, TrainState, ppo_update
 from mle_jax.rl.settings import LearnerSettings
+from mle_jax.rl.update import BATCH_KEYS, INT_KEYS, SAMPLE_KEYS, Nested, TrainState, update_step
 
 
 class ParamTree:
@@ -263,7 +263,7 @@ class UpdateProgram:
 
     def _build_update(self):
         fn = functools.partial(
-            ppo_update,
+            update_step,
             s=self.settings,
             seed=self.seed,
             objective=self.objective,

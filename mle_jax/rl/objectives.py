@@ -1,6 +1,6 @@
 """The RL objective as one seam: a batch of finished samples -> advantages, and the losses the update minimises.
 
-The update (`rl/ppo_update.py`) owns the forward passes, the epochs x mini-batches x micro-batches loop and the
+The update (`rl/update.py`) owns the forward passes, the epochs x mini-batches x micro-batches loop and the
 optimizer steps; an objective owns the rest:
 
 - `critic`: whether it trains a value model. Only then does the learner build one, hold its optimizer state
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 from jax import Array
 
-from mle_jax.rl import ppo
+from mle_jax.rl import core
 from mle_jax.rl.advantages import group_advantages
 
 if TYPE_CHECKING:  # rl/settings.py validates its algorithm against this module
@@ -63,23 +63,23 @@ class Objective(abc.ABC):
         mask = mb["mask"]
         if s.decoupled:
             old = mb["prox_logprobs"]
-            pg, m = ppo.decoupled_policy_loss(
+            pg, m = core.decoupled_policy_loss(
                 lp, old, mb["old_logprobs"], mb["advantages"], mask, mb["weights"],
                 s.clip_ratio, s.dual_clip, s.loss_agg, denom, s.behaviour_weight_cap,
             )  # fmt: skip
         else:
             old = mb["old_logprobs"]
-            pg, m = ppo.policy_loss(
+            pg, m = core.policy_loss(
                 lp, old, mb["advantages"], mask, mb["weights"], s.clip_ratio, s.dual_clip, s.loss_agg, denom
             )
-        entropy = ppo.aggregate_loss(entropy_tok, mask, s.loss_agg, denom)
+        entropy = core.aggregate_loss(entropy_tok, mask, s.loss_agg, denom)
         n_tok = jnp.sum(mask)
         sums = {"pg_loss": pg, "entropy": entropy}
         sums |= {k: v * n_tok for k, v in m.items()}  # masked means -> masked sums
         sums |= _staleness_sums(s, lp, old, mb)
         loss = pg - s.entropy_coef * entropy
         if not self.kl_in_reward:  # verl's use_kl_loss, Tunix's GRPO beta: not duration-weighted, as the entropy
-            kl = ppo.aggregate_loss(ppo.kl_penalty(lp, mb["ref_logprobs"], s.kl_estimator), mask, s.loss_agg, denom)
+            kl = core.aggregate_loss(core.kl_penalty(lp, mb["ref_logprobs"], s.kl_estimator), mask, s.loss_agg, denom)
             sums["kl_loss"] = kl
             loss = loss + s.kl_coef * kl
         return loss, sums
@@ -95,13 +95,13 @@ def _staleness_sums(s: PPOSettings, lp: Array, old: Array, mb: Mapping[str, Arra
     and of the fast ones: whether the clip (or the weight) silences the slow programs the duration weights exist for."""
     mask = mb["mask"]
     ratio = jnp.exp(jnp.clip(lp - old, -20.0, 20.0))
-    clipped = ppo.clip_active(ratio, mb["advantages"], s.clip_ratio) * mask
+    clipped = core.clip_active(ratio, mb["advantages"], s.clip_ratio) * mask
     out = {}
     for name, rows in (("slow", mb["slow"]), ("fast", 1.0 - mb["slow"])):
         out[f"stale_tokens_{name}"] = jnp.sum(mask * rows[:, None])
         out[f"stale_clipped_{name}"] = jnp.sum(clipped * rows[:, None])
         if s.decoupled:
-            w = ppo.behaviour_weights(mb["prox_logprobs"], mb["old_logprobs"], s.behaviour_weight_cap)
+            w = core.behaviour_weights(mb["prox_logprobs"], mb["old_logprobs"], s.behaviour_weight_cap)
             out[f"stale_weight_{name}"] = jnp.sum(w * mask * rows[:, None])
     return out
 
@@ -114,14 +114,14 @@ class PPO(Objective):
     kl_in_reward = True
 
     def advantages(self, s, batch, mask, behaviour_lp, ref_lp, values):
-        tok_rewards, kl = ppo.token_rewards(batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator)
-        advantages, returns = ppo.gae(tok_rewards, values, mask, s.gamma, s.lam)
+        tok_rewards, kl = core.token_rewards(batch["rewards"], mask, behaviour_lp, ref_lp, s.kl_coef, s.kl_estimator)
+        advantages, returns = core.gae(tok_rewards, values, mask, s.gamma, s.lam)
         if s.whiten_advantages:  # within each task: one task's reward scale must not drown another's
-            advantages = ppo.task_masked_whiten(advantages, mask, batch.get("task_ids"))
+            advantages = core.task_masked_whiten(advantages, mask, batch.get("task_ids"))
         return {"advantages": advantages, "returns": returns, "kl": kl}
 
     def value_loss(self, s, values, mb, denom):
-        vl, m = ppo.value_loss(values, mb["old_values"], mb["returns"], mb["mask"], s.value_clip, s.loss_agg, denom)
+        vl, m = core.value_loss(values, mb["old_values"], mb["returns"], mb["mask"], s.value_clip, s.loss_agg, denom)
         return vl, {"vf_loss": vl, "vf_clipfrac": m["vf_clipfrac"] * jnp.sum(mb["mask"])}
 
 
@@ -136,7 +136,7 @@ class GroupObjective(Objective):
 
     def advantages(self, s, batch, mask, behaviour_lp, ref_lp, values):
         per_sample = group_advantages(batch["rewards"], batch["group_ids"], self.estimator)
-        kl = ppo.kl_penalty(behaviour_lp, ref_lp, s.kl_estimator) * mask
+        kl = core.kl_penalty(behaviour_lp, ref_lp, s.kl_estimator) * mask
         return {"advantages": per_sample[:, None] * mask, "kl": kl}
 
 

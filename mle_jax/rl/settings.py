@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mle_jax.infra.optim import OptimSettings
 from mle_jax.models import lora
-from mle_jax.rl import duration, objectives, ppo
+from mle_jax.rl import core, duration, objectives
 
 SYNC_SOURCES = ("hf", "orbax")
 
@@ -78,17 +78,17 @@ class PPOSettings:
     micro_batch_size: int = 8
     shuffle: bool = True
     seq_bucket: int = 128  # the learner pads T up to a multiple of this (one compile per bucket; 0: off)
-    logits_chunk: int = 512  # logprobs/entropy over this many positions at a time (ppo.chunked_logprobs_entropy)
-    fused_logprobs: bool = True  # their backward by hand (ppo.fused_logprob_entropy); False: autodiff, rematerialised
+    logits_chunk: int = 512  # logprobs/entropy over this many positions at a time (core.chunked_logprobs_entropy)
+    fused_logprobs: bool = True  # their backward by hand (core.fused_logprob_entropy); False: autodiff, rematerialised
     decoupled: bool = False  # AReaL's decoupled loss: trust region around the proximal policy, behaviour weights
     behaviour_weight_cap: float = 5.0  # the decoupled loss's cap on π_prox / π_behaviour
     temperature: float = 1.0  # the sampler's: logprobs are of logits / temperature, as sampled
 
     def __post_init__(self) -> None:
-        if self.kl_estimator not in ppo.KL_ESTIMATORS:
-            raise ValueError(f"ppo.kl_estimator must be one of {ppo.KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.loss_agg not in ppo.LOSS_AGGS:
-            raise ValueError(f"ppo.loss_agg must be one of {ppo.LOSS_AGGS}, got {self.loss_agg!r}")
+        if self.kl_estimator not in core.KL_ESTIMATORS:
+            raise ValueError(f"ppo.kl_estimator must be one of {core.KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.loss_agg not in core.LOSS_AGGS:
+            raise ValueError(f"ppo.loss_agg must be one of {core.LOSS_AGGS}, got {self.loss_agg!r}")
         if self.duration_weights not in duration.DURATION_MODES:
             raise ValueError(
                 f"ppo.duration_weights must be one of {duration.DURATION_MODES}, got {self.duration_weights!r}"

@@ -11,13 +11,13 @@ import numpy as np
 from flax import nnx
 
 from mle_jax.experiments.ppo_epochs import drift
-from mle_jax.rl import ppo
+from mle_jax.rl import core
 from tests.rl.tiny import make_models, random_batch
 
 
 def _behaviour(model, batch, temperature):
     logits = model(jnp.asarray(batch.tokens), attention_mask=jnp.asarray(batch.attention_mask))
-    lp = np.asarray(ppo.token_logprobs(logits, jnp.asarray(batch.tokens), temperature), np.float32)
+    lp = np.asarray(core.token_logprobs(logits, jnp.asarray(batch.tokens), temperature), np.float32)
     return dataclasses.replace(batch, behaviour_logprobs=lp * batch.response_mask)
 
 

@@ -15,7 +15,7 @@ from mle_jax.env.observation import Observation, observation_ids, user_turn_text
 from mle_jax.env.rollout import PromptItem, Sample
 from mle_jax.env.settings import AgentSettings
 from mle_jax.reporting.report import submitted_rows
-from mle_jax.rl import ppo
+from mle_jax.rl import core
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.objectives import OBJECTIVES
 from mle_jax.rl.settings import PPOSettings
@@ -175,7 +175,7 @@ def test_observation_tokens_take_no_part_in_any_loss(algorithm, decoupled):
         g_v = jax.grad(lambda v: objective.value_loss(s, v, mb_v, jnp.sum(mask))[0])(values + 0.3)
         assert np.all(np.asarray(g_v)[obs] == 0)
     # GAE carries across an observation: turn 1's last token is followed by turn 2's first, not by the observation
-    adv, _ = ppo.gae(jnp.zeros_like(mask), values, mask, 1.0, 0.0)  # λ = 0: one step of bootstrap
+    adv, _ = core.gae(jnp.zeros_like(mask), values, mask, 1.0, 0.0)  # λ = 0: one step of bootstrap
     assert float(adv[0, 4]) == pytest.approx(float(values[0, 8] - values[0, 4]), abs=1e-5)
 
 

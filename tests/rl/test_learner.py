@@ -13,9 +13,9 @@ from flax import nnx
 
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
-from mle_jax.rl import duration, ppo
+from mle_jax.rl import core, duration
 from mle_jax.rl.learner import Learner
-from mle_jax.rl.ppo_update import merge_micro, split_micro
+from mle_jax.rl.update import merge_micro, split_micro
 from tests.rl.tiny import TINY, learner_config, linear_adam, make_models, mesh, params_digest, random_batch
 
 pytestmark = pytest.mark.model
@@ -29,25 +29,25 @@ def reference_step(cfg, policy, value, batch, task_ids=None):
     tokens, attn = jnp.asarray(batch.tokens), jnp.asarray(batch.attention_mask)
     mask = jnp.asarray(batch.response_mask, jnp.float32)
     blp = jnp.asarray(batch.behaviour_logprobs)
-    ref_lp = ppo.token_logprobs(ref(tokens, attention_mask=attn), tokens) * mask
-    values = ppo.shift_right(value(tokens, attention_mask=attn)) * mask
-    tok_r, _ = ppo.token_rewards(jnp.asarray(batch.rewards), mask, blp, ref_lp, s.kl_coef, s.kl_estimator)
-    adv, ret = ppo.gae(tok_r, values, mask, s.gamma, s.lam)
-    adv = ppo.task_masked_whiten(adv, mask, task_ids)
+    ref_lp = core.token_logprobs(ref(tokens, attention_mask=attn), tokens) * mask
+    values = core.shift_right(value(tokens, attention_mask=attn)) * mask
+    tok_r, _ = core.token_rewards(jnp.asarray(batch.rewards), mask, blp, ref_lp, s.kl_coef, s.kl_estimator)
+    adv, ret = core.gae(tok_r, values, mask, s.gamma, s.lam)
+    adv = core.task_masked_whiten(adv, mask, task_ids)
     w = duration.duration_weights(
         jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight, task_ids=task_ids
     )
 
     def policy_objective(model):
         logits = model(tokens, attention_mask=attn)
-        lp = ppo.token_logprobs(logits, tokens) * mask
-        pg, _ = ppo.policy_loss(lp, blp, adv, mask, w, s.clip_ratio, s.dual_clip, s.loss_agg)
-        ent = ppo.masked_mean(ppo.shift_right(ppo.entropy_from_logits(logits)), mask)
+        lp = core.token_logprobs(logits, tokens) * mask
+        pg, _ = core.policy_loss(lp, blp, adv, mask, w, s.clip_ratio, s.dual_clip, s.loss_agg)
+        ent = core.masked_mean(core.shift_right(core.entropy_from_logits(logits)), mask)
         return pg - s.entropy_coef * ent
 
     def value_objective(model):
-        v = ppo.shift_right(model(tokens, attention_mask=attn))
-        return ppo.value_loss(v, values, ret, mask, s.value_clip, s.loss_agg)[0]
+        v = core.shift_right(model(tokens, attention_mask=attn))
+        return core.value_loss(v, values, ret, mask, s.value_clip, s.loss_agg)[0]
 
     out = []
     for model, objective, lr in ((policy, policy_objective, cfg.optim.actor_lr),

@@ -20,7 +20,7 @@ from flax import nnx
 from configs import pizza
 from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
 from mle_jax.planner.programs import abstract_models
-from mle_jax.rl import duration, objectives, ppo
+from mle_jax.rl import core, duration, objectives
 from mle_jax.rl.advantages import group_advantages
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.learner import Learner, version_lags
@@ -59,16 +59,16 @@ def reference_group_step(cfg: LearnerSettings, policy: nnx.Module, batch: Rollou
     tokens, attn = jnp.asarray(batch.tokens), jnp.asarray(batch.attention_mask)
     mask = jnp.asarray(batch.response_mask, jnp.float32)
     blp = jnp.asarray(batch.behaviour_logprobs)
-    ref_lp = ppo.token_logprobs(ref(tokens, attention_mask=attn), tokens) * mask
+    ref_lp = core.token_logprobs(ref(tokens, attention_mask=attn), tokens) * mask
     adv = group_advantages(jnp.asarray(batch.rewards), jnp.asarray(batch.group_ids), "grpo")[:, None] * mask
     w = duration.duration_weights(jnp.asarray(batch.durations_s), s.duration_weights, s.duration_max_weight)
 
     def objective(model):
         logits = model(tokens, attention_mask=attn)
-        lp = ppo.token_logprobs(logits, tokens) * mask
-        pg, _ = ppo.policy_loss(lp, blp, adv, mask, w, s.clip_ratio)
-        ent = ppo.masked_mean(ppo.shift_right(ppo.entropy_from_logits(logits)), mask)
-        kl = ppo.masked_mean(ppo.kl_penalty(lp, ref_lp, s.kl_estimator), mask)
+        lp = core.token_logprobs(logits, tokens) * mask
+        pg, _ = core.policy_loss(lp, blp, adv, mask, w, s.clip_ratio)
+        ent = core.masked_mean(core.shift_right(core.entropy_from_logits(logits)), mask)
+        kl = core.masked_mean(core.kl_penalty(lp, ref_lp, s.kl_estimator), mask)
         return pg - s.entropy_coef * ent + s.kl_coef * kl
 
     params = nnx.state(policy, nnx.Param)
@@ -130,7 +130,7 @@ def test_decoupled_update_without_staleness_is_plain_ppo_and_with_it_differs():
     weights 1. Stale ones (the batch's other logprobs): the update differs and the weights leave 1."""
     batch = random_batch(4)
     tokens, attn = jnp.asarray(batch.tokens), jnp.asarray(batch.attention_mask)
-    own = ppo.token_logprobs(policy_of(0)(tokens, attention_mask=attn), tokens) * batch.response_mask
+    own = core.token_logprobs(policy_of(0)(tokens, attention_mask=attn), tokens) * batch.response_mask
     fresh = dataclasses.replace(batch, behaviour_logprobs=np.minimum(np.asarray(own), 0.0))
     plain = Learner(linear_adam(learner_config()), *make_models(0), mesh=mesh())
     decoupled = Learner(linear_adam(learner_config(decoupled=True)), *make_models(0), mesh=mesh())
@@ -187,7 +187,7 @@ class MeanBaseline(objectives.Objective):
 
     def advantages(self, s, batch, mask, behaviour_lp, ref_lp, values):
         r = batch["rewards"]
-        return {"advantages": (r - jnp.mean(r))[:, None] * mask, "kl": ppo.kl_penalty(behaviour_lp, ref_lp) * mask}
+        return {"advantages": (r - jnp.mean(r))[:, None] * mask, "kl": core.kl_penalty(behaviour_lp, ref_lp) * mask}
 
 
 def test_a_fourth_objective_is_one_registry_line(monkeypatch):

@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
-from mle_jax.rl import duration, objectives, ppo
+from mle_jax.rl import core, duration, objectives
 from mle_jax.rl.settings import PPOSettings
 from tests.rl.tiny import TINY, random_batch
 
@@ -51,13 +51,13 @@ def grad_norms():
     objective = objectives.get("ppo")
 
     def logprobs(p):
-        return ppo.token_logprobs(nnx.merge(graphdef, p)(tokens, attention_mask=attn), tokens) * mask
+        return core.token_logprobs(nnx.merge(graphdef, p)(tokens, attention_mask=attn), tokens) * mask
 
     @jax.jit
     def norms(p, rewards, other_rewards, whiten_ids, weigh_ids, rows):
         lp0 = jax.lax.stop_gradient(logprobs(p))  # on-policy: ratio 1, no token clipped
         # a critic that has learned each task's mean reward: what is left is each task's own spread
-        values = ppo.task_means(rewards, jnp.asarray(TASKS))[:, None] * mask
+        values = core.task_means(rewards, jnp.asarray(TASKS))[:, None] * mask
         weights = duration.duration_weights(jnp.asarray(DURATIONS), s.duration_weights, task_ids=weigh_ids)
 
         def loss(p, r):

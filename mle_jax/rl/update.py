@@ -21,7 +21,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mle_jax.infra import sharding as shd
-from mle_jax.rl import duration, ppo
+from mle_jax.rl import core, duration
 from mle_jax.rl.objectives import Objective
 from mle_jax.rl.settings import PPOSettings
 
@@ -69,7 +69,7 @@ def _constrain(tree: Any, mesh: Mesh, leading: int) -> Any:
     return jax.tree.map(one, tree)
 
 
-def ppo_update(
+def update_step(
     state: TrainState,
     ref_params: Nested,
     batch: Mapping[str, jax.Array],
@@ -122,14 +122,14 @@ def ppo_update(
     # by micro-batch
     def logprobs_entropy(params, tokens, attention_mask):
         hidden = policy_apply(params, tokens, attention_mask)
-        return ppo.chunked_logprobs_entropy(
+        return core.chunked_logprobs_entropy(
             hidden, tokens, policy_head(params), s.temperature, s.logits_chunk, s.fused_logprobs
         )
 
     def score(mb):
         out = {"ref": logprobs_entropy(ref_params, mb["tokens"], mb["attention_mask"])[0]}
         if critic:
-            values = ppo.shift_right(value_apply(value_of(state.value), mb["tokens"], mb["attention_mask"]))
+            values = core.shift_right(value_apply(value_of(state.value), mb["tokens"], mb["attention_mask"]))
             out["values"] = values.astype(jnp.float32)
         if s.decoupled:  # the proximal policy: the params at the start of this update
             out["prox"] = logprobs_entropy(policy_of(state.policy), mb["tokens"], mb["attention_mask"])[0]
@@ -154,7 +154,7 @@ def ppo_update(
         "old_logprobs": behaviour_lp,
         "advantages": advantages,
         "weights": weights,
-        "slow": (durations > ppo.task_means(durations, tasks)).astype(jnp.float32),  # staleness metrics only
+        "slow": (durations > core.task_means(durations, tasks)).astype(jnp.float32),  # staleness metrics only
     }
     if critic:
         data |= {"old_values": values, "returns": adv["returns"]}
@@ -168,7 +168,7 @@ def ppo_update(
         return objective.policy_loss(s, lp * mb["mask"], entropy_tok, mb, denom)
 
     def value_loss_fn(params, mb, denom):
-        v = ppo.shift_right(value_apply(value_of(params), mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
+        v = core.shift_right(value_apply(value_of(params), mb["tokens"], mb["attention_mask"]).astype(jnp.float32))
         return objective.value_loss(s, v, mb, denom)
 
     def minibatch_step(st: TrainState, mb_data):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mle_jax.rl import duration, ppo
+from mle_jax.rl import core, duration
 
 
 def numpy_gae(rewards, values, mask, gamma, lam):
@@ -41,7 +41,7 @@ def test_gae_matches_numpy(gamma, lam):
     mask = random_masks(rng, b, t)
     rewards = rng.normal(size=(b, t)).astype(np.float32) * mask
     values = rng.normal(size=(b, t)).astype(np.float32)
-    adv, ret = ppo.gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask), gamma, lam)
+    adv, ret = core.gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask), gamma, lam)
     ref_adv, ref_ret = numpy_gae(rewards, values, mask, gamma, lam)
     np.testing.assert_allclose(np.asarray(adv), ref_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ret), ref_ret, rtol=1e-5, atol=1e-5)
@@ -51,10 +51,10 @@ def test_gae_gamma_lambda_one_is_return_minus_value():
     """With γ = λ = 1 and only a terminal reward, A_t = R - V_t on every response token."""
     mask = np.array([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], np.float32)
     rewards = np.array([2.0, -1.0], np.float32)
-    tok = ppo.place_terminal_reward(jnp.asarray(rewards), jnp.asarray(mask))
+    tok = core.place_terminal_reward(jnp.asarray(rewards), jnp.asarray(mask))
     np.testing.assert_array_equal(np.asarray(tok), [[0, 0, 0, 2, 0], [0, 0, 0, 0, -1]])
     values = np.arange(10, dtype=np.float32).reshape(2, 5) / 10
-    adv, ret = ppo.gae(tok, jnp.asarray(values), jnp.asarray(mask), 1.0, 1.0)
+    adv, ret = core.gae(tok, jnp.asarray(values), jnp.asarray(mask), 1.0, 1.0)
     np.testing.assert_allclose(np.asarray(adv), (rewards[:, None] - values) * mask, atol=1e-6)
     np.testing.assert_allclose(np.asarray(ret), rewards[:, None] * mask, atol=1e-6)
 
@@ -63,17 +63,17 @@ def test_kl_estimators_and_token_rewards():
     lp = jnp.array([[0.0, -1.0, -2.0]])
     ref = jnp.array([[0.0, -1.5, -1.0]])
     mask = jnp.array([[0.0, 1.0, 1.0]])
-    k1 = ppo.kl_penalty(lp, ref, "k1")
+    k1 = core.kl_penalty(lp, ref, "k1")
     np.testing.assert_allclose(np.asarray(k1), [[0.0, 0.5, -1.0]], atol=1e-6)
-    k3 = ppo.kl_penalty(lp, ref, "k3")
+    k3 = core.kl_penalty(lp, ref, "k3")
     # k3 = exp(ref - lp) - 1 - (ref - lp)
     expect = [np.exp(-0.5) - 1 + 0.5, np.exp(1.0) - 1 - 1.0]
     np.testing.assert_allclose(np.asarray(k3)[0, 1:], expect, rtol=1e-6)
-    tr, kl = ppo.token_rewards(jnp.array([3.0]), mask, lp, ref, 0.1, "k1")
+    tr, kl = core.token_rewards(jnp.array([3.0]), mask, lp, ref, 0.1, "k1")
     np.testing.assert_allclose(np.asarray(tr), [[0.0, -0.05, 3.0 + 0.1]], atol=1e-6)
     np.testing.assert_allclose(np.asarray(kl), [[0.0, 0.5, -1.0]], atol=1e-6)
     with pytest.raises(ValueError, match="kl estimator"):
-        ppo.kl_penalty(lp, ref, "k2")
+        core.kl_penalty(lp, ref, "k2")
 
 
 def test_policy_loss_hand_computed():
@@ -82,18 +82,18 @@ def test_policy_loss_hand_computed():
     new = jnp.log(jnp.array([[0.75, 0.5], [0.25, 0.5]]))  # ratios [[1.5, 1], [0.5, 1]]
     adv = jnp.array([[1.0, 2.0], [-1.0, -2.0]])
     mask = jnp.ones((2, 2))
-    loss, m = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2)
+    loss, m = core.policy_loss(new, old, adv, mask, clip_ratio=0.2)
     # token losses: max(-A r, -A clip(r)): [[-1.2, -2], [0.8, 2]] -> mean = -0.1
     np.testing.assert_allclose(float(loss), (-1.2 - 2 + 0.8 + 2) / 4, rtol=1e-6)
     np.testing.assert_allclose(float(m["clipfrac"]), 0.5, rtol=1e-6)
     # per-sample weights [2, 0]: only sample 0 counts, twice
-    loss_w, _ = ppo.policy_loss(new, old, adv, mask, jnp.array([2.0, 0.0]), clip_ratio=0.2)
+    loss_w, _ = core.policy_loss(new, old, adv, mask, jnp.array([2.0, 0.0]), clip_ratio=0.2)
     np.testing.assert_allclose(float(loss_w), 2 * (-1.2 - 2) / 4, rtol=1e-6)
     # seq-mean-token-mean with unequal lengths
     mask2 = jnp.array([[1.0, 0.0], [1.0, 1.0]])
-    loss_s, _ = ppo.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="seq-mean-token-mean")
+    loss_s, _ = core.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="seq-mean-token-mean")
     np.testing.assert_allclose(float(loss_s), (-1.2 + (0.8 + 2) / 2) / 2, rtol=1e-6)
-    loss_t, _ = ppo.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="token-mean")
+    loss_t, _ = core.policy_loss(new, old, adv, mask2, clip_ratio=0.2, loss_agg="token-mean")
     np.testing.assert_allclose(float(loss_t), (-1.2 + 0.8 + 2) / 3, rtol=1e-6)
 
 
@@ -102,12 +102,12 @@ def test_dual_clip_caps_negative_advantage_loss():
     new = jnp.log(jnp.array([[10.0]]))  # ratio 10
     adv = jnp.array([[-1.0]])
     mask = jnp.ones((1, 1))
-    plain, _ = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2)
+    plain, _ = core.policy_loss(new, old, adv, mask, clip_ratio=0.2)
     np.testing.assert_allclose(float(plain), 10.0, rtol=1e-5)  # max(10, 1.2)
-    dual, _ = ppo.policy_loss(new, old, adv, mask, clip_ratio=0.2, dual_clip=3.0)
+    dual, _ = core.policy_loss(new, old, adv, mask, clip_ratio=0.2, dual_clip=3.0)
     np.testing.assert_allclose(float(dual), 3.0, rtol=1e-5)
     with pytest.raises(ValueError, match="dual_clip"):
-        ppo.policy_loss(new, old, adv, mask, dual_clip=0.5)
+        core.policy_loss(new, old, adv, mask, dual_clip=0.5)
 
 
 def test_value_loss_hand_computed():
@@ -115,7 +115,7 @@ def test_value_loss_hand_computed():
     old = jnp.array([[0.0, 0.0]])
     returns = jnp.array([[2.0, 1.0]])
     mask = jnp.ones((1, 2))
-    loss, m = ppo.value_loss(values, old, returns, mask, value_clip=0.5)
+    loss, m = core.value_loss(values, old, returns, mask, value_clip=0.5)
     # token 0: unclipped (1-2)^2 = 1, clipped (0.5-2)^2 = 2.25 -> 2.25; token 1: 1 and 1 -> 1
     np.testing.assert_allclose(float(loss), 0.5 * (2.25 + 1.0) / 2, rtol=1e-6)
     np.testing.assert_allclose(float(m["vf_clipfrac"]), 0.5)
@@ -123,17 +123,17 @@ def test_value_loss_hand_computed():
 
 def test_entropy_and_token_logprobs():
     logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3], [0.9, 0.05, 0.05]]]))
-    ent = ppo.entropy_from_logits(logits)
+    ent = core.entropy_from_logits(logits)
     p = np.array([0.5, 0.25, 0.25])
     np.testing.assert_allclose(float(ent[0, 0]), -(p * np.log(p)).sum(), rtol=1e-6)
     np.testing.assert_allclose(float(ent[0, 1]), np.log(3), rtol=1e-6)
     tokens = jnp.array([[2, 1, 0]])
-    lp = ppo.token_logprobs(logits, tokens)
+    lp = core.token_logprobs(logits, tokens)
     np.testing.assert_allclose(np.asarray(lp), [[0.0, np.log(0.25), np.log(1 / 3)]], rtol=1e-6)
-    lp_t = ppo.token_logprobs(logits, tokens, temperature=0.5)
+    lp_t = core.token_logprobs(logits, tokens, temperature=0.5)
     ref = jax.nn.log_softmax(2 * logits[0, 0])[1]
     np.testing.assert_allclose(float(lp_t[0, 1]), float(ref), rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(ppo.shift_right(jnp.array([[1, 2, 3]]))), [[0, 1, 2]])
+    np.testing.assert_array_equal(np.asarray(core.shift_right(jnp.array([[1, 2, 3]]))), [[0, 1, 2]])
 
 
 def test_fused_logprobs_in_bf16_match_autodiff():
@@ -148,7 +148,7 @@ def test_fused_logprobs_in_bf16_match_autodiff():
 
     def loss(fused):
         def f(h, w):
-            lp, ent = ppo.chunked_logprobs_entropy(h, tokens, w, 0.7, 4, fused)
+            lp, ent = core.chunked_logprobs_entropy(h, tokens, w, 0.7, 4, fused)
             return jnp.sum(lp * a[0]) + jnp.sum(ent * a[1]), (lp, ent)
 
         return jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))
@@ -179,12 +179,12 @@ def test_chunked_logprobs_entropy_equal_the_direct_computation(chunk, fused):
 
     def direct(h, w):
         logits = h @ w
-        lp = ppo.token_logprobs(logits, tokens, temp)
-        ent = ppo.shift_right(ppo.entropy_from_logits(logits / temp))
+        lp = core.token_logprobs(logits, tokens, temp)
+        ent = core.shift_right(core.entropy_from_logits(logits / temp))
         return lp, ent
 
     def chunked(h, w):
-        return ppo.chunked_logprobs_entropy(h, tokens, w, temp, chunk, fused)
+        return core.chunked_logprobs_entropy(h, tokens, w, temp, chunk, fused)
 
     def loss(fn):
         return lambda h, w: jnp.sum(fn(h, w)[0] * a_lp) + jnp.sum(fn(h, w)[1] * a_ent)
@@ -205,7 +205,7 @@ def test_chunked_logprobs_entropy_equal_the_direct_computation(chunk, fused):
 def test_masked_whiten():
     x = jnp.array([[9.0, 1.0, 2.0, 3.0], [9.0, 4.0, 9.0, 9.0]])
     mask = jnp.array([[0, 1, 1, 1], [0, 1, 0, 0]], jnp.float32)
-    w = np.asarray(ppo.masked_whiten(x, mask))
+    w = np.asarray(core.masked_whiten(x, mask))
     vals = np.array([1.0, 2.0, 3.0, 4.0])
     expect = (vals - vals.mean()) / vals.std(ddof=1)
     np.testing.assert_allclose(w[mask > 0], expect, rtol=1e-5)
@@ -218,17 +218,17 @@ def test_task_masked_whiten_whitens_each_task_with_its_own_mean_and_std():
     x = jnp.array([[9.0, 1.0, 3.0], [9.0, 100.0, 300.0], [9.0, 5.0, 9.0]])
     mask = jnp.array([[0, 1, 1], [0, 1, 1], [0, 1, 0]], jnp.float32)
     tasks = jnp.array([7, 2, 7])
-    w = np.asarray(ppo.task_masked_whiten(x, mask, tasks))
+    w = np.asarray(core.task_masked_whiten(x, mask, tasks))
     want = np.array([[0.0, -1.0, 0.0], [0.0, -(0.5**0.5), 0.5**0.5], [0.0, 1.0, 0.0]])
     np.testing.assert_allclose(w, want, rtol=1e-5, atol=1e-6)
     # the whole-batch whitening puts task 7's tokens all near -0.6: the big task's spread swamps theirs
-    whole = np.asarray(ppo.masked_whiten(x, mask))
+    whole = np.asarray(core.masked_whiten(x, mask))
     assert np.ptp(whole[[0, 0, 2], [1, 2, 1]]) < 0.05
     # shift_mean False adds each task's own mean back
-    kept = np.asarray(ppo.task_masked_whiten(x, mask, tasks, shift_mean=False))
+    kept = np.asarray(core.task_masked_whiten(x, mask, tasks, shift_mean=False))
     np.testing.assert_allclose(kept, (want + np.array([[3.0], [200.0], [3.0]])) * np.asarray(mask), rtol=1e-5)
     # a task of one token gets 0, as masked_whiten gives a batch of one token
-    lone = np.asarray(ppo.task_masked_whiten(x, mask, jnp.array([7, 2, 5])))
+    lone = np.asarray(core.task_masked_whiten(x, mask, jnp.array([7, 2, 5])))
     assert lone[2, 1] == 0.0 and np.all(np.isfinite(lone))
 
 
@@ -238,18 +238,18 @@ def test_task_masked_whiten_of_one_task_is_masked_whiten_bit_for_bit():
     mask = jnp.asarray(random_masks(rng, b, t))
     x = jnp.asarray(rng.normal(size=(b, t)) * 5.0 + 2.0, jnp.float32)
     for shift in (True, False):
-        want = np.asarray(ppo.masked_whiten(x, mask, shift))
-        assert np.array_equal(np.asarray(ppo.task_masked_whiten(x, mask, None, shift)), want)
-        assert np.array_equal(np.asarray(ppo.task_masked_whiten(x, mask, jnp.full((b,), 4), shift)), want)
-        jitted = jax.jit(lambda x, m, ids, s=shift: ppo.task_masked_whiten(x, m, ids, s))
+        want = np.asarray(core.masked_whiten(x, mask, shift))
+        assert np.array_equal(np.asarray(core.task_masked_whiten(x, mask, None, shift)), want)
+        assert np.array_equal(np.asarray(core.task_masked_whiten(x, mask, jnp.full((b,), 4), shift)), want)
+        jitted = jax.jit(lambda x, m, ids, s=shift: core.task_masked_whiten(x, m, ids, s))
         assert np.array_equal(np.asarray(jitted(x, mask, jnp.zeros(b, jnp.int32))), np.asarray(
-            jax.jit(lambda x, m, s=shift: ppo.masked_whiten(x, m, s))(x, mask)))  # fmt: skip
+            jax.jit(lambda x, m, s=shift: core.masked_whiten(x, m, s))(x, mask)))  # fmt: skip
     # two tasks: each task's rows whitened alone, wherever its rows are
     ids = jnp.asarray(rng.integers(0, 2, size=b))
-    got = np.asarray(ppo.task_masked_whiten(x, mask, ids))
+    got = np.asarray(core.task_masked_whiten(x, mask, ids))
     for k in (0, 1):
         rows = np.asarray(ids) == k
-        np.testing.assert_allclose(got[rows], np.asarray(ppo.masked_whiten(x[rows], mask[rows])), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[rows], np.asarray(core.masked_whiten(x[rows], mask[rows])), rtol=1e-5, atol=1e-6)
 
 
 def test_duration_weights_per_task_hand_worked():
@@ -277,7 +277,7 @@ def test_duration_weights_per_task_hand_worked():
         duration.duration_weights(jnp.array([0.0, 3.0, 10.0]), task_ids=jnp.array([0, 0, 1]), min_duration_s=1)
     )
     np.testing.assert_allclose(f, [0.5, 1.5, 1.0], rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(ppo.task_means(d, tasks)), [2, 20, 2, 20, 5, 20, 5], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(core.task_means(d, tasks)), [2, 20, 2, 20, 5, 20, 5], rtol=1e-6)
     with pytest.raises(ValueError, match="task_ids must be"):
         duration.duration_weights(d, task_ids=jnp.zeros(3, jnp.int32))
 
@@ -336,7 +336,7 @@ def test_equal_durations_give_plain_ppo_exactly():
     adv = jnp.asarray(rng.normal(size=(b, t)), jnp.float32)
 
     def loss(new_lp, weights):
-        return ppo.policy_loss(new_lp, old, adv, mask, weights, clip_ratio=0.2)[0]
+        return core.policy_loss(new_lp, old, adv, mask, weights, clip_ratio=0.2)[0]
 
     plain, g_plain = jax.value_and_grad(loss)(new, None)
     w = duration.duration_weights(jnp.full((b,), 37.3), "batch_mean")
@@ -350,8 +350,8 @@ def test_aggregate_loss_denominator_sums_microbatches():
     mask = jnp.asarray(random_masks(rng, 8, 10))
     x = jnp.asarray(rng.normal(size=(8, 10)), jnp.float32)
     for mode, denom in (("token-mean", jnp.sum(mask)), ("seq-mean-token-mean", 8.0)):
-        full = ppo.aggregate_loss(x, mask, mode)
-        parts = sum(ppo.aggregate_loss(x[i : i + 2], mask[i : i + 2], mode, denom) for i in range(0, 8, 2))
+        full = core.aggregate_loss(x, mask, mode)
+        parts = sum(core.aggregate_loss(x[i : i + 2], mask[i : i + 2], mode, denom) for i in range(0, 8, 2))
         np.testing.assert_allclose(float(parts), float(full), rtol=1e-5)
 
 
@@ -365,15 +365,15 @@ def test_decoupled_loss_without_staleness_is_plain_ppo_loss_and_gradient():
     lp = behaviour + jnp.asarray(rng.normal(scale=0.3, size=(b, t)), jnp.float32) * mask  # some tokens clip
     adv = jnp.asarray(rng.normal(size=(b, t)), jnp.float32) * mask
     w = jnp.asarray(rng.uniform(0.2, 3.0, size=b), jnp.float32)
-    for agg in ppo.LOSS_AGGS:
-        plain = lambda x, agg=agg: ppo.policy_loss(x, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
-        decoupled = lambda x, agg=agg: ppo.decoupled_policy_loss(x, behaviour, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
+    for agg in core.LOSS_AGGS:
+        plain = lambda x, agg=agg: core.policy_loss(x, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
+        decoupled = lambda x, agg=agg: core.decoupled_policy_loss(x, behaviour, behaviour, adv, mask, w, 0.2, 3.0, agg)  # noqa: E731
         (l_p, m_p), g_p = jax.value_and_grad(plain, has_aux=True)(lp)
         (l_d, m_d), g_d = jax.value_and_grad(decoupled, has_aux=True)(lp)
         assert float(m_p["clipfrac"]) > 0  # the clip is at work in the comparison
         assert float(l_p) == float(l_d) and m_p == m_d
         np.testing.assert_array_equal(np.asarray(g_p), np.asarray(g_d))
-    np.testing.assert_array_equal(np.asarray(ppo.behaviour_weights(behaviour, behaviour)), np.ones((b, t)))
+    np.testing.assert_array_equal(np.asarray(core.behaviour_weights(behaviour, behaviour)), np.ones((b, t)))
 
 
 def test_a_stale_token_clipped_by_plain_ppo_keeps_its_gradient_when_decoupled():
@@ -383,13 +383,13 @@ def test_a_stale_token_clipped_by_plain_ppo_keeps_its_gradient_when_decoupled():
     behaviour = jnp.log(jnp.array([[0.05]]))
     prox = jnp.log(jnp.array([[0.2]]))
     adv, mask = jnp.array([[1.0]]), jnp.ones((1, 1))
-    plain_grad = jax.grad(lambda x: ppo.policy_loss(x, behaviour, adv, mask)[0])(prox)
+    plain_grad = jax.grad(lambda x: core.policy_loss(x, behaviour, adv, mask)[0])(prox)
     assert float(plain_grad[0, 0]) == 0.0
     for cap, weight in ((5.0, 4.0), (2.0, 2.0)):
-        loss = lambda x, cap=cap: ppo.decoupled_policy_loss(x, prox, behaviour, adv, mask, weight_cap=cap)[0]  # noqa: E731
+        loss = lambda x, cap=cap: core.decoupled_policy_loss(x, prox, behaviour, adv, mask, weight_cap=cap)[0]  # noqa: E731
         grad = jax.grad(loss)(prox)
         # d/dx of -A · w · exp(x - prox) at x = prox: -A · w (w is a stop-gradient constant)
         np.testing.assert_allclose(float(grad[0, 0]), -weight, rtol=1e-5)
     # the weight does not pass a gradient to the proximal logprobs
-    w_grad = jax.grad(lambda p: jnp.sum(ppo.behaviour_weights(p, behaviour)))(prox)
+    w_grad = jax.grad(lambda p: jnp.sum(core.behaviour_weights(p, behaviour)))(prox)
     assert float(w_grad[0, 0]) == 0.0
