@@ -4,8 +4,7 @@ A task has solution kinds with different rewards and run times, e.g. "fail" (cra
 -10 + partial credit), "fast" (logistic regression: quick, worse) and "slow" (gradient boosting:
 long, better). A softmax policy with one logit per kind is trained with the project's PPO loss
 (`mle_jax.rl.core`, `mle_jax.rl.duration`) through asynchronous batching on a simulated clock: m·B samples are in
-flight,
-each tagged with the policy version that sampled it and its behaviour logprob; the learner takes the
+flight, each tagged with the policy version that sampled it and its behaviour logprob; the learner takes the
 first B to finish, updates, and refills the pool from the new policy. Fast kinds return more often,
 so without duration weights they receive more updates and the policy drifts to them; weighting each
 sample by Δt / mean Δt (mode batch_mean) removes the frequency bias and the policy moves to the
