@@ -151,6 +151,7 @@ def make_plan(
             "vocab": cfg.vocab_size,
         },  # fmt: skip
         "policy_params": update_info["policy_params"],
+        "trained_params": update_info.get("trained_params", update_info["policy_params"]),
         "devices": n,
         "device_kind": target.devices[0].device_kind,
         "slices": int(s.mesh.dcn_data),
@@ -204,7 +205,13 @@ def format_plan(p: dict[str, Any]) -> str:
     x = d["xla"]
     gib = lambda v: f"{v:8.2f} GiB"  # noqa: E731
     rows = [
-        f"plan: {p['config']['layers']}-layer model ({p['policy_params'] / 1e9:.2f} B params), {p['devices']} x "
+        f"plan: {p['config']['layers']}-layer model ({p['policy_params'] / 1e9:.2f} B params"
+        + (
+            ""
+            if p.get("trained_params", p["policy_params"]) == p["policy_params"]
+            else f", {p['trained_params'] / 1e6:.2f} M trained: LoRA"
+        )
+        + f"), {p['devices']} x "
         f"{p['target']} ({p['platform']}), mesh {p['mesh']}, batch {p['config']['batch']} x {p['config']['seq_len']}, "
         f"learner.algorithm {p['config'].get('algorithm', 'ppo')}",
         "per device",

@@ -69,7 +69,9 @@ def compile_update(
     stack = "scanned" if cfg.scan_layers else "unrolled"
     start = time.perf_counter()
     traced = program.fn.trace(state, ref, program.abstract_batch(batch, seq_len))
-    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
+    # the model's parameters (with LoRA the trained state holds only the adapters: `trained_params`)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(policy, nnx.Param)))
+    n_trained = sum(math.prod(x.shape) for x in jax.tree.leaves(state.policy))
     ref_bytes = per_device_bytes(ref)
     compiled, lower_s, compile_s, found, oom = None, 0.0, 0.0, [], {}
     if compile:
@@ -99,6 +101,7 @@ def compile_update(
         "xla": memory_figures(compiled) if compiled else (oom if compile else {}),
         "collectives": found,
         "policy_params": n_params,
+        "trained_params": n_trained,
         "params_gib": {
             "policy": per_device_bytes(state.policy) / GIB,
             "critic": per_device_bytes(state.value) / GIB,
