@@ -279,7 +279,7 @@ class Environment:
     def memory_parts(self) -> dict[str, Any]:
         """The weights this process holds for sampling (infra.metrics.memory_breakdown): the policy's sampler's and
         the LM instrumenter's (in-process samplers only; a vLLM server holds its own)."""
-        frozen = getattr(self.instrument_fn, "keywords", {}).get("sampler")  # run/builders.make_instrumenter's
+        frozen = getattr(self.instrument_fn, "sampler", None)  # an instrument.Instrumenter's frozen LM
         return {"sampler": getattr(self.sampler, "state", None), "instrumenter": getattr(frozen, "state", None)}
 
     def sample(self, prompts: Sequence[PromptItem], first_uid: int, n: int = 1) -> list[Sample]:

@@ -127,3 +127,24 @@ __all__ = [
     "instrument_batch",
     "verify",
 ]
+
+
+@dataclass(frozen=True)
+class Instrumenter:
+    """`instrument_batch` with a run's settings bound: the environment's instrument_fn (codes -> Instrumented each).
+    sampler: the frozen LM's in mode "lm" (what the run holds for it), else None."""
+
+    mode: str
+    sampler: Sampler | None = None
+    tokenizer: Any = None
+    max_tokens: int = 1536
+    max_prompt_tokens: int = 4096
+    temperature: float = 0.0
+    decoding: str = "free"
+    copy_window: int = 48
+
+    def __call__(self, codes: Sequence[str]) -> list[Instrumented]:
+        return instrument_batch(
+            codes, self.mode, self.sampler, self.tokenizer, self.max_tokens, self.max_prompt_tokens,
+            self.temperature, self.decoding, self.copy_window,
+        )  # fmt: skip

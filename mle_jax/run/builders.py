@@ -16,7 +16,7 @@ from mle_jax.env.rollout import InstrumentFn
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.infra import sharding
 from mle_jax.infra.checkpoint import Checkpointer
-from mle_jax.instrument import instrument_batch
+from mle_jax.instrument import Instrumenter
 from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
@@ -109,8 +109,7 @@ def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenize
     if s.instrument.mode == "lm":
         # frozen: the policy's weights change under it (in process it samples a clone; a vLLM server holds its own)
         frozen = make_sampler(s.sampler, initial_policy, tokenizer, workdir, url=s.instrument.vllm_url, frozen=True)
-    return partial(
-        instrument_batch,
+    return Instrumenter(
         mode=s.instrument.mode,
         sampler=frozen,
         tokenizer=tokenizer,

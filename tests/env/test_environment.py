@@ -74,13 +74,13 @@ def test_the_frozen_instrumenter_copies_the_initial_policy_and_a_given_sampler_i
     with environment.open_environment(
         s, task, packages, policy, tok, tmp / "eval", initial=initial, sampler=fresh
     ) as env:
-        frozen = env.instrument_fn.keywords["sampler"]
+        frozen = env.instrument_fn.sampler
         assert env.sampler is fresh and isinstance(frozen, JaxSampler)
         got = _params(nnx.merge(frozen.graphdef, frozen.state))
     assert all(np.array_equal(a, b) for a, b in zip(got, _params(initial), strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(got, _params(policy), strict=True))
     with environment.open_environment(s, task, packages, policy, tok, tmp / "run") as env:  # default: the policy
-        frozen = env.instrument_fn.keywords["sampler"]
+        frozen = env.instrument_fn.sampler
         got = _params(nnx.merge(frozen.graphdef, frozen.state))
         assert env.sampler is not fresh and isinstance(env.sampler, JaxSampler)
     assert all(np.array_equal(a, b) for a, b in zip(got, _params(policy), strict=True))
