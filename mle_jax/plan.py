@@ -39,6 +39,7 @@ from mle_jax.planner import table as plan_table
 from mle_jax.planner.errors import PlanError
 from mle_jax.planner.plan import format_plan, make_plan
 from mle_jax.planner.targets import GPU_TARGETS, make_target
+from mle_jax.reporting import provenance
 from mle_jax.run.cli import config_flag, fail, parse_flags
 from mle_jax.run.settings import ConfigError, RunSettings, from_config
 
@@ -86,7 +87,7 @@ def main(argv: Sequence[str]) -> None:
         return
     print(format_plan(plan))
     if _OUT.value:
-        Path(_OUT.value).write_text(json.dumps(plan, indent=2) + "\n")
+        provenance.write_json(_OUT.value, {"command": " ".join(["python -m mle_jax.plan", *sys.argv[1:]]), **plan})
         print(f"wrote {_OUT.value}")
     sys.stdout.flush()
 

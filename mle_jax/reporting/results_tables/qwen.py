@@ -10,6 +10,8 @@ from mle_jax.tasks.paper import PAPER_TABLE1
 from mle_jax.tasks.registry import get_spec
 
 QWEN = f"{RESULTS}/qwen-bench.jsonl"
+# `python -m mle_jax.plan --config=configs/pizza.py:qwen --devices=1 --device_memory_gib=24 ... --out` for each arm
+QWEN_PLANS = tuple(f"{RESULTS}/qwen-plan-{arm}.json" for arm in ("ppo-rank16", "grpo-rank0", "ppo-rank0"))
 
 
 def _last(lines: list[dict], stage: str, **match) -> dict | None:
@@ -140,3 +142,21 @@ def qwen_runs_figure(lines: list[dict]) -> str:
                 f"{number(r['rss_gib_by_step'][-1], 1)} GiB after the last, peak {peak} GiB")  # fmt: skip
 
     return "; ".join(one(algorithm, lora, r) for (algorithm, lora), r in arms.items())
+
+
+def render_qwen_plans(*plans: dict) -> str:
+    """The planner's compile of each `:qwen` arm's update on this machine's CPU against its 24 GiB (XLA's buffer
+    assignment): what it trains, the learner's peak, the JAX sampler's weights beside it, and whether it fits."""
+    rows = []
+    for p in plans:
+        d = p["per_device"]
+        lora = "off (every weight trained)" if p["trained_params"] == p["policy_params"] else "rank 16"
+        trained = f"{p['trained_params'] / 1e6:,.1f} M of {p['policy_params'] / 1e6:,.0f} M"
+        rows.append([
+            p["config"]["algorithm"].upper(), lora, trained,
+            number(d["learner_gib"], 1), number(d["sampler_gib"], 1),
+            f"{number(d['total_gib'], 1)} of {number(d['device_memory_gib'], 0)}", "yes" if p["fits"] else "**no**",
+        ])  # fmt: skip
+    header = ["objective", "LoRA", "policy parameters trained", "learner peak GiB (XLA)", "sampler GiB", "total GiB",
+              "fits"]  # fmt: skip
+    return markdown_table(header, rows)

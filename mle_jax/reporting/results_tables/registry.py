@@ -44,10 +44,12 @@ from mle_jax.reporting.results_tables.learning import (
 from mle_jax.reporting.results_tables.plans import render_objective_plans, render_plans
 from mle_jax.reporting.results_tables.qwen import (
     QWEN,
+    QWEN_PLANS,
     qwen_runs_figure,
     qwen_samplers,
     render_qwen_before_rl,
     render_qwen_instrument,
+    render_qwen_plans,
     render_qwen_runs,
 )
 from mle_jax.reporting.results_tables.search import (
@@ -135,6 +137,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_before_rl": Entry((QWEN,), render_qwen_before_rl),
     "qwen_samplers": Entry((QWEN,), qwen_samplers, inline=True),
     "qwen_instrument": Entry((QWEN,), render_qwen_instrument),
+    "qwen_plans": Entry(QWEN_PLANS, render_qwen_plans),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
     ),
