@@ -49,6 +49,7 @@ def render_qwen_runs(lines: list[dict]) -> str:
         )  # fmt: skip
         if t.get("instrument_s") and t["instrument_s"][-1] is not None:  # logged since the 10-step run
             per_step = per_step.replace(" / ", f" (LM instrumenting {number(t['instrument_s'][-1] / steps, 0)}) / ", 1)
+            per_step += f" / {number(t['wait_s'][-1] / steps, 1)}"
         ratio = r.get("rss_last_over_step3")
         flat = f"{number(rss[2], 1)} → {number(rss[-1], 1)} ({ratio:.2f}×)" if ratio and steps > 3 else "—"
         eval_note = "" if any(o.startswith("eval.samples=0") for o in r.get("overrides", [])) else " (+ evaluation)"
@@ -63,7 +64,7 @@ def render_qwen_runs(lines: list[dict]) -> str:
               "trained + Adam",
               "s per step: sampling / update"]  # fmt: skip
     if any("instrument_s" in r.get("time_by_step", {}) for r in arms.values()):
-        header[-1] = "s per step: sampling (of it, LM instrumenting) / update"
+        header[-1] = "s per step: sampling (of it, LM instrumenting) / update (/ waiting for the sandboxes' runs)"
     return markdown_table(header, rows)
 
 
@@ -138,8 +139,10 @@ def qwen_runs_figure(lines: list[dict]) -> str:
         if r["rc"] != 0:
             return (f"{algorithm} with LoRA {lora}: killed (exit {r['rc']}) after {steps} of {r['steps']} steps, "
                     f"peak {peak} GiB")  # fmt: skip
+        rss, ratio = r["rss_gib_by_step"], r.get("rss_last_over_step3")
+        flat = f" ({number(rss[2], 1)} after step 3: {ratio:.2f}×)" if ratio and steps > 3 else ""
         return (f"{algorithm} with LoRA {lora}: {steps} steps of B = {r['batch_size']}, exit 0, resident "
-                f"{number(r['rss_gib_by_step'][-1], 1)} GiB after the last, peak {peak} GiB")  # fmt: skip
+                f"{number(rss[-1], 1)} GiB after the last{flat}, peak {peak} GiB")  # fmt: skip
 
     return "; ".join(one(algorithm, lora, r) for (algorithm, lora), r in arms.items())
 
