@@ -21,7 +21,7 @@ from tests.models.reference import jax_logits, torch_logits
 
 pytestmark = pytest.mark.model
 
-GREEDY = 24  # tokens of the greedy references (transformers' generate of a 0.5B model is slow on 2 cores)
+GREEDY = 16  # tokens of the greedy references (transformers' generate of a 0.5B model is slow on 2 cores)
 
 
 @pytest.fixture(scope="module")

@@ -122,11 +122,11 @@ def test_the_cpu_kernels_decode_as_xla_does_and_the_setting_turns_them_off(model
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
 
 
-def test_rows_that_stop_early_decode_on_the_kernels_as_on_xla(models):
+def test_rows_that_stop_early_decode_on_the_kernels_as_on_xla(models, sampler):
     """The kernels skip the rows that have stopped (cpu_decode.live_rows): with a stop token that ends some rows
     after a few steps and not others, every row's tokens and logprobs equal XLA's decode of all rows."""
     _, ours = models
-    probe = JaxSampler(ours, eos_ids=[], cpu_kernels=False, **BUCKETS).generate(PROMPTS, temperature=0.0, max_tokens=24)
+    probe = sampler.generate(PROMPTS, temperature=0.0, max_tokens=24)  # no stop token: every row runs to the end
     stop = int(probe[0].token_ids[3])  # row 0 stops at its 4th token; a row that never draws it runs to the end
     on = JaxSampler(ours, eos_ids=[stop], **BUCKETS)
     off = JaxSampler(ours, eos_ids=[stop], cpu_kernels=False, **BUCKETS)
