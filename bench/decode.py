@@ -40,7 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tm.save_pretrained(d)
         ours = hf.from_pretrained(d)
-    sampler = JaxSampler(ours, eos_ids=[])
+    sampler = JaxSampler.for_run(None, ours, eos_ids=[])  # a run's default sampler settings
     prompts = np.random.RandomState(0).randint(0, CONFIG["vocab_size"], (args.batch, args.prompt))
     t_prompts = torch.from_numpy(prompts).long()
     gen_kw = dict(do_sample=False, max_new_tokens=args.new, min_new_tokens=args.new, pad_token_id=0)

@@ -127,7 +127,8 @@ def main(argv) -> None:
     step_s = float(np.median(times))
     tokens = batch * seq
 
-    sampler = JaxSampler(learner.policy_model(), eos_ids=[], min_new_bucket=dec_tokens)
+    # a run's sampler settings at their defaults (JaxSampler.for_run), as a config gives them
+    sampler = JaxSampler.for_run(None, learner.policy_model(), eos_ids=[], min_new_bucket=dec_tokens)
     prompts = [list(range(1, 1 + seq // 2)) for _ in range(dec_batch)]
     sampler.generate(prompts, temperature=0.7, max_tokens=dec_tokens, seed=0)  # compile
     start = time.perf_counter()

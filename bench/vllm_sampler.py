@@ -70,7 +70,7 @@ def main() -> None:
 
         greedy = dict(temperature=0.0, max_tokens=args.new)
 
-        jax_sampler = JaxSampler(model, eos_ids=eos)
+        jax_sampler = JaxSampler.for_run(None, model, eos_ids=eos)  # a run's default sampler settings
         with console.status("JaxSampler warm-up (compile)"):
             _, jax_first_s = timed(lambda: jax_sampler.generate(prompts, **greedy))
         with console.status("JaxSampler"):

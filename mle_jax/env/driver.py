@@ -101,7 +101,9 @@ class EpisodeDriver:
         self.in_flight = still
         return turns
 
-    def run_out(self, on_turn: Callable[[Turn], None] | None = None, interrupted: Callable[[], None] | None = None):
+    def run_out(
+        self, on_turn: Callable[[Turn], None] | None = None, interrupted: Callable[[], None] | None = None
+    ) -> None:
         """Polls until no run is in flight (a round of an evaluation or a search). on_turn(turn): each finished turn
         (a progress bar); interrupted(): called between waits, it raises to stop (Ctrl-C)."""
         while self.in_flight:

@@ -10,6 +10,7 @@ attention; this module knows no backend, and the model imports none.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import contextvars
 from collections.abc import Iterator
@@ -23,14 +24,14 @@ from mle_jax.models import lora
 Array = jax.Array
 
 
-class BackendWeight:
+class BackendWeight(abc.ABC):
     """A dense weight [K, N] in a backend's own form: `matmul` multiplies rows by it."""
 
     n: int  # output columns
 
+    @abc.abstractmethod
     def matmul(self, x: Array) -> Array:
         """x [M, K] -> [M, N] float32."""
-        raise NotImplementedError
 
 
 class DecodeBackend(Protocol):

@@ -95,11 +95,7 @@ def local_sampler(s: SamplerSettings) -> Callable[..., JaxSampler]:
     """How every in-process sampler outside the RL loop is made (the warm start's, the experiments', a bench's
     evaluation of a model it holds): `(model, tokenizer, seed=0, **options) -> JaxSampler` with this run's sampler
     settings (`jax_cpu_kernels`), whatever `s.backend` serves the loop; options are JaxSampler's own."""
-    return partial(_local_sampler, s)
-
-
-def _local_sampler(s: SamplerSettings, model: Qwen2ForCausalLM, tokenizer: Any, seed: int = 0, **options) -> JaxSampler:
-    return JaxSampler(model, tokenizer, seed=seed, cpu_kernels=s.jax_cpu_kernels, **options)
+    return partial(JaxSampler.for_run, s)
 
 
 def make_instrumenter(s: RunSettings, initial_policy: Qwen2ForCausalLM, tokenizer: Any, workdir: Path) -> InstrumentFn:

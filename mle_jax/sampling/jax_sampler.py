@@ -275,6 +275,16 @@ class JaxSampler:
         return cls(model, tokenizer, cpu_kernels=kernels, copy_params=False)
 
     @classmethod
+    def for_run(
+        cls, settings: Any, model: Qwen2ForCausalLM, tokenizer: Any = None, seed: int = 0, **options
+    ) -> JaxSampler:
+        """An in-process sampler of a model a caller holds (the warm start's, an experiment's, a bench's) with a run's
+        sampler settings (`jax_cpu_kernels`; None: their defaults); options are the constructor's own
+        (run/builders.local_sampler binds the run's settings)."""
+        kernels = bool(getattr(settings, "jax_cpu_kernels", True))
+        return cls(model, tokenizer, seed=seed, cpu_kernels=kernels, **options)
+
+    @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
         """Nothing outside this process: no problems."""
         return []

@@ -300,21 +300,22 @@ def test_tokenizer_gives_stop_ids_pad_and_text(tmp_path):
 
 
 def test_every_in_process_sampler_takes_the_runs_sampler_settings(models):
-    """One way to build a sampler: outside sampling/, only run/builders constructs a JaxSampler (`make_sampler` for
-    the loop, `local_sampler` for the warm start, the experiments and evaluations of a held model), so
+    """One way to build a sampler: outside sampling/ nothing in mle_jax/ or bench/ calls JaxSampler's constructor:
+    the loop's comes from run/builders.make_sampler, a held model's (the warm start, the experiments, the benches)
+    from `JaxSampler.for_run` with the run's sampler settings (run/builders.local_sampler binds them), so
     sampler.jax_cpu_kernels=false reaches every one of them."""
     from pathlib import Path
 
     import mle_jax
     from mle_jax.run.builders import local_sampler
 
-    root = Path(mle_jax.__file__).parent
+    repo = Path(mle_jax.__file__).parents[1]
     builds = sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*.py")
+        str(p.relative_to(repo))
+        for p in [*(repo / "mle_jax").rglob("*.py"), *(repo / "bench").glob("*.py")]
         if "JaxSampler(" in p.read_text() and p.parent.name != "sampling"
     )
-    assert builds == ["run/builders.py"]
+    assert builds == []
     _, ours = models
     off = local_sampler(SamplerSettings(backend="jax", jax_cpu_kernels=False))(ours, None, seed=3)
     on = local_sampler(SamplerSettings(backend="vllm"))(ours, None)  # in process whatever serves the loop
