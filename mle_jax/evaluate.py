@@ -137,8 +137,6 @@ def main(argv: list[str]) -> None:
         request = search_request()
     except ValueError as e:
         fail(str(e))
-    if not has_policy(workdir):
-        fail(f"{workdir} has neither checkpoints/ nor hf_export/: no policy to evaluate (has the run finished?)")
     try:
         saved = json.loads(cfg_path.read_text())
         if not isinstance(saved, dict) or not saved:
@@ -147,15 +145,20 @@ def main(argv: list[str]) -> None:
     except (ValueError, KeyError, TypeError) as e:  # a JSONDecodeError or ConfigError is a ValueError
         fail(f"{cfg_path} is not a run's config ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
              "--workdir must be a run's workdir, as the run wrote it")  # fmt: skip
+    # the prompted model (no warm start) is the initial policy of its run before any step; every other policy is
+    # what the run wrote (a warm start is never trained here)
+    if not (_POLICY.value == "initial" and not s.warmstart.enabled) and not has_policy(workdir):
+        fail(f"{workdir} has neither checkpoints/ nor hf_export/: no policy to evaluate (has the run finished?)")
     if _SAMPLES.value:
         s = dataclasses.replace(s, eval=dataclasses.replace(s.eval, samples=_SAMPLES.value))
     tasks, packages = environment.prepare_mix(s)
     trained_on = [t.id for t in tasks]
-    model, initial, tokenizer = builders.load_trained_policy(
-        s, tasks if len(tasks) > 1 else tasks[0], packages, workdir
-    )
-    if _POLICY.value == "initial":
+    run_tasks = tasks if len(tasks) > 1 else tasks[0]
+    if _POLICY.value == "initial":  # what RL started from, as the run built it: its latest policy is never loaded
+        initial, tokenizer, _ = builders.build_policy(s, run_tasks, packages, workdir)
         model = initial
+    else:
+        model, initial, tokenizer = builders.load_trained_policy(s, run_tasks, packages, workdir)
     if _TASK.value:  # one task, of the mix or held out
         try:
             mix = {t.id: t for t in tasks}
@@ -242,7 +245,8 @@ def model_label(s, which: str, workdir: Path) -> str:
     run."""
     m = s.model
     name = Path(m.path).name if m.path else f"tiny Qwen2 ({m.num_hidden_layers} layers, hidden {m.hidden_size})"
-    return f"{name}, {'warm-started' if which == 'initial' else 'latest'} policy of run {workdir.name}"
+    start = "warm-started" if s.warmstart.enabled else "prompted (no warm start)"
+    return f"{name}, {start if which == 'initial' else 'latest'} policy of run {workdir.name}"
 
 
 def dated_path(workdir: Path, stem: str, now: datetime) -> Path:

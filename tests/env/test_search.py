@@ -231,3 +231,7 @@ def test_the_readme_contrasts_sign_the_difference_by_the_tasks_direction_and_tes
     valid, medal = stats.fisher_exact([[2, 1], [3, 0]]).pvalue, stats.fisher_exact([[2, 1], [0, 3]]).pvalue
     assert f"| −0.333 (Fisher p = {valid:.2g}, within noise) | +0.667 (Fisher p = {medal:.2g}, within noise) |" in text
     assert "| after RL | `aide` | 0.67 ± 0.33 | 0.67 ± 0.33 |" in render_search_lite(independent, aide)
+    # the prompted model's searches (a run without a warm start, evaluate.model_label) are labelled as such
+    prompted = {"model": "qwen2.5-coder-0.5b-instruct, prompted (no warm start) policy of run r"}
+    before = [{**t, "search": {**t["search"], "policy_checkpoint": "initial", **prompted}} for t in (independent, aide)]
+    assert f"| {SPOOKY} | prompted | `aide` − `independent` | 3 / 3 |" in render_search_contrasts(*before)

@@ -19,7 +19,7 @@ from mle_jax.experiments.learning.arms import (
     split_by_turns,
 )
 from mle_jax.experiments.learning.outcomes import eval_summary, revision_contrasts
-from mle_jax.experiments.learning.report import revision_lines
+from mle_jax.experiments.learning.report import revision_lines, write_report
 from mle_jax.experiments.learning.running import before_path, work_left
 from mle_jax.reporting.markdown import signed
 from mle_jax.reporting.results_tables.turns import render_turns_contrasts, render_turns_table
@@ -165,3 +165,28 @@ def test_the_report_section_and_the_readme_blocks_from_a_hand_made_summary():
              for k, d in (("valid_share", 3), ("task_score", 3), ("mean_score", 4), ("any_medal", 3))]  # fmt: skip
     assert f"| {PIZZA} | `ppo_t3` − `ppo_t1` | after | 4 | {' | '.join(cells)} |" in contrasts
     assert contrasts.endswith("| none |")  # 4 start prompts: nothing shows beyond noise
+
+
+def test_a_before_only_summary_has_the_before_rl_contrast_report_and_tables(tmp_path):
+    """--before_only: each arm holds its before-RL evaluation alone (no arm trained); the contrast, the report and
+    the docs tables give before RL only, and the run measures until the before-RL evaluations are cached."""
+    full = _summary()
+    arms = {name: {"before": arm["before"], "overrides": {}} for name, arm in full["arms"].items()}
+    s = {"task": PIZZA, "before_only": True, "turns": [1, 3], "scale": {"steps": 4, "eval_samples": 4}, "arms": arms,
+         "turns_contrasts": revision_contrasts(arms, (1, 3), lower_is_better=False)}  # fmt: skip
+    [c] = s["turns_contrasts"].values()
+    assert (
+        set(c) >= {"before"}
+        and "after" not in c
+        and c["before"] == full["turns_contrasts"]["ppo_t3 vs ppo_t1"]["before"]
+    )
+    report = write_report(s, tmp_path).read_text()
+    assert report.startswith(f"# Before RL: {PIZZA}") and "after RL" not in report
+    assert "- ppo_t3 minus ppo_t1, before RL, n = 4 start prompts: valid hand-ins +0.250" in report
+    table = render_turns_table(s)
+    assert "| before |" in table and "| after |" not in table
+    assert "| before |" in render_turns_contrasts(s) and "| after |" not in render_turns_contrasts(s)
+    assert work_left(tmp_path, [], (1, 3))  # no arm to train: only the before-RL evaluations are measured
+    for k in (1, 3):
+        (tmp_path / f"before_t{k}.json").write_text("{}")
+    assert not work_left(tmp_path, [], (1, 3))

@@ -94,6 +94,9 @@ def _define_flags() -> dict[str, Any]:
             "arm", [], "an arm: NAME:FIELD=VALUE[,FIELD=VALUE...] (config overrides; NAME: for none), repeatable"
         ),
         "seeds": flags.DEFINE_integer("seeds", 1, "repeats of every arm, seeds cfg.seed + 0..N-1"),
+        "before_only": flags.DEFINE_bool(
+            "before_only", False, "only the before-RL evaluations (no arm trained); resumable, reused by a later run"
+        ),
         "turns": flags.DEFINE_list(
             "turns", [], "episode lengths K (agent.turns), one arm each per arm (ARM_tK); empty: the config's"
         ),
@@ -124,7 +127,17 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)
-    summary = experiment(_FLAGS["config"].value, out, scale, arms, _FLAGS["seeds"].value, turns)
+    summary = experiment(
+        _FLAGS["config"].value, out, scale, arms, _FLAGS["seeds"].value, turns, _FLAGS["before_only"].value
+    )
+    if summary.get("before_only"):
+        for name, arm in summary["arms"].items():
+            b = arm["before"]
+            print(f"{name}: before RL, reward {mean_reward_text(b)}, valid {b['valid_fraction']:.2f} of {b['samples']}")
+        for c in (summary.get("turns_contrasts") or {}).values():
+            print(revision_text(summary, c, "before"))
+        print(f"report: {out / 'report.md'}")
+        return
     for name, arm in summary["arms"].items():
         final = arm["task_score"]["final"]
         print(f"{name}: reward {mean_reward_text(arm['before'])} -> {mean_reward_text(arm['after'])}, valid "

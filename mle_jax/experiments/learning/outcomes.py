@@ -15,7 +15,7 @@ import numpy as np
 from mle_jax.env.evaluation import standard_error
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.instrument import pyast
-from mle_jax.reporting.results_tables.turns import revision_contrast
+from mle_jax.reporting.results_tables.turns import evaluated, revision_contrast
 from mle_jax.tasks.registry import get_spec
 from mle_jax.tasks.reward import task_scores
 from mle_jax.warmstart.programs import solution_kind
@@ -313,7 +313,7 @@ def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_bet
                 continue
             ref_name = f"{name.removesuffix(suffix)}_t{k0}"
             c: dict[str, Any] = {"arm": name, "reference": ref_name, "turns": k, "reference_turns": k0}
-            for when in ("before", "after"):
+            for when in evaluated(arms[name]):  # before only, from a --before_only run
                 tested = revision_contrast(arms[name][when], arms[ref_name][when], lower_is_better)
                 c[when] = {key: None if x is None else dataclasses.asdict(x) for key, x in tested.items()}
             out[f"{name} vs {ref_name}"] = c

@@ -8,7 +8,7 @@ from mle_jax.experiments.learning.plots import write_plots
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
 from mle_jax.reporting.results_tables.ablations import arm_contrasts, tested_text
-from mle_jax.reporting.results_tables.turns import REVISION_HEADER, revision_rows, revision_text
+from mle_jax.reporting.results_tables.turns import REVISION_HEADER, evaluated, revision_rows, revision_text
 
 
 def mean_reward_text(e: dict) -> str:
@@ -106,12 +106,30 @@ def revision_lines(summary: dict) -> list[str]:
     contrasts = summary.get("turns_contrasts") or {}
     if contrasts:
         lines.append("")
-        lines += [f"- {revision_text(summary, c, when)}" for c in contrasts.values() for when in ("before", "after")]
+        lines += [f"- {revision_text(summary, c, when)}" for c in contrasts.values()
+                  for when in evaluated(summary["arms"][c["arm"]])]  # fmt: skip
     return lines
+
+
+def write_before_report(summary: dict, out: Path) -> Path:
+    """out/report.md of a --before_only run: the initial policy's evaluations and, with --turns, revising against
+    resampling before RL (no arm was trained)."""
+    lines = [f"# Before RL: {summary['task']}", "",
+             f"The initial policy evaluated on {summary['scale']['eval_samples']} scratch prompts (--before_only: no "
+             "arm trained; the same command without it trains the arms and reuses these evaluations).", ""]  # fmt: skip
+    rows = [[name, mean_reward_text(arm["before"]), arm["before"]["valid_fraction"], arm["before"]["mean_score"],
+             arm["before"]["best_score"]] for name, arm in summary["arms"].items()]  # fmt: skip
+    lines.append(markdown_table(["arm", "mean reward ± SE", "valid fraction", "mean score of valid", "best"], rows))
+    lines += revision_lines(summary)
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def write_report(summary: dict, out: Path) -> Path:
     """out/report.md (and its plots, out/plots/) from the experiment's summary; returns the report's path."""
+    if summary.get("before_only"):
+        return write_before_report(summary, out)
     plots = write_plots(summary, out / "plots")
     arms = summary["arms"]
     lines = [f"# Learning on the real loop: {summary['task']}", ""]

@@ -190,9 +190,13 @@ def experiment(
     arms: Sequence[Arm] = tuple(DEFAULT_ARMS),
     seeds: int = 1,
     turns: Sequence[int] = (),
+    before_only: bool = False,
 ) -> dict:
     """Runs (or resumes) the whole experiment, `seeds` repeats of every arm; returns the summary it writes to
     out/summary.json. A bad arm (`arm_config`) or config (ConfigError) fails before any work.
+
+    `before_only` (--before_only): only the before-RL evaluations (the cheap part: no arm is trained); the summary
+    then has `before_only` and each arm's "before" alone. The same command without it reuses them and trains.
 
     `turns` (--turns; `arms` already split by `split_by_turns`): the before-RL evaluation once per turns value K with
     K-turn episodes, and every evaluation of a K-turn arm with max(turns) // K independent episodes per start prompt
@@ -202,7 +206,7 @@ def experiment(
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     runs = {arm.name: [run_dir(out, arm.name, r) for r in range(seeds)] for arm in arms}
-    measures = work_left(out, [d.name for dirs in runs.values() for d in dirs], turns)
+    measures = work_left(out, [] if before_only else [d.name for dirs in runs.values() for d in dirs], turns)
     s = _scaled(from_config(cfg), out / "base", scale)
     arm_settings = {arm.name: [repeat_settings(cfg, arm, r, s, scale) for r in range(seeds)] for arm in arms}
     arm_turns = {name: rs[0].rollout.agent.turns if turns else None for name, rs in arm_settings.items()}
@@ -227,7 +231,7 @@ def experiment(
                 task.id,
             )
         results = {}
-        for arm in arms:
+        for arm in () if before_only else arms:
             repeats = []
             k = arm_turns[arm.name]
             for rs, arm_dir in zip(arm_settings[arm.name], runs[arm.name], strict=True):
@@ -241,6 +245,12 @@ def experiment(
             results[arm.name]["task_score"] = arm_task_scores(repeats)
     # recorded as soon as the measuring is done, so that a failure while summarising loses no measured time
     provenance_fields = record_wall(out, round(time.monotonic() - t_start, 1) if measures else None)
+    if before_only:
+        results = {arm.name: {"before": befores[arm_turns[arm.name]], "overrides": dict(arm.overrides)} for arm in arms}
+        summary = {**provenance_fields, "task": task.id, "scale": dataclasses.asdict(scale), "before_only": True,
+                   "batch_size": s.loop.batch_size, "group_size": s.loop.group_size, "warmstart": ws_metrics,
+                   "arms": results}  # fmt: skip
+        return _finish(summary, out, results, turns, task.lower_is_better)
     verified = out / "base" / "warmstart" / "verified.jsonl"
     corpus, medians = {}, {}
     if verified.is_file():
@@ -266,9 +276,14 @@ def experiment(
         "arms": results,
         "contrasts": arm_contrasts(results),
     }
+    return _finish(summary, out, results, turns, task.lower_is_better)
+
+
+def _finish(summary: dict, out: Path, results: dict, turns: Sequence[int], lower_is_better: bool) -> dict:
+    """The summary with its revising contrasts (--turns), written to out/summary.json and out/report.md."""
     if turns:
         summary["turns"] = list(turns)
-        summary["turns_contrasts"] = revision_contrasts(results, turns, task.lower_is_better)
+        summary["turns_contrasts"] = revision_contrasts(results, turns, lower_is_better)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(summary, out)
     return summary

@@ -22,6 +22,10 @@ CHECKPOINTS = {"initial": "warm start", "latest": "after RL"}
 SEARCHES = tuple(POLICIES)  # every registered search policy (env/search.py)
 EVIDENCE = tuple(f"{SEARCH_DIR}/{t}-{c}-{s}.json" for t in SEARCH_TASKS for c in CHECKPOINTS for s in SEARCHES)
 ML_AGENT = tuple(f"{SEARCH_DIR}/{t}-latest-aide-ml_agent.json" for t in SEARCH_TASKS)
+# the same searches of the prompted Qwen2.5-Coder-0.5B-Instruct before any RL (docs/qwen.md), <task>-initial-<search>
+QWEN_SEARCH_DIR = f"{RESULTS}/qwen-search"
+QWEN_SEARCH_TASKS = ("pizza",)
+QWEN_EVIDENCE = tuple(f"{QWEN_SEARCH_DIR}/{t}-initial-{s}.json" for t in QWEN_SEARCH_TASKS for s in SEARCHES)
 
 
 def _task(table: Mapping[str, Any]) -> str:
@@ -31,7 +35,10 @@ def _task(table: Mapping[str, Any]) -> str:
 
 def _label(table: Mapping[str, Any]) -> tuple[str, str, str]:
     cfg = table["search"]
-    return _task(table), CHECKPOINTS[cfg["policy_checkpoint"]], cfg["name"]
+    checkpoint = CHECKPOINTS[cfg["policy_checkpoint"]]
+    if cfg["policy_checkpoint"] == "initial" and "prompted" in cfg.get("model", ""):
+        checkpoint = "prompted"  # a run without a warm start (evaluate.model_label)
+    return _task(table), checkpoint, cfg["name"]
 
 
 def render_search_evidence(*tables: dict) -> str:

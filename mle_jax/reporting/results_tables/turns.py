@@ -10,6 +10,13 @@ from mle_jax.tasks.registry import get_spec
 
 # the pizza run again, alone on the machine: its wall time is --quick's
 TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick", "learning-pizza-turns-quick-quiet")
+# the prompted Qwen2.5-Coder-0.5B-Instruct before RL (`--before_only`, docs/qwen.md)
+QWEN_TURNS_RUNS = ("qwen-turns-pizza",)
+
+
+def evaluated(arm: dict) -> tuple[str, ...]:
+    """The evaluations an arm of a summary holds: ("before", "after"), or ("before",) from a --before_only run."""
+    return tuple(w for w in ("before", "after") if arm.get(w) is not None)
 
 
 def _task_label(s: dict, summaries: tuple[dict, ...]) -> str:
@@ -34,7 +41,7 @@ def revision_rows(summary: dict) -> list[list]:
     or by draw (the one-turn arm's independent samples), and RL steps per hour."""
     rows = []
     for name, arm in summary["arms"].items():
-        for when in ("before", "after"):
+        for when in evaluated(arm):
             e = arm[when]
             ep = e.get("episodes") or {}
             by = ep.get("by_turn") or ep.get("by_draw") or {}
@@ -145,7 +152,7 @@ def render_turns_contrasts(*summaries: dict) -> str:
     rows = []
     for s in summaries:
         for c in s["turns_contrasts"].values():
-            for when in ("before", "after"):
+            for when in evaluated(s["arms"][c["arm"]]):
                 parts = _contrasts(s, c, when)
                 beyond = [label for key, label, _ in REVISION_PARTS if parts[key] and parts[key].beyond_noise]
                 n = s["arms"][c["arm"]][when]["samples"]
