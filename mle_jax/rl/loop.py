@@ -25,6 +25,9 @@ A killed run restarts its unfinished episodes.
 
 Ctrl-C (under `infra.interrupt.stop_on_sigint`) stops the loop between two steps, the last one checkpointed, or
 abandons a step still waiting for its runs (a resumed run samples its prompts again, as after a crash).
+
+What becomes of every drawn sample (trained at a step, discarded with a reason, or redrawn after a resume) is appended
+to <workdir>/ledger.jsonl (rl/ledger.py); bench/chaos.py counts lost and twice-trained samples from it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from mle_jax.infra.metrics import MetricsWriter, memory_breakdown, process_metri
 from mle_jax.rl.batch import RolloutBatch
 from mle_jax.rl.hosts import BatchChannel
 from mle_jax.rl.learner import Learner
+from mle_jax.rl.ledger import LEDGER, Ledger
 from mle_jax.rl.settings import LoopSettings
 from mle_jax.rl.step_metrics import StepStats, episode_records, ratio, turn_metrics
 
@@ -124,6 +128,8 @@ class AsyncRLLoop:
         self.infra_streak = 0  # executor failures in a row (reset by any run that was not one)
         self.requeued: list[rollout.PromptItem] = []  # prompts of stale queued groups, to sample again
         self.saved_step: int | None = None  # the newest step checkpointed (or resumed from)
+        # what became of every drawn sample (rl/ledger.py): drawn, trained, discarded with a reason, resumed
+        self.ledger = Ledger(writer.workdir / LEDGER)
 
     @property
     def in_flight(self) -> list[rollout.Sample]:
@@ -165,6 +171,7 @@ class AsyncRLLoop:
         prompts = again + self.env.prompts(groups - len(again), self.buffer, self.rng)
         self._drawn_kinds += [p.kind for p in prompts for _ in range(n)]
         samples = self.env.sample(prompts, self.counters.next_uid, n=n)
+        self.ledger.drawn(s.uid for s in samples)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         t1 = time.monotonic()
@@ -188,6 +195,7 @@ class AsyncRLLoop:
         waiting for the other episodes, and queues their programs."""
         t0 = time.monotonic()
         samples, ended = self.driver.advance(self.counters.next_uid)
+        self.ledger.drawn(s.uid for s in samples)
         self.counters.next_uid += len(samples)
         self.counters.sampled += len(samples)
         self._started(samples, ended)
@@ -202,6 +210,8 @@ class AsyncRLLoop:
             self.counters.exec_busy_s += s.duration_s
             if t.outcome == "failed":
                 broken.add(s.group)
+                self.ledger.discarded("infra_failure", [s.uid])
+                self.ledger.discarded("dropped_with_group", [x.uid for x in t.episode.turns if x.uid != s.uid])
                 self._infra_failure(s)
                 continue
             self.infra_streak = 0
@@ -235,6 +245,7 @@ class AsyncRLLoop:
         self.finished = [e for e in self.finished if e.group not in groups]
         self.turn_queue = [x for x in self.turn_queue if x[0].group not in groups]
         self.counters.dropped_with_group += len(dropped)
+        self.ledger.discarded("dropped_with_group", [s.uid for s in dropped])
 
     def _infra_failure(self, sample: rollout.Sample) -> None:
         """Counts an executor failure (never trained on); too many in a row stop the run."""
@@ -269,6 +280,7 @@ class AsyncRLLoop:
                     self.env.queue(s)
                 continue
             self.requeued.append(runs[0].prompt)  # the group's prompt (its members share it)
+            self.ledger.discarded("resampled_stale", [s.uid for s in runs])
             self.counters.resampled_stale += len(runs)
             taken.add(group)
         self.driver.drop(taken, cancel=False)  # cancelled above
@@ -378,6 +390,7 @@ class AsyncRLLoop:
         learner_metrics = self.learner.update(batch)
         self.counters.update_s += time.monotonic() - t0
         self.counters.step += 1
+        self.ledger.trained(self.counters.step, [s.uid for s in self.last_used])
         self.counters.version += 1
         saved = False
         if self.counters.step % self.settings.sync_every == 0:
@@ -450,6 +463,7 @@ class AsyncRLLoop:
             return False
         self.load_state_dict(found["loop"])
         self.saved_step = self.counters.step
+        self.ledger.resumed(self.counters.step, self.counters.next_uid)
         self.sync()
         self.writer.truncate_after(self.counters.step)
         return True
@@ -489,7 +503,13 @@ class AsyncRLLoop:
         raise interrupt.Interrupted(f"stopped after RL step {step} of {steps} ({saved})")
 
     def close(self) -> None:
-        """Cancels queued runs and waits for checkpoint writes in flight (orbax saves asynchronously)."""
+        """Cancels queued runs and waits for checkpoint writes in flight (orbax saves asynchronously); the samples
+        not trained are discarded in the ledger ("run_ended")."""
+        left = [s.uid for s in self.in_flight] + [s.uid for e in [*self.finished, *self.live.values()] for s in e.turns]
+        try:
+            self.ledger.discarded("run_ended", sorted(set(left)))
+        except OSError as e:  # a full disk: the run's own error is the one to report
+            print(f"ledger not written ({e}): {len(left)} samples left untrained")
         self.driver.close()
         self.checkpointer.close()
         self.writer.close()
