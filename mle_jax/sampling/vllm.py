@@ -24,6 +24,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 import warnings
@@ -89,6 +90,16 @@ def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) 
     )
 
 
+def server_died(error: BaseException) -> bool:
+    """Whether `error`, raised by a request to a vLLM server, means the server is gone (killed, restarting, its
+    engine dead): no connection, a connection cut mid-answer, or a 5xx answer. A 4xx (a bad request) is not."""
+    import requests  # optional dependency (the vllm extra)
+
+    if isinstance(error, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)):
+        return True
+    return isinstance(error, VLLMServerError) and " -> 5" in str(error)
+
+
 def server_problems(url: str, what: str) -> list[str]:
     """[] when a vLLM server answers `GET url/health`, else one line saying how to start one (what: the config
     field that holds url)."""
@@ -123,6 +134,10 @@ class VLLMSampler:
     `sync` or `wait_sync()` waits for it and raises its error, if any.
     ignore_eos: every completion runs to max_tokens, stop tokens ignored (vLLM's ignore_eos): equal work for a
     throughput benchmark, never for sampling a policy.
+    server_wait_s: a server that dies (connection refused or reset, an engine error) is waited for this long to
+    answer /health again (restarted by its supervisor, or a replacement at the same URL); it is then given the
+    weights last synced (a restarted server serves the model it was started with) and every request that was in
+    flight is sent again. 0: fail at once.
     """
 
     name = "vllm"  # its sampler.backend (sampling/registry.py)
@@ -176,6 +191,7 @@ class VLLMSampler:
         max_concurrent_requests: int = 64,
         background_sync: bool = True,
         ignore_eos: bool = False,
+        server_wait_s: float = 900.0,
     ) -> None:
         if eos_ids is None:
             eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
@@ -193,6 +209,11 @@ class VLLMSampler:
         self._sync_thread: threading.Thread | None = None
         self._sync_error: BaseException | None = None
         self.ignore_eos = ignore_eos  # every completion runs to max_tokens: a throughput benchmark's equal work
+        self.server_wait_s = server_wait_s
+        self._served: Path | None = None  # the folder the server was last told to load (None: its own model)
+        self._recover_lock = threading.Lock()
+        self._outages = 0  # server deaths recovered from (each: waited for, weights re-applied)
+        self.recoveries: list[dict[str, Any]] = []  # {"outage_s", "resent"} per recovery, for the run's records
 
     def generate(
         self,
@@ -248,7 +269,7 @@ class VLLMSampler:
             req = dict(body, prompt=prompt, max_tokens=min(int(max_tokens), context - len(prompt)))
             if seed is not None:
                 req["seed"] = int(seed) + i * n
-            out = self.server.post("/v1/completions", json=req, timeout_s=self.request_timeout_s)
+            out = self._post_surviving("/v1/completions", req)
             choices = sorted(out["choices"], key=lambda c: c["index"])
             if len(choices) != n:
                 raise VLLMServerError(f"prompt {i}: asked for {n} completions, got {len(choices)}")
@@ -258,6 +279,41 @@ class VLLMSampler:
             return one(0)
         with ThreadPoolExecutor(max_workers=min(len(prompts), self.max_concurrent_requests)) as pool:
             return [c for group in pool.map(one, range(len(prompts))) for c in group]
+
+    def _post_surviving(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST that outlives a server death: a connection error or a 5xx answer waits for the server to come back
+        (`recover`) and sends the request again; other errors (a 4xx: a bad request) raise at once."""
+        while True:
+            seen = self._outages
+            try:
+                return self.server.post(path, json=body, timeout_s=self.request_timeout_s)
+            except Exception as e:  # noqa: BLE001 (sorted below: only a dead server's errors are retried)
+                if not server_died(e):
+                    raise
+                self.recover(seen, e)
+
+    def recover(self, seen: int, error: BaseException) -> None:
+        """After `error` (a dead server) seen at outage count `seen`: waits up to server_wait_s for /health, then
+        reloads the weights last synced. One thread recovers; the others, failing in the same outage, wait for it."""
+        if self.server_wait_s <= 0:
+            raise VLLMServerError(f"the vLLM server at {self.server.url} died: {error}") from error
+        with self._recover_lock:
+            if self._outages != seen:  # another request's thread recovered the server meanwhile
+                return
+            t0 = time.monotonic()
+            print(f"vLLM server at {self.server.url} died ({type(error).__name__}); waiting for it", flush=True)
+            try:
+                self.server.wait_ready(self.server_wait_s)
+            except VLLMServerError as e:
+                raise VLLMServerError(
+                    f"the vLLM server at {self.server.url} died and did not come back within {self.server_wait_s:.0f}"
+                    f" s (restart it, e.g. launch/vllm_server.sh, at the same URL): {e}"
+                ) from error
+            if self._served is not None:  # a restarted server serves its start-up model: the policy's weights again
+                self.server.reload_weights(self._served)
+            self._outages += 1
+            self.recoveries.append({"outage_s": round(time.monotonic() - t0, 1), "weights": str(self._served)})
+            print(f"vLLM server back after {time.monotonic() - t0:.0f} s (weights: {self._served})", flush=True)
 
     def sync(self, params: Any, version: int) -> None:
         """Exports params as HF safetensors and reloads them into the running server; tags `version`.
@@ -305,7 +361,16 @@ class VLLMSampler:
             shutil.rmtree(target)
         hf_dir = weights_folder(params, target)
         if leader:
-            self.server.reload_weights(hf_dir)
+            while True:
+                seen = self._outages
+                try:
+                    self.server.reload_weights(hf_dir)
+                    break
+                except Exception as e:  # noqa: BLE001 (a dead server is waited for; other errors raise)
+                    if not server_died(e):
+                        raise
+                    self.recover(seen, e)
+            self._served = hf_dir
         self.version = version
         if not leader:
             return
