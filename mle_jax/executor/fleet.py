@@ -10,8 +10,9 @@ of two kinds of slot:
          driver even when the actor ran on another machine (which must see the task's public dir at the
          same path and have the repo and sandbox venv there)
 
-An executor failure (the sandbox raising, an actor or its node dying) retries the sample once on a fresh
-executor, then returns Status.INFRA: not the agent's -10, and never trained on.
+An executor failure (the sandbox raising, an actor or its node dying, or an actor that has not answered
+STALL_GRACE_S after the program's own timeout: stalled) retries the sample once on a fresh executor, then returns
+Status.INFRA: not the agent's -10, and never trained on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ from mle_jax.tasks.task import Task
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 2  # the first try and one retry
+# a Ray executor that has not answered this long after its program's timeout is stalled (stopped, its node frozen or
+# cut off): it is killed and the run retried on a fresh one. The sandbox kills a program at its timeout and answers
+# within seconds, so a long grace only delays a stalled slot.
+STALL_GRACE_S = 60.0
+ACTOR_START_S = 600.0  # a fresh Ray executor is waited for this long to start (its deadline counts from then)
+
+
+class ExecutorStalled(RuntimeError):
+    """A Ray executor did not answer within its program's timeout plus STALL_GRACE_S."""
 
 
 @runtime_checkable
@@ -287,7 +297,15 @@ class RaySlot:
         return self.ray.get(self.actor.node_ip.remote())
 
     def run(self, code: str, task: Task, limits: Limits) -> ExecResult:
-        result, data = self.ray.get(self.actor.run.remote(code, task, limits))
+        wait_s = limits.timeout_s + STALL_GRACE_S
+        try:
+            self.ray.get(self._pid_ref, timeout=ACTOR_START_S)  # started (a fresh actor's start is no stall)
+            result, data = self.ray.get(self.actor.run.remote(code, task, limits), timeout=wait_s)
+        except self.ray.exceptions.GetTimeoutError as e:
+            raise ExecutorStalled(
+                f"executor actor gave no answer {wait_s:.0f} s after its run was sent (timeout {limits.timeout_s:.0f} s"
+                f" + {STALL_GRACE_S:.0f} s grace): stalled"
+            ) from e
         # the results on this machine, as a local sandbox would leave them
         local = self.out_root / uuid.uuid4().hex[:12]
         local.mkdir(parents=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from configs.base import get_config
+from mle_jax.executor import fleet as fleet_module
 from mle_jax.executor.fleet import (
     Fleet,
     LocalSlot,
@@ -246,3 +247,31 @@ def test_a_failing_ray_kill_is_logged():
     assert out.stderr.count("Started a local Ray instance") == 1, out.stderr[-2000:]  # the fleet's, no other
     warnings = [x for x in out.stderr.splitlines() if x.startswith("WARNING mle_jax.executor.fleet: ray.kill")]
     assert len(warnings) == 1 and "failed" in warnings[0], out.stderr[-2000:]
+
+
+def test_a_stalled_ray_executor_is_replaced_and_its_runs_retried(ray_fleet, pizza_task, monkeypatch):
+    """Found by bench/chaos.py: an executor stopped (SIGSTOP: a frozen node) past its program's timeout held its slot
+    forever (the driver waited on the actor without a deadline). Now it is given up STALL_GRACE_S after the timeout,
+    killed, and its run retried on a fresh actor: graded once, from the second attempt."""
+    monkeypatch.setattr(fleet_module, "STALL_GRACE_S", 2.0)
+    limits = Limits(timeout_s=4, memory_mb=1024, max_output_bytes=8192)
+    with StartSignal(pizza_task) as started:
+        code = started.prefix() + SLEEP_THEN_SUBMIT.replace("SECONDS", "1")
+        futures = [ray_fleet.submit(code, pizza_task, limits) for _ in range(2)]
+        started.wait(2)  # both slots are running
+        pids = ray_fleet.executor_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            results = [f.result(timeout=120) for f in futures]
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+    for r in results:
+        assert r.status is Status.OK, (r.status, r.stderr_tail)
+        assert r.extra["attempts"] == 2 and "stalled" in r.extra["retried_after"], r.extra
+        assert "slept 1" in r.stdout_tail
+    assert set(ray_fleet.executor_pids()).isdisjoint(pids)  # fresh actors serve the slots
