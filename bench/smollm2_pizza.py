@@ -15,6 +15,8 @@ STAGE (each one hold of the CPU lock; a stage prints one JSON line and appends i
   instrument  the frozen SmolLM2 (as converted, and after the warm start of `warm` when WORKDIR has it) inserts
               the progress prints into --programs (64) verified corpus programs, as the LM instrumenter of a run
               does (its temperature and budgets); the share that verification accepts
+  improve     the RL improve prompt of the model as converted on --programs (64) verified corpus programs, each
+              shown with its output: the revisions run and graded, against the programs they revise
   rlstep      --steps RL steps of :smol at --batch B (8) from the warm-started policy, each step's wall time split into
               sampling, LM instrumentation, waiting for the sandboxes and the PPO update (+ their shares)
   samplers    the peer benchmark of the sampling stages' sampler: --samples (16) scratch-prompt samples of SmolLM2
@@ -83,7 +85,13 @@ from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
 from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 from mle_jax.tasks.graders import grade  # noqa: E402
 from mle_jax.tasks.medals import medal_summary  # noqa: E402
-from mle_jax.tasks.prompts import CODE_EXTRACTIONS, parse_response, render_prompt, scratch_messages  # noqa: E402
+from mle_jax.tasks.prompts import (  # noqa: E402
+    CODE_EXTRACTIONS,
+    improve_messages,
+    parse_response,
+    render_prompt,
+    scratch_messages,
+)
 from mle_jax.warmstart.corpus import sandbox_run_fn  # noqa: E402
 from mle_jax.warmstart.programs import generate_corpus  # noqa: E402
 from mle_jax.warmstart.stage import verify_cached, warm_start  # noqa: E402
@@ -233,12 +241,10 @@ def stage_tiny(a) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def stage_instrument(a) -> dict[str, Any]:
-    """The frozen SmolLM2 as converted (and, when WORKDIR holds a finished warm start, the warm-started policy)
-    on the first --programs verified corpus programs of the warm start (all valid: they ran and graded)."""
-    workdir = Path(a.workdir)
-    s = settings(a.model, workdir)
-    (task, packages), ws = environment.prepare(s), s.warmstart
+def verified_programs(s: RunSettings, task, packages, workdir: Path) -> list:
+    """The warm start's corpus of `s`, verified in the sandbox (cached in workdir/warmstart/verified.jsonl): its
+    valid programs (VerifiedItem: the program, its score, run time and instrumented output)."""
+    ws = s.warmstart
     run_fn = sandbox_run_fn(
         make_sandbox(s.executor),
         task,
@@ -248,7 +254,63 @@ def stage_instrument(a) -> dict[str, Any]:
     )
     items = generate_corpus(task.spec, ws.corpus_size, ws.seed, packages)
     (workdir / "warmstart").mkdir(parents=True, exist_ok=True)
-    verified = verify_cached(items, task, run_fn, workdir / "warmstart" / "verified.jsonl", ws.verify_workers)
+    return verify_cached(items, task, run_fn, workdir / "warmstart" / "verified.jsonl", ws.verify_workers)
+
+
+def stage_improve(a) -> dict[str, Any]:
+    """The RL improve prompt (C.2) of the model as converted, on the first --programs verified corpus programs, each
+    shown with its instrumented output: the revision run and graded as in RL, against the program it revises (valid,
+    better than it in the task's direction, a copy of it). Measures what the self-improvement prompt can give the
+    prompted model when its parent works (its own scratch programs do not: `prompted`)."""
+    workdir = Path(a.workdir)
+    s = settings(a.model, workdir, warm=False)
+    task, packages = environment.prepare(s)
+    parents = verified_programs(s, task, packages, workdir)[: a.programs]
+    tok = load_tokenizer(s.model.path)
+    p = s.rollout.prompt
+    prompts = [
+        render_prompt(improve_messages(task, packages, v.item.plan, v.item.code, v.output, p.output_tail_chars),
+                      tok, p.max_prompt_tokens)
+        for v in parents
+    ]  # fmt: skip
+    with folder_sampler(a.sampler, Path(s.model.path), tok, s.sampler) as sampler:
+        t0 = time.perf_counter()
+        comps = sampler.generate(prompts, n=1, seed=a.seed, **s.rollout.sampling.generate_kwargs())
+        sample_s = time.perf_counter() - t0
+    codes = [parse_response(c.text, p.code_extraction).code for c in comps]
+    sandbox = make_sandbox(s.executor)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(s.executor.slots or 2) as pool:
+        ran = list(pool.map(lambda code: outcome(code, task, sandbox, s), codes))
+    sign = -1.0 if task.lower_is_better else 1.0
+    better = [x is not None and sign * (x - v.score) > 0 for (_, x), v in zip(ran, parents, strict=True)]
+    copies = [c is not None and c.strip() == v.item.code.strip() for c, v in zip(codes, parents, strict=True)]
+    return {
+        "task": task.id,
+        "programs": len(parents),
+        "sampler": a.sampler,
+        "code_extraction": p.code_extraction,
+        **_outcomes(task, ran),
+        "parents_mean_score": statistics.mean(v.score for v in parents),
+        "better_than_parent": sum(better),
+        "copies_of_parent": sum(copies),
+        "valid_copies": sum(c and x is not None for c, (_, x) in zip(copies, ran, strict=True)),
+        "mean_prompt_tokens": statistics.mean(len(x) for x in prompts),
+        "mean_response_tokens": statistics.mean(len(c.token_ids) for c in comps),
+        "truncated": sum(c.finish_reason == "length" for c in comps),
+        "sample_s": round(sample_s, 1),
+        "run_s": round(time.perf_counter() - t0, 1),
+        "example": comps[0].text[:1500],
+    }
+
+
+def stage_instrument(a) -> dict[str, Any]:
+    """The frozen SmolLM2 as converted (and, when WORKDIR holds a finished warm start, the warm-started policy)
+    on the first --programs verified corpus programs of the warm start (all valid: they ran and graded)."""
+    workdir = Path(a.workdir)
+    s = settings(a.model, workdir)
+    task, packages = environment.prepare(s)
+    verified = verified_programs(s, task, packages, workdir)
     codes = [v.item.code for v in verified][: a.programs]
     out: dict[str, Any] = {"programs": len(codes)}
     models = [("converted", Path(s.model.path))]
@@ -555,6 +617,7 @@ STAGES = {
     "warm": stage_warm,
     "tiny": stage_tiny,
     "instrument": stage_instrument,
+    "improve": stage_improve,
     "rlstep": stage_rlstep,
     "samplers": stage_samplers,
     "profile": stage_profile,
