@@ -130,6 +130,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.prompt = ml_collections.ConfigDict()  # the paper's prompts (mle_jax/tasks/prompts.py)
     c.prompt.max_prompt_tokens = 1024  # longest prompt in tokens: its data snippet and output tail shrink to fit
     c.prompt.improve_fraction = 0.5  # share of prompts that ask to improve an earlier solution
+    # what improve prompts show before the policy has solutions of its own: "" nothing (the paper), "corpus" the task's
+    # verified warm-start corpus programs with their output (mle_jax/warmstart/stage.corpus_solutions)
+    c.prompt.improve_seed = ""
     c.prompt.snippet_chars = 1200  # characters of each of the task's data files shown in the prompt
     c.prompt.output_tail_chars = 1500  # characters of the end of an earlier run's output an improve prompt shows
     # which of a response's code blocks is its program: "first" (the first python or untagged block, as the prompt asks

@@ -91,6 +91,7 @@ TINY = {
     "warmstart.instrument_examples": 5,  # the instrumentation task is taught and measured, on a few programs
     "warmstart.instrument_eval": 2,
     "report.plots": False,
+    "prompt.improve_seed": "corpus",  # the improve buffer starts with each task's verified corpus (run once, above)
 }
 
 
@@ -112,6 +113,7 @@ def mix_run(tmp_path_factory) -> Path:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"improve buffer: {2 * len(MIX)} corpus programs" in done.stdout  # two per task
     return workdir
 
 

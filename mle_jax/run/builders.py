@@ -12,6 +12,7 @@ from typing import Any
 
 from flax import nnx
 
+from mle_jax.env.improve_buffer import PreviousSolution
 from mle_jax.env.rollout import InstrumentFn
 from mle_jax.executor.sandbox import make_sandbox
 from mle_jax.infra import sharding
@@ -26,7 +27,7 @@ from mle_jax.sampling import registry as samplers
 from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.protocol import Sampler
 from mle_jax.tasks.task import Task
-from mle_jax.warmstart.stage import untrained_policy, warm_start
+from mle_jax.warmstart.stage import corpus_solutions, untrained_policy, warm_start
 
 
 def build_policy(
@@ -49,6 +50,17 @@ def build_policy(
         return ws.model, ws.tokenizer, metrics
     model, tokenizer = untrained_policy(s.warmstart, task, packages, workdir)
     return model, tokenizer, {}
+
+
+def improve_seeds(
+    s: RunSettings, task: Task | Sequence[Task], packages: list[str], workdir: Path
+) -> list[PreviousSolution]:
+    """What a run's improve buffer starts with (`prompt.improve_seed`): nothing, or with "corpus" every task's
+    verified warm-start corpus programs with their output (verified in this run's sandbox, cached beside the warm
+    start's in workdir/warmstart: a warm-started run verifies nothing twice)."""
+    if s.rollout.prompt.improve_seed != "corpus":
+        return []
+    return corpus_solutions(s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart")
 
 
 def make_learner(s: RunSettings, policy: Qwen2ForCausalLM) -> Learner:

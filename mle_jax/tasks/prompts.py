@@ -33,6 +33,9 @@ SAMPLE_LINES = 3
 SAMPLE_LINE_CHARS = 300
 
 
+IMPROVE_SEEDS = ("", "corpus")
+
+
 @dataclass(frozen=True)
 class PromptSettings:
     """The `prompt` section of the run config: budgets of the RL prompts and the share of improve prompts."""
@@ -42,8 +45,14 @@ class PromptSettings:
     snippet_chars: int = 1200  # data snippet of the task's files in the prompt
     output_tail_chars: int = 1500  # the end of a previous run's output an improve prompt shows
     code_extraction: str = "first"  # which of a response's code blocks is its program (CODE_EXTRACTIONS)
+    # what the improve prompts show before the policy has a solution of its own (IMPROVE_SEEDS): "" nothing (the
+    # paper); "corpus" the task's verified warm-start corpus programs with their output, so that a prompted model
+    # that writes no working program from scratch is asked to revise working ones from the first step
+    improve_seed: str = ""
 
     def __post_init__(self) -> None:
+        if self.improve_seed not in IMPROVE_SEEDS:
+            raise ValueError(f"prompt.improve_seed={self.improve_seed!r}: one of {IMPROVE_SEEDS}")
         if self.code_extraction not in CODE_EXTRACTIONS:
             raise ValueError(f"prompt.code_extraction={self.code_extraction!r}: one of {', '.join(CODE_EXTRACTIONS)}")
         if not 0.0 <= self.improve_fraction <= 1.0:

@@ -30,6 +30,7 @@ from typing import Any
 
 from flax import nnx
 
+from mle_jax.env.improve_buffer import PreviousSolution
 from mle_jax.executor.backend import Sandbox
 from mle_jax.instrument.tagging import strip_agent_progress
 from mle_jax.models.hf import from_pretrained, save_pretrained
@@ -309,6 +310,59 @@ def untrained_policy(
     return fresh_policy(settings.model, len(tokenizer)), tokenizer
 
 
+def verify_corpora(
+    settings: WarmStartSettings,
+    tasks: Sequence[Task],
+    sandbox: Sandbox,
+    packages: Sequence[str],
+    workdir: str | Path,
+    progress: bool = True,
+) -> list[list[VerifiedItem]]:
+    """Each task's warm-start corpus (`settings.corpus_size` programs of its grid) run and graded in `sandbox`, as
+    the warm start verifies it (cached in workdir/verified.jsonl, or workdir/<task id>/ in a mix: a later call runs
+    nothing twice). RuntimeError (what failed, and what to change) when a program of a corpus is not valid."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for t in tasks:
+        items = generate_corpus(t.spec, settings.corpus_size, settings.seed, packages)
+        run_fn = sandbox_run_fn(
+            sandbox,
+            t,
+            settings.verify_limits(),
+            instrument_mode="off" if settings.instrument.mode == "off" else "ast",
+            output_chars=settings.prompt.output_tail_chars,
+        )
+        cache = _dir(workdir, t, tasks) / "verified.jsonl"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        verified = verify_cached(items, t, run_fn, cache, settings.verify_workers, progress)
+        if len(verified) < len(items):
+            raise RuntimeError(corpus_failure_message(t.id, len(items), verified_reasons(cache), settings, cache))
+        out.append(verified)
+    return out
+
+
+def corpus_solutions(
+    settings: WarmStartSettings,
+    task: Task | Sequence[Task],
+    sandbox: Sandbox,
+    packages: Sequence[str],
+    workdir: str | Path,
+    progress: bool = True,
+) -> list[PreviousSolution]:
+    """The verified corpus programs of each task (`verify_corpora`) as earlier solutions an improve prompt shows
+    (`prompt.improve_seed="corpus"`): plan, code and the output of its instrumented run, valid, its score, the
+    reward RL gives it (the score, negated when lower is better), version 0, its task."""
+    tasks = [task] if isinstance(task, Task) else list(task)
+    out = []
+    for t, vs in zip(tasks, verify_corpora(settings, tasks, sandbox, packages, workdir, progress), strict=True):
+        sign = -1.0 if t.lower_is_better else 1.0
+        out += [
+            PreviousSolution(v.item.plan, v.item.code, v.output, sign * v.score, True, v.score, 0, t.id) for v in vs
+        ]
+    return out
+
+
 def warm_start(
     settings: WarmStartSettings,
     task: Task | Sequence[Task],
@@ -330,25 +384,9 @@ def warm_start(
     and each task's corpus is verified in workdir/<task id>/.
     """
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     policy_dir = workdir / "policy"
     tasks = [task] if isinstance(task, Task) else list(task)
-    verified_by_task = []
-    for t in tasks:
-        items = generate_corpus(t.spec, settings.corpus_size, settings.seed, packages)
-        run_fn = sandbox_run_fn(
-            sandbox,
-            t,
-            settings.verify_limits(),
-            instrument_mode="off" if settings.instrument.mode == "off" else "ast",
-            output_chars=settings.prompt.output_tail_chars,
-        )
-        cache = _dir(workdir, t, tasks) / "verified.jsonl"
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        verified = verify_cached(items, t, run_fn, cache, settings.verify_workers, progress)
-        if len(verified) < len(items):
-            raise RuntimeError(corpus_failure_message(t.id, len(items), verified_reasons(cache), settings, cache))
-        verified_by_task.append(verified)
+    verified_by_task = verify_corpora(settings, tasks, sandbox, packages, workdir, progress)
     verified = [v for vs in verified_by_task for v in vs]
 
     if (policy_dir / "DONE").is_file():

@@ -183,3 +183,44 @@ def test_verification_leaves_no_results_folder_behind(pizza, tmp_path):
         assert graded.valid is ok, graded
         assert list((tmp_path / "out").iterdir()) == []
         assert list((tmp_path / "work").iterdir()) == []
+
+
+@pytest.mark.integration
+def test_a_corpus_seeded_improve_buffer_shows_working_programs_from_the_first_draw(pizza, tmp_path):
+    """prompt.improve_seed="corpus": the run's improve buffer starts with the verified corpus programs (run in the
+    sandbox once, cached beside the warm start's), so the first prompts already ask to revise working programs,
+    each shown with the output of its instrumented run; a bad value is one ConfigError line."""
+    import numpy as np
+
+    from configs import base
+    from mle_jax.env.improve_buffer import ImproveBuffer
+    from mle_jax.env.rollout import Environment
+    from mle_jax.models.tokenizer import train_bpe_tokenizer
+    from mle_jax.run.builders import improve_seeds
+    from mle_jax.run.settings import ConfigError, from_config
+
+    cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
+    cfg.workdir, cfg.prompt.max_prompt_tokens, cfg.warmstart.corpus_size = str(tmp_path / "run"), 8192, 2
+    assert improve_seeds(from_config(cfg), pizza, sandbox_packages(), tmp_path) == []  # the paper: nothing
+    cfg.prompt.improve_seed = "corpus"
+    s = from_config(cfg)
+    packages = sandbox_packages()
+    seeds = improve_seeds(s, pizza, packages, tmp_path)
+    corpus = generate_corpus(pizza.spec, 2, s.warmstart.seed, packages)
+    assert [p.code for p in seeds] == [it.code for it in corpus]
+    for p in seeds:
+        assert p.valid and p.task == PIZZA and p.version == 0 and p.reward == p.score and 0.5 < p.score < 0.9
+        assert p.output.splitlines()[0] == "imported packages" and "validation auc: 0." in p.output
+    improve_seeds(s, pizza, packages, tmp_path)  # cached: nothing runs twice
+    assert len((tmp_path / "warmstart" / "verified.jsonl").read_text().splitlines()) == 2
+    buffer = ImproveBuffer(s.loop.improve_buffer_size)
+    for p in seeds:
+        assert buffer.add(p, n_prints=1)
+    tok = train_bpe_tokenizer(["import pandas as pd\nprint('x')"] * 4, 400, tmp_path / "tok")
+    env = Environment(s.rollout, pizza, tok, packages, None, None, None, seed=s.seed)
+    first = env.prompts(16, buffer, np.random.default_rng(0))
+    improve = [i for i in first if i.kind == "improve"]
+    assert improve and all(i.parent in seeds for i in improve)  # revising a working program from the first draw
+    cfg.prompt.improve_seed = "bogus"
+    with pytest.raises(ConfigError, match="prompt.improve_seed='bogus'"):
+        from_config(cfg)
