@@ -6,7 +6,8 @@ It starts what a cluster runs (launch/ray_executors.sh head and worker on loopba
 policy, the run's workdir on its own tmpfs) and the run itself (`python -m mle_jax.launch`, configs/pizza.py:cpu with
 the Ray fleet and the vLLM sampler), restarting the run whenever it dies (the same command: it resumes) and the vLLM
 server whenever it is killed (at the same URL, as its supervisor would). A fault injector, its schedule drawn from the
-seed, does each of these twice, one at a time, spread over the run's steps:
+seed, does each of these twice, spread over the run's steps, each once the one before has been recovered from (a
+stall goes on in the background):
 
   vllm_kill        SIGKILL the vLLM server's process group (restarted 3 s later)
   ray_worker_kill  SIGKILL a Ray executor actor while a program runs on it
@@ -16,10 +17,11 @@ seed, does each of these twice, one at a time, spread over the run's steps:
 
 The counts come from the run's own files: the per-sample ledger (<workdir>/ledger.jsonl, rl/ledger.py) gives
 sampled / trained / discarded / redrawn / lost / trained twice; metrics.jsonl the steps finished; each restart's
-"resumed" ledger event the checkpoint it restored (compared with the newest complete one on disk). recovery_s of a
+section of run.log the checkpoint it resumed from (compared with the newest complete one on disk). recovery_s of a
 fault: from its injection until the run has finished a step past the newest it had finished before (the step's own
-time included: compare the run's median step time). --no-faults runs the same command without the injector (the
-fault-free run the final metrics are compared with: --baseline FILE). The policy the server serves is the :cpu warm
+time included: compare the run's median step time); of a stall, until the fleet killed the stalled actor.
+--no-faults runs the same command without the injector (the fault-free run the final metrics are compared with:
+--baseline FILE, or --compare RESULT --baseline FILE afterwards). The policy the server serves is the :cpu warm
 start (its HF export), made once under --policy by a 0-step :cpu run.
 """
 
@@ -164,12 +166,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def busy_actor(timeout_s: float = 300) -> int | None:
-    """An executor actor with a program running (a child process), waited for."""
+def busy_actor(exclude: set[int], timeout_s: float = 300) -> int | None:
+    """An executor actor (not in `exclude`) with a program running (a child process), waited for."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for pid in actor_pids():
-            if descendants(pid):
+            if pid not in exclude and descendants(pid):
                 return pid
         time.sleep(0.2)
     return None
@@ -256,6 +258,25 @@ def advanced_after(seen: list[tuple[float, int]], t: float) -> float | None:
     return None
 
 
+def restore_outcomes(attempts: list[dict], log_text: str) -> list[dict]:
+    """What each restart did with the checkpoints on disk, from its section of run.log: "resumed" from the newest
+    complete one, "refused" at start before reading any (a full disk's one-line error), else "failed" (it resumed
+    from another step, started over, or died in between)."""
+    sections = log_text.split("\n==== attempt ")[1:]
+    out = []
+    for att, text in zip(attempts[1:], sections[1:], strict=False):
+        newest = att["newest_checkpoint_at_start"]
+        resumed = [int(line.split()[-1]) for line in text.splitlines() if line.startswith("resumed from step ")]
+        if resumed and resumed[0] == newest:
+            outcome = "resumed"
+        elif not resumed and "RL to step" not in text and "\nerror: " in text:
+            outcome = "refused"
+        else:
+            outcome = "failed" if newest is not None else "resumed"
+        out.append({"newest_checkpoint": newest, "resumed_from": resumed[0] if resumed else None, "outcome": outcome})
+    return out
+
+
 def since(fault: dict, run: Run, n_attempts: int) -> float:
     """The fault's end, or the end of a run attempt that died of it (its recovery is then a resumed run's step: a row
     seen within 1 s of the death, the bench polling every 0.5 s, was written before it)."""
@@ -267,6 +288,8 @@ class Injector:
     def __init__(self, run: Run, server: dict, workdir: Path, rng: np.random.Generator):
         self.run, self.server, self.workdir, self.rng = run, server, workdir, rng
         self.done: list[dict] = []
+        self.stalled: set[int] = set()  # actors stopped now
+        self.stalls: list[threading.Thread] = []
 
     def inject(self, kind: str) -> dict:
         t0 = time.time()
@@ -278,7 +301,7 @@ class Injector:
             self.server["server"] = self.server["start"]()
             note["restart_s"] = round(time.time() - t0, 1)
         elif kind == "ray_worker_kill":
-            pid = busy_actor()
+            pid = busy_actor(self.stalled)
             note["pid"] = pid
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
@@ -307,9 +330,8 @@ class Injector:
             time.sleep(20)
             filler.unlink()
         elif kind == "executor_stall":
-            pid = busy_actor()
-            stall = TIMEOUT_S + fleet_module.STALL_GRACE_S + 5
-            note |= {"pid": pid, "stall_s": stall}
+            pid = busy_actor(self.stalled)
+            note |= {"pid": pid, "stall_s": TIMEOUT_S + fleet_module.STALL_GRACE_S + 5}
             if pid is not None:
                 pids = [pid, *descendants(pid)]
                 for p in pids:
@@ -317,20 +339,38 @@ class Injector:
                         os.kill(p, signal.SIGSTOP)
                     except ProcessLookupError:
                         pass
-                time.sleep(stall)
-                for p in pids:
-                    try:
-                        os.kill(p, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
+                self.stalled.add(pid)
+                # the stall goes on in the background (the next faults meanwhile): a stalled executor is not noticed
+                # before its program's timeout + the fleet's grace, and the run goes on with its other slot
+                fault = {"kind": kind, "at": t0, "injected_s": 0.0, **note}
+                thread = threading.Thread(target=self._stall, args=(fault, pids), daemon=True)
+                thread.start()
+                self.stalls.append(thread)
+                return fault
         return {"kind": kind, "at": t0, "injected_s": round(time.time() - t0, 1), **note}
+
+    def _stall(self, fault: dict, pids: list[int]) -> None:
+        """Holds the stall until the fleet has killed the stalled actor (recovery_s: when it was gone) or stall_s
+        passed, then continues what is left."""
+        deadline = fault["at"] + fault["stall_s"]
+        while time.time() < deadline and Path(f"/proc/{pids[0]}").exists() and not self.run.finished.is_set():
+            time.sleep(0.5)
+        gone = not Path(f"/proc/{pids[0]}").exists()
+        fault["actor_replaced"] = gone
+        fault["recovery_s"] = round(time.time() - fault["at"], 1)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.stalled.discard(pids[0])
 
 
 def schedule(rng: np.random.Generator, steps: int) -> list[tuple[str, int]]:
     """(kind, step): each fault is injected once the run has finished `step` steps, in this order."""
     kinds = [k for k in TWICE for _ in range(2)] + ["launch_kill_save", "launch_kill_mid_step"]
     rng.shuffle(kinds)
-    at = np.linspace(1, max(1, steps - 2), num=len(kinds)).round().astype(int)
+    at = np.linspace(1, max(1, steps - 4), num=len(kinds)).round().astype(int)
     return list(zip(kinds, [int(a) for a in at], strict=True))
 
 
@@ -348,9 +388,11 @@ def table(result: dict) -> str:
         f"| samples redrawn after a resume | {s['redrawn']} |",
         f"| samples lost | {s['lost']} |",
         f"| samples trained twice | {s['trained_twice']} |",
-        f"| run restarts (resumes) | {result['restarts']} |",
+        f"| run restarts: resumed from the newest checkpoint / refused at start (full disk) | "
+        f"{sum(r['outcome'] == 'resumed' for r in result['restores'])} / "
+        f"{sum(r['outcome'] == 'refused' for r in result['restores'])} of {result['restarts']} |",
         f"| checkpoints that failed to restore | {result['checkpoints_failed_to_restore']} |",
-        *(f"| recovery_s: {k} (each) | {v} |" for k, v in result["recovery_s"].items()),
+        *(f"| recovery_s: {k} (each) | {', '.join(map(str, v))} |" for k, v in result["recovery_s"].items()),
         f"| median step time (s) | {result['median_step_s']} |",
         f"| metrics rows: steps 1..N once each | {result['metrics_steps_complete']} |",
         f"| metrics equal the fault-free run's (count, steps, keys) | {result['equals_fault_free']} |",
@@ -440,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fault {i + 1}/{len(plan)}: {kind} (step {finished_steps(workdir)} of {a.steps} finished)")
             n_attempts = len(run.attempts)
             f = injector.inject(kind)
+            if kind == "executor_stall" and f["pid"] is not None:
+                log(f"  stalling executor {f['pid']} in the background for up to {f['stall_s']:.0f} s")
+                injector.done.append(f)
+                continue
             while kind.startswith("launch_kill") and len(run.attempts) == n_attempts:
                 time.sleep(0.1)  # the killed attempt is recorded
 
@@ -451,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
             injector.done.append(f)
         while not run.finished.wait(10):
             pass
+        for thread in injector.stalls:
+            thread.join()
         log(f"the run ended with {run.rc} after {len(run.attempts)} attempts")
         # the run's own files, kept beside the bench's result
         for name in (LEDGER, "metrics.jsonl", "config.json", "evaluation.json", "run_summary.json"):
@@ -471,12 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     steps_logged = [r["step"] for r in rows]
     resumed = [e["step"] for e in events if e["event"] == "resumed"]
     restarts = run.attempts[1:]
-    failed_restores = sum(
-        1
-        for i, att in enumerate(restarts)
-        if att["newest_checkpoint_at_start"] is not None
-        and (i >= len(resumed) or resumed[i] != att["newest_checkpoint_at_start"])
-    )
+    restores = restore_outcomes(run.attempts, (root / "run.log").read_text())
+    failed_restores = sum(r["outcome"] == "failed" for r in restores)
     # a step's time: between two consecutive new steps seen with no fault injected or recovering in between
     busy = [(f["at"], f["at"] + f["recovery_s"]) for f in injector.done]
     seen = step_seen
@@ -509,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         "restarts": len(restarts),
         "attempts": run.attempts,
         "resumed_from": resumed,
+        "restores": restores,
         "checkpoints_failed_to_restore": failed_restores,
         "recovery_s": by_kind,
         "median_step_s": round(float(np.median(step_times)), 1) if len(step_times) else None,
