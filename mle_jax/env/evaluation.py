@@ -69,8 +69,18 @@ def _score(s: rollout.Sample) -> float | None:
     return None if s.reward is None or not s.reward.valid else float(s.reward.score)
 
 
+def graded(samples: Sequence[rollout.Sample], task_id: str, lower_is_better: bool) -> dict:
+    """`summarize` of the samples that were graded; a sample whose run failed in the executor (its retry too: no
+    reward) is the executor's failure, not the agent's, and is counted apart in "infra_failures" (found by
+    bench/chaos.py: such a sample ended the evaluation with an AttributeError)."""
+    ok = [s for s in samples if s.reward is not None]
+    out = summarize([_score(s) for s in ok], [s.reward.total for s in ok], lower_is_better, task_id)
+    out["infra_failures"] = len(samples) - len(ok)
+    return out
+
+
 def _summary(samples: list[rollout.Sample], task_id: str, lower_is_better: bool) -> dict:
-    out = summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id)
+    out = graded(samples, task_id, lower_is_better)
     out["records"] = [s.record() for s in samples]
     return out
 
@@ -115,9 +125,12 @@ def evaluate(settings: EvalSettings, env: rollout.Environment, task_id: str | No
             out["improved"] = _summary(improved, task_id, lower)
             better_scores, better_rewards = [], []
             for a, b in zip(scratch, improved, strict=True):
+                rewards = [x.reward.total for x in (a, b) if x.reward is not None]
+                if not rewards:  # both runs failed in the executor: no pair to judge
+                    continue
                 cands = [x for x in (_score(a), _score(b)) if x is not None]
                 better_scores.append((min if lower else max)(cands) if cands else None)
-                better_rewards.append(max(a.reward.total, b.reward.total))
+                better_rewards.append(max(rewards))
             out["best_of_both"] = summarize(better_scores, better_rewards, lower, task_id)
     paper = paper_row(task_id)
     if paper:
@@ -152,7 +165,7 @@ def episode_summary(episodes: list[Episode], task_id: str, lower_is_better: bool
     by turn (of the episodes that reached it), and for analysis only the best turn by the private score."""
 
     def of(samples: list[rollout.Sample]) -> dict:
-        return summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id)
+        return graded(samples, task_id, lower_is_better)
 
     turns = max(len(e.turns) for e in episodes)
     best = [e.best_private(lower_is_better) or e.submitted() for e in episodes]
@@ -161,7 +174,8 @@ def episode_summary(episodes: list[Episode], task_id: str, lower_is_better: bool
         "submitted": of([e.submitted() for e in episodes]),
         "best_turn_private": of(best),
         "valid_fraction_by_turn": [
-            float(np.mean([e.turns[k].reward.valid for e in episodes if len(e.turns) > k])) for k in range(turns)
+            float(np.mean([bool(e.turns[k].reward and e.turns[k].reward.valid) for e in episodes if len(e.turns) > k]))
+            for k in range(turns)
         ],
         "duration_s_by_turn": [
             float(np.mean([e.turns[k].duration_s for e in episodes if len(e.turns) > k])) for k in range(turns)
@@ -186,11 +200,9 @@ def draw_summary(samples: list[rollout.Sample], draws: int, task_id: str, lower_
         best.append((min if lower_is_better else max)(scored, key=_score) if scored else g[0])
     return {
         "draws": draws,
-        "all": summarize([_score(s) for s in samples], [s.reward.total for s in samples], lower_is_better, task_id),
-        "best_draw_private": summarize(
-            [_score(s) for s in best], [s.reward.total for s in best], lower_is_better, task_id
-        ),  # fmt: skip
-        "valid_fraction_by_draw": [float(np.mean([bool(s.reward.valid) for s in d])) for d in by],
+        "all": graded(samples, task_id, lower_is_better),
+        "best_draw_private": graded(best, task_id, lower_is_better),
+        "valid_fraction_by_draw": [float(np.mean([bool(s.reward and s.reward.valid) for s in d])) for d in by],
         "duration_s_by_draw": [float(np.mean([s.duration_s for s in d])) for d in by],
         "records": [s.record() for s in samples],
     }
