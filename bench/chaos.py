@@ -188,6 +188,7 @@ class Run:
         self.rc: int | None = None
         self.lock = threading.Lock()
         self.stopping = False
+        self.aborted: str | None = None
         self.thread = threading.Thread(target=self._supervise, daemon=True)
         self.thread.start()
 
@@ -223,6 +224,7 @@ class Run:
                 kill_group(self.proc.pid)
 
 
+MIN_AVAILABLE_GIB = 0.8
 JAX_ENV = {"JAX_COMPILATION_CACHE_DIR": str(REPO / "runs/chaos/jax-cache")}  # restarts skip the recompiles
 
 
@@ -238,8 +240,14 @@ def finished_steps(workdir: Path) -> int:
 
 def watch_steps(workdir: Path, run: Run, seen: list[tuple[float, int]]) -> None:
     """Notes (time, newest finished step) whenever metrics.jsonl's newest step changes (a resume may lower it), every
-    0.5 s until the run ends."""
+    0.5 s until the run ends. Stops the run (run.aborted) when the machine's available memory falls below
+    MIN_AVAILABLE_GIB: the machine is shared, and the kernel's OOM killer would pick the largest process."""
     while not run.finished.is_set():
+        available = int(next(x for x in open("/proc/meminfo") if x.startswith("MemAvailable")).split()[1]) / 2**20
+        if available < MIN_AVAILABLE_GIB and run.aborted is None:
+            run.aborted = f"the machine's available memory fell to {available:.1f} GiB: the chaos run was stopped"
+            log(run.aborted)
+            run.kill(stop=True)
         try:
             step = finished_steps(workdir)
         except OSError:
@@ -397,6 +405,7 @@ def table(result: dict) -> str:
         f"| metrics rows: steps 1..N once each | {result['metrics_steps_complete']} |",
         f"| metrics equal the fault-free run's (count, steps, keys) | {result['equals_fault_free']} |",
         f"| wall time (s) | {result['wall_s']} |",
+        *([f"| stopped early | {result['aborted']} |"] if result.get("aborted") else []),
     ]
     return "\n".join(rows)
 
@@ -545,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_asked": a.steps,
         "steps_finished": max(steps_logged, default=0) if run.rc == 0 else finished_steps(root),
         "run_exit": run.rc,
+        "aborted": run.aborted,
         "faults": {k: sum(f["kind"] == k for f in injector.done) for k in KINDS},
         "faults_planned": len(plan),
         "samples": {k: t[k] for k in ("sampled", "trained", "lost", "trained_twice", "redrawn", "discarded")}
