@@ -16,6 +16,7 @@ import pytest
 from configs import pizza
 from mle_jax.executor.result import OUTCOMES
 from mle_jax.infra.metrics import read_metrics
+from mle_jax.rl.ledger import LEDGER, read_ledger, tally
 from tests.samples_browser import open_page, rows
 
 pytestmark = pytest.mark.e2e
@@ -160,6 +161,10 @@ def test_resume_after_kill_continues_the_same_run(finished_run):
     assert "resumed from step 3" in out or "resumed from step 4" in out
     rows = read_metrics(workdir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # no step lost or written twice
+    # every sample drawn by the three processes is trained once, discarded with a reason, or redrawn after the kill
+    t = tally(read_ledger(workdir / LEDGER))
+    assert t["lost"] == 0 and t["trained_twice"] == 0 and t["trained_steps"] == [1, 2, 3, 4], t
+    assert t["sampled"] == t["trained"] + t["discarded"] + t["redrawn"] and t["trained"] > 0, t
 
 
 def evaluate_cli(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
