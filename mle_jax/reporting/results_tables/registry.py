@@ -48,6 +48,7 @@ from mle_jax.reporting.results_tables.qwen import (
     qwen_runs_figure,
     qwen_samplers,
     render_qwen_before_rl,
+    render_qwen_improve,
     render_qwen_instrument,
     render_qwen_plans,
     render_qwen_runs,
@@ -137,6 +138,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_before_rl": Entry((QWEN,), render_qwen_before_rl),
     "qwen_samplers": Entry((QWEN,), qwen_samplers, inline=True),
     "qwen_instrument": Entry((QWEN,), render_qwen_instrument),
+    "qwen_improve": Entry((QWEN,), render_qwen_improve),
     "qwen_plans": Entry(QWEN_PLANS, render_qwen_plans),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning

@@ -22,10 +22,6 @@ CHECKPOINTS = {"initial": "warm start", "latest": "after RL"}
 SEARCHES = tuple(POLICIES)  # every registered search policy (env/search.py)
 EVIDENCE = tuple(f"{SEARCH_DIR}/{t}-{c}-{s}.json" for t in SEARCH_TASKS for c in CHECKPOINTS for s in SEARCHES)
 ML_AGENT = tuple(f"{SEARCH_DIR}/{t}-latest-aide-ml_agent.json" for t in SEARCH_TASKS)
-# the same searches of the prompted Qwen2.5-Coder-0.5B-Instruct before any RL (docs/qwen.md), <task>-initial-<search>
-QWEN_SEARCH_DIR = f"{RESULTS}/qwen-search"
-QWEN_SEARCH_TASKS = ("pizza",)
-QWEN_EVIDENCE = tuple(f"{QWEN_SEARCH_DIR}/{t}-initial-{s}.json" for t in QWEN_SEARCH_TASKS for s in SEARCHES)
 
 
 def _task(table: Mapping[str, Any]) -> str:

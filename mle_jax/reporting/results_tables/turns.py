@@ -10,8 +10,6 @@ from mle_jax.tasks.registry import get_spec
 
 # the pizza run again, alone on the machine: its wall time is --quick's
 TURNS_RUNS = ("learning-spooky-turns-quick", "learning-pizza-turns-quick", "learning-pizza-turns-quick-quiet")
-# the prompted Qwen2.5-Coder-0.5B-Instruct before RL (`--before_only`, docs/qwen.md)
-QWEN_TURNS_RUNS = ("qwen-turns-pizza",)
 
 
 def evaluated(arm: dict) -> tuple[str, ...]:
