@@ -68,7 +68,8 @@ def test_background_sync_writes_host_copies_and_raises_the_reload_error(model_an
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    sampler = VLLMSampler(VLLMServer(f"http://127.0.0.1:{port}"), eos_ids=[0], export_dir=tmp_path)
+    # server_wait_s=0: a dead server raises at once (a run waits for it to come back: tests/sampling/test_vllm_recovery)
+    sampler = VLLMSampler(VLLMServer(f"http://127.0.0.1:{port}"), eos_ids=[0], export_dir=tmp_path, server_wait_s=0)
     sampler.sync(nnx.state(model), version=1)
     with pytest.raises(Exception, match="(?i)connect"):
         sampler.wait_sync()

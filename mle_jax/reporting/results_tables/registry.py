@@ -21,6 +21,7 @@ from mle_jax.reporting.results_tables.benchmarks import (
     render_objective_step,
     render_step_profile,
 )
+from mle_jax.reporting.results_tables.chaos import CHAOS, render_chaos
 from mle_jax.reporting.results_tables.duration_bias import render_duration_bias
 from mle_jax.reporting.results_tables.learning import (
     HELDOUT_RUNS,
@@ -139,6 +140,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_samplers": Entry((QWEN,), qwen_samplers, inline=True),
     "qwen_instrument": Entry((QWEN,), render_qwen_instrument),
     "qwen_improve": Entry((QWEN,), render_qwen_improve),
+    "chaos": Entry(CHAOS, render_chaos),
     "qwen_plans": Entry(QWEN_PLANS, render_qwen_plans),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
