@@ -213,7 +213,7 @@ class VLLMSampler:
         self._served: Path | None = None  # the folder the server was last told to load (None: its own model)
         self._recover_lock = threading.Lock()
         self._outages = 0  # server deaths recovered from (each: waited for, weights re-applied)
-        self.recoveries: list[dict[str, Any]] = []  # {"outage_s", "resent"} per recovery, for the run's records
+        self.recoveries: list[dict[str, Any]] = []  # {"outage_s", "weights"} per recovery, for the run's records
 
     def generate(
         self,
