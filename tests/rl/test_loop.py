@@ -424,3 +424,30 @@ def test_a_steps_best_score_is_in_the_tasks_direction():
     assert mix["task_score/mean/random-acts-of-pizza"] == pytest.approx((0.62 + 0.55) / 2)  # AUC: not negated
     assert mix["task_score/mean"] == pytest.approx((-0.9 - 0.4 - 10.0 - 1.3 + 0.62 + 0.55) / 6)
     assert mix["score/best/spooky-author-identification"] == 0.4 and mix["score/best/random-acts-of-pizza"] == 0.62
+
+
+def test_the_trained_improve_share_holds_the_configured_half_though_improve_programs_run_slower(tmp_path, pizza):
+    """prompt.improve_fraction=0.5 on a run whose improve programs run 1 s and whose scratch programs end at once
+    (the fast ones return first and fill the early batches): after the first steps the share of improve prompts
+    among trained samples is the configured half within a few points, drawn and trained shares are logged per step,
+    and the first prompts (drawn before any solution existed) are owed, not lost."""
+    slow_improve = _program(0.5, 0.35)
+
+    def respond(shown: str) -> str:  # an improve prompt shows the earlier program, and only it has a sleep in it
+        return slow_improve if "time.sleep(" in shown else FAST
+
+    loop, _, fleet = _loop(tmp_path, pizza, respond, sections={"prompt": {"improve_fraction": 0.5}})
+    history, used = [], []
+    try:
+        for _ in range(10):
+            history.append(loop.step())
+            used.append([s.prompt.kind == "improve" for s in loop.last_used])
+    finally:
+        loop.close()
+        fleet.close()
+    late = [k for step in used[4:] for k in step]
+    assert abs(np.mean(late) - 0.5) <= 0.1, used
+    for m, kinds in zip(history, used, strict=True):
+        assert m["prompt/improve_share_trained"] == pytest.approx(np.mean(kinds))
+    drawn = [m["prompt/improve_share_drawn"] for m in history if m["prompt/improve_share_drawn"] is not None]
+    assert drawn and abs(np.mean(drawn) - 0.5) <= 0.1

@@ -12,7 +12,7 @@ import pytest
 from configs import base
 from mle_jax.env.improve_buffer import ImproveBuffer, PreviousSolution
 from mle_jax.env.rollout import Environment, PromptItem, Sample
-from mle_jax.env.task_mix import PromptStream
+from mle_jax.env.task_mix import BLOCK, PromptStream
 from mle_jax.executor.fleet import make_fleet
 from mle_jax.executor.result import Status
 from mle_jax.infra.checkpoint import Checkpointer
@@ -30,8 +30,14 @@ def test_the_stream_draws_tasks_by_weight_and_kinds_by_seed():
     draws = PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=0).take(4000)
     tasks = Counter(t for t, _ in draws)
     assert tasks[PIZZA] / len(draws) == pytest.approx(0.75, abs=0.01)
-    improve = np.mean([k == "improve" for _, k in draws])
-    assert 0.45 < improve < 0.55
+    for task in (PIZZA, SPOOKY):  # stratified: every block of BLOCK draws of a task holds the share exactly
+        kinds = [k == "improve" for t, k in draws if t == task]
+        blocks = np.reshape(kinds[: len(kinds) // BLOCK * BLOCK], (-1, BLOCK)).sum(axis=1)
+        assert set(blocks.tolist()) == {BLOCK // 2}
+        assert kinds[:BLOCK] != kinds[BLOCK : 2 * BLOCK] or kinds[BLOCK : 2 * BLOCK] != kinds[2 * BLOCK : 3 * BLOCK]
+    odd = [k == "improve" for _, k in PromptStream([PIZZA], [1.0], 0.3, seed=4).take(203)]
+    assert all(abs(sum(odd[:n]) - 0.3 * n) <= 0.3 * BLOCK + 1 for n in range(1, 204))  # any prefix, any share
+    assert sum(odd[: 25 * BLOCK]) in (59, 60, 61)
     assert draws == PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=0).take(4000)  # seeded
     assert draws != PromptStream([PIZZA, SPOOKY], [3.0, 1.0], 0.5, seed=1).take(4000)
 
