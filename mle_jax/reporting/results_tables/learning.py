@@ -7,18 +7,35 @@ from collections.abc import Callable
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
-from mle_jax.reporting.statistics import welch_from_stats
+from mle_jax.reporting.statistics import share_contrast, welch_from_stats
 
 # every learning run in docs/results: the utilisation table has a row per arm of each
 LEARNING_RUNS = ("learning-spooky", "learning-spooky-sft300", "learning-spooky-sft300-concurrent",
                  "learning-spooky-concurrent-40", "learning-spooky-quick", "learning-pizza", "learning-pizza-quick",
                  "learning-pizza-2026-11-23", "learning-pizza-quick-2026-11-23")  # fmt: skip
 
+TESTS_HEADER = "before against after (one run: the programs the unit)"
 ARM_LABELS = {"batch_mean": "Δt-weighted (`batch_mean`)", "off": "unweighted (`off`)"}
 
 
 def _arms(summary: dict) -> list[tuple[str, dict]]:
     return [(ARM_LABELS[a["stats"]["duration_weights"]], a) for a in summary["arms"].values()]
+
+
+def before_after_tests(before: dict, after: dict) -> str:
+    """Before against after RL in one arm (one run: the programs are the unit, n samples each): the valid fraction
+    by Fisher's exact test, the mean reward by Welch's test, each with its p-value and verdict word."""
+    n_b, n_a = before["samples"], after["samples"]
+    valid = share_contrast(round(after["valid_fraction"] * n_a), n_a, round(before["valid_fraction"] * n_b), n_b)
+    reward = welch_from_stats(after["mean_reward"], after["se_reward"], n_a, before["mean_reward"],
+                              before["se_reward"], n_b)  # fmt: skip
+
+    def said(c, test: str) -> str:
+        return (
+            "not tested" if c.p is None else f"{test} p = {c.p:.2g}, {'beyond' if c.beyond_noise else 'within'} noise"
+        )
+
+    return f"n = {n_b} → {n_a}; valid: {said(valid, 'Fisher')}; reward: {said(reward, 'Welch')}"
 
 
 def render_spooky_learning(*summaries: dict) -> str:
@@ -32,7 +49,7 @@ def render_spooky_learning(*summaries: dict) -> str:
                 f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
                 f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
                 f"{plus_minus(b['mean_score'], b['se_score'], 3)} → {plus_minus(f['mean_score'], f['se_score'], 3)}",
-                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}",
+                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}", before_after_tests(b, f),
             ])  # fmt: skip
     n = summaries[0]["scale"]
     header = ["warm start", f"arm ({n['steps']} steps × B={summaries[0]['batch_size']})",
@@ -56,12 +73,13 @@ def render_pizza_learning(*summaries: dict) -> str:
                 f"{plus_minus(b['mean_reward'], b['se_reward'])} → {plus_minus(f['mean_reward'], f['se_reward'])}",
                 f"{number(b['valid_fraction'])} → {number(f['valid_fraction'])}",
                 f"{number(b['mean_score'], 3)} → {number(f['mean_score'], 3)}",
-                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}",
+                f"{number(b['best_score'], 3)} → {number(f['best_score'], 3)}", before_after_tests(b, f),
             ])  # fmt: skip
     n = summaries[0]["scale"]
     header = ["run", f"arm ({n['steps']} steps × B={summaries[0]['batch_size']})",
               "mean reward ± SE, before → after", "valid fraction, before → after",
-              "mean AUC of valid, before → after", f"best of {n['eval_samples']}, before → after"]  # fmt: skip
+              "mean AUC of valid, before → after", f"best of {n['eval_samples']}, before → after",
+              TESTS_HEADER]  # fmt: skip
     return markdown_table(header, rows)
 
 
