@@ -160,6 +160,10 @@ def get_config() -> ml_collections.ConfigDict:
     # groups only, so loop.batch_size must be a multiple of n (not in the paper: 1, one sample per prompt)
     c.sampler.group_size = 1
     c.sampler.vllm_url = ""  # the policy's vLLM server (launch/gpu_node.sh starts one and passes its URL)
+    # several vLLM servers for the policy, e.g. "('http://h1:8000','http://h2:8000')" or "'http://h1:8000,http://h2:8000'":
+    # each prompt's group goes to the least-loaded live one, every weight sync to all, a dead one is taken out and its
+    # requests re-sent to the others (empty: vllm_url alone)
+    c.sampler.vllm_urls = ()
     c.sampler.vllm_gpu_memory_utilization = 0.2  # share of the GPU's memory each vLLM server that launch/ starts takes
     # the "jax" backend on CPU: its decode steps on the C++ kernels of mle_jax/kernels (`make kernels`; packed-weight
     # matmuls, attention over the filled slots only) where the library is built; False: XLA's own ops

@@ -130,6 +130,7 @@ class Sample:
             "uid": self.uid,
             "group": self.group,
             "version": self.version,
+            "server": self.completion.server or None,  # the vLLM server that sampled it (None: in process)
             "prompt": self.prompt.kind,
             "task": self.task,
             "duration_s": round(self.duration_s, 3),

@@ -25,7 +25,10 @@ def plan_lines(s: RunSettings, devices: Sequence[str]) -> list[str]:
     ls, ex, ws, ppo = s.loop, s.executor, s.warmstart, s.learner.ppo
     sampling = s.rollout.sampling
     weights = s.model.path or "random weights (model.path is empty), a tokenizer trained on the task"
-    where = f"at {s.sampler.vllm_url or '(no sampler.vllm_url)'}" if s.sampler.backend == "vllm" else "in process"
+    urls = s.sampler.urls
+    where = "in process" if s.sampler.backend != "vllm" else f"at {urls[0] if urls else '(no sampler.vllm_url)'}"
+    if s.sampler.backend == "vllm" and len(urls) > 1:
+        where = f"on {len(urls)} servers, each group to the least-loaded ({', '.join(urls)})"
     lm = f", {s.instrument.decoding} decoding by the frozen initial policy" if s.instrument.mode == "lm" else ""
     if lm and s.sampler.backend == "vllm":
         lm += f" at {s.instrument.vllm_url or '(no instrument.vllm_url)'}"

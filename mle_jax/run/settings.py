@@ -42,11 +42,27 @@ class SamplerSettings:
 
     backend: str = "vllm"  # a name of sampling/registry.py: "jax" (in process) or "vllm" (OpenAI server)
     vllm_url: str = ""  # empty: launch/ starts one
+    # several servers (a list, or one string of comma-separated URLs); vllm_url alone is the list of one
+    vllm_urls: tuple[str, ...] = ()
     vllm_gpu_memory_utilization: float = 0.2
     jax_cpu_kernels: bool = True  # "jax" on CPU: the decode step on mle_jax.kernels.cpu_decode where it is built
 
     def __post_init__(self) -> None:
         samplers.check(self.backend)  # the name only: the sampler's module is loaded where it is built
+        urls = self.vllm_urls.split(",") if isinstance(self.vllm_urls, str) else self.vllm_urls
+        urls = tuple(str(u).strip() for u in urls if str(u).strip())  # a config's JSON keeps a list
+        object.__setattr__(self, "vllm_urls", urls)
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"sampler.vllm_urls lists a server twice: {list(urls)}")
+        if self.vllm_url and urls and self.vllm_url not in urls:
+            raise ValueError(
+                f"sampler.vllm_url={self.vllm_url} is not one of sampler.vllm_urls={list(urls)}: set one of the two"
+            )
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The policy's vLLM servers: sampler.vllm_urls, else (sampler.vllm_url,), else ()."""
+        return self.vllm_urls or ((self.vllm_url,) if self.vllm_url else ())
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class Completion:
     text:      the decoded response (special tokens removed).
     finish_reason: "stop" (EOS or a stop token) or "length" (hit max_tokens).
     version:   the policy version of the weights that produced it.
+    server:    where it was sampled: the URL of the vLLM server ("" in process).
     """
 
     prompt_ids: np.ndarray
@@ -34,6 +35,7 @@ class Completion:
     text: str
     finish_reason: str
     version: int
+    server: str = ""
 
 
 def check_completion(c: Completion) -> Completion:

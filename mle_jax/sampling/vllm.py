@@ -1,5 +1,6 @@
-"""The vLLM sampler backend: `VLLMSampler`, a `Sampler` over an OpenAI-compatible vLLM server
-(`mle_jax.sampling.vllm_server.VLLMServer`), with in-place weight sync.
+"""The vLLM sampler backend: `VLLMSampler`, a `Sampler` over one or more OpenAI-compatible vLLM servers
+(`mle_jax.sampling.vllm_server.VLLMServer`; several: `mle_jax.sampling.servers.ServerPool` routes between them and
+outlives their deaths), with in-place weight sync to every server.
 
 `generate` sends `POST /v1/completions` with token-id prompts; `sync()` writes the policy as HF
 safetensors with `mle_jax.models.hf.write_weights` and has the running server load them
@@ -24,11 +25,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from mle_jax.models.hf import hf_host_tensors, write_weights
 from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
+from mle_jax.sampling.servers import ServerPool
 from mle_jax.sampling.vllm_server import VLLMServer, VLLMServerError
 from mle_jax.sampling.vllm_worker import is_orbax_item
 
@@ -72,8 +73,9 @@ def weights_folder(params: Any, out_dir: Path) -> Path:
     )
 
 
-def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) -> Completion:
-    """One OpenAI completion choice (with return_token_ids and logprobs=0) as a `Completion`."""
+def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int, server: str = "") -> Completion:
+    """One OpenAI completion choice (with return_token_ids and logprobs=0) as a `Completion` of `server`'s weights
+    of `version`."""
     token_ids = np.asarray(choice["token_ids"], dtype=np.int32)
     logprobs = np.asarray(choice["logprobs"]["token_logprobs"], dtype=np.float32)
     if logprobs.shape != token_ids.shape:
@@ -86,18 +88,9 @@ def _completion(prompt: Sequence[int], choice: Mapping[str, Any], version: int) 
             text=choice["text"],
             finish_reason="stop" if choice["finish_reason"] == "stop" else "length",
             version=version,
+            server=server,
         )
     )
-
-
-def server_died(error: BaseException) -> bool:
-    """Whether `error`, raised by a request to a vLLM server, means the server is gone (killed, restarting, its
-    engine dead): no connection, a connection cut mid-answer, or a 5xx answer. A 4xx (a bad request) is not."""
-    import requests  # optional dependency (the vllm extra)
-
-    if isinstance(error, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)):
-        return True
-    return isinstance(error, VLLMServerError) and " -> 5" in str(error)
 
 
 def server_problems(url: str, what: str) -> list[str]:
@@ -119,9 +112,11 @@ def server_problems(url: str, what: str) -> list[str]:
 
 
 class VLLMSampler:
-    """`Sampler` over a vLLM OpenAI server.
+    """`Sampler` over vLLM OpenAI servers.
 
-    server: a `VLLMServer`, or the URL of a running one (e.g. from launch/vllm_server.sh).
+    server: a `VLLMServer`, or the URL of a running one (e.g. from launch/vllm_server.sh), or a list of these: the
+    servers of a pool (`servers.ServerPool`): each prompt's n samples go to the least-loaded live server, every sync
+    to every server, and each `Completion` records the server and the weights' version that produced it.
     tokenizer: optional HF tokenizer; its eos and ChatML stop tokens (<|im_end|>, <|endoftext|>)
     become the stop ids. eos_ids: explicit stop ids instead (at least one is needed); sent as
     stop_token_ids, the stop token is kept at the end of `token_ids`.
@@ -134,10 +129,11 @@ class VLLMSampler:
     `sync` or `wait_sync()` waits for it and raises its error, if any.
     ignore_eos: every completion runs to max_tokens, stop tokens ignored (vLLM's ignore_eos): equal work for a
     throughput benchmark, never for sampling a policy.
-    server_wait_s: a server that dies (connection refused or reset, an engine error) is waited for this long to
-    answer /health again (restarted by its supervisor, or a replacement at the same URL); it is then given the
-    weights last synced (a restarted server serves the model it was started with) and every request that was in
-    flight is sent again. 0: fail at once.
+    server_wait_s: a server that dies (connection refused or reset, an engine error) is taken out and every request
+    that was in flight on it sent again to the others; with none left, a request waits this long for one to answer
+    /health again (restarted by its supervisor, or a replacement at the same URL). A server that comes back is first
+    given the weights last synced (a restarted server serves the model it was started with). 0: fail at once when
+    no server is left.
     """
 
     name = "vllm"  # its sampler.backend (sampling/registry.py)
@@ -152,20 +148,26 @@ class VLLMSampler:
         url: str | None = None,
         frozen: bool = False,
     ) -> VLLMSampler:
-        """The sampler over the server at `url` (default `settings.vllm_url`); it holds its own copy of the weights,
-        so `model` and `frozen` change nothing. Weight syncs are written under workdir/vllm_export."""
-        url = settings.vllm_url if url is None else url
-        if not url:
+        """The sampler over the servers at `settings.urls` (sampler.vllm_urls, or sampler.vllm_url alone) or at `url`
+        (the instrumenter's); it holds its own copy of the weights, so `model` and `frozen` change nothing. Weight
+        syncs are written under workdir/vllm_export."""
+        urls = list(settings.urls) if url is None else [url]
+        if not urls or not all(urls):
             raise ValueError(
-                "sampler.backend='vllm' needs --config.sampler.vllm_url (and instrument.vllm_url for the "
-                "frozen instrumenter); launch/gpu_node.sh starts both servers"
+                "sampler.backend='vllm' needs --config.sampler.vllm_url or sampler.vllm_urls (and instrument.vllm_url"
+                " for the frozen instrumenter); launch/gpu_node.sh starts the servers"
             )
-        return cls(url, tokenizer, export_dir=Path(workdir) / "vllm_export")
+        return cls(urls, tokenizer, export_dir=Path(workdir) / "vllm_export")
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
-        """A vLLM server answers at sampler.vllm_url, and at instrument.vllm_url for an LM instrumenter."""
-        problems = server_problems(settings.vllm_url, "sampler.vllm_url")
+        """A vLLM server answers at every URL of sampler.vllm_urls (or at sampler.vllm_url), and at
+        instrument.vllm_url for an LM instrumenter."""
+        urls = list(settings.urls)
+        if len(urls) > 1:
+            problems = [p for i, u in enumerate(urls) for p in server_problems(u, f"sampler.vllm_urls[{i}]")]
+        else:
+            problems = server_problems(urls[0] if urls else "", "sampler.vllm_url")
         if instrumenter_url is not None:
             problems += server_problems(instrumenter_url, "instrument.vllm_url")
         return problems
@@ -182,7 +184,7 @@ class VLLMSampler:
 
     def __init__(
         self,
-        server: VLLMServer | str,
+        server: VLLMServer | str | Sequence[VLLMServer | str],
         tokenizer: Any = None,
         eos_ids: Sequence[int] | None = None,
         export_dir: str | Path | None = None,
@@ -197,7 +199,9 @@ class VLLMSampler:
             eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
         if not eos_ids:
             raise ValueError("VLLMSampler needs stop tokens: pass a tokenizer or eos_ids (EOS / <|im_end|>)")
-        self.server = VLLMServer.attach(server) if isinstance(server, str) else server
+        servers = [server] if isinstance(server, (str, VLLMServer)) else list(server)
+        self.pool = ServerPool([VLLMServer.attach(s) if isinstance(s, str) else s for s in servers], version,
+                               wait_s=server_wait_s)  # fmt: skip
         self.tokenizer = tokenizer
         self.eos_ids = sorted({int(t) for t in eos_ids})
         self.export_dir = Path(export_dir) if export_dir is not None else None  # None: a temp dir at first sync
@@ -209,11 +213,24 @@ class VLLMSampler:
         self._sync_thread: threading.Thread | None = None
         self._sync_error: BaseException | None = None
         self.ignore_eos = ignore_eos  # every completion runs to max_tokens: a throughput benchmark's equal work
-        self.server_wait_s = server_wait_s
-        self._served: Path | None = None  # the folder the server was last told to load (None: its own model)
-        self._recover_lock = threading.Lock()
-        self._outages = 0  # server deaths recovered from (each: waited for, weights re-applied)
-        self.recoveries: list[dict[str, Any]] = []  # {"outage_s", "weights"} per recovery, for the run's records
+
+    @property
+    def server(self) -> VLLMServer:
+        """The first server of the pool (the only one, in a one-server run)."""
+        return self.pool.replicas[0].server
+
+    @property
+    def server_wait_s(self) -> float:
+        return self.pool.wait_s
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        """{"server", "outage_s", "weights"} per server that came back, for the run's records."""
+        return self.pool.recoveries
+
+    def close(self) -> None:
+        """Stops watching dead servers (the servers themselves are not ours to stop)."""
+        self.pool.close()
 
     def generate(
         self,
@@ -244,9 +261,7 @@ class VLLMSampler:
                 "not the protocol's full log-softmax(logits / T) that the learner recomputes",
                 stacklevel=2,
             )
-        version = self.version  # weights at request time (a sync during the request: see reload_weights)
         body = {
-            "model": self.server.served_model_name,
             "n": n,
             "temperature": float(temperature),
             "top_p": float(top_p),
@@ -259,65 +274,34 @@ class VLLMSampler:
             "skip_special_tokens": True,
         }
 
-        context = self._surviving(self.server.max_model_len)  # a server dead before its first request is waited for
-
         def one(i: int) -> list[Completion]:
             prompt = [int(t) for t in prompts[i]]
-            if len(prompt) >= context:
-                raise ValueError(f"prompt {i} has {len(prompt)} tokens; the server's max_model_len is {context}")
-            # the response is cut where the context ends (finish_reason "length")
-            req = dict(body, prompt=prompt, max_tokens=min(int(max_tokens), context - len(prompt)))
-            if seed is not None:
-                req["seed"] = int(seed) + i * n
-            timeout_s = self.request_timeout_s
-            out = self._surviving(lambda: self.server.post("/v1/completions", json=req, timeout_s=timeout_s))
+
+            def request(server: VLLMServer) -> dict[str, Any]:  # on the least-loaded live server (ServerPool.call)
+                context = server.max_model_len()  # a server dead before its first request: re-sent like any request
+                if len(prompt) >= context:
+                    raise ValueError(f"prompt {i} has {len(prompt)} tokens; the server's max_model_len is {context}")
+                # the response is cut where the context ends (finish_reason "length")
+                req = dict(body, model=server.served_model_name, prompt=prompt,
+                           max_tokens=min(int(max_tokens), context - len(prompt)))  # fmt: skip
+                if seed is not None:
+                    req["seed"] = int(seed) + i * n
+                return server.post("/v1/completions", json=req, timeout_s=self.request_timeout_s)
+
+            out, lease = self.pool.call(request, samples=n)  # the group's n samples on one server
             choices = sorted(out["choices"], key=lambda c: c["index"])
             if len(choices) != n:
                 raise VLLMServerError(f"prompt {i}: asked for {n} completions, got {len(choices)}")
-            return [_completion(prompt, c, version) for c in choices]
+            # the version of the weights the server held when the request was sent (a sync during it: reload_weights)
+            return [_completion(prompt, c, lease.version, lease.replica.url) for c in choices]
 
         if len(prompts) == 1:
             return one(0)
         with ThreadPoolExecutor(max_workers=min(len(prompts), self.max_concurrent_requests)) as pool:
             return [c for group in pool.map(one, range(len(prompts))) for c in group]
 
-    def _surviving(self, request: Callable[[], Any]) -> Any:
-        """request() (one call to the server) outliving a server death: a connection error or a 5xx answer waits for
-        the server to come back (`recover`) and calls it again; other errors (a 4xx: a bad request) raise at once."""
-        while True:
-            seen = self._outages
-            try:
-                return request()
-            except Exception as e:  # noqa: BLE001 (sorted below: only a dead server's errors are retried)
-                if not server_died(e):
-                    raise
-                self.recover(seen, e)
-
-    def recover(self, seen: int, error: BaseException) -> None:
-        """After `error` (a dead server) seen at outage count `seen`: waits up to server_wait_s for /health, then
-        reloads the weights last synced. One thread recovers; the others, failing in the same outage, wait for it."""
-        if self.server_wait_s <= 0:
-            raise VLLMServerError(f"the vLLM server at {self.server.url} died: {error}") from error
-        with self._recover_lock:
-            if self._outages != seen:  # another request's thread recovered the server meanwhile
-                return
-            t0 = time.monotonic()
-            print(f"vLLM server at {self.server.url} died ({type(error).__name__}); waiting for it", flush=True)
-            try:
-                self.server.wait_ready(self.server_wait_s)
-            except VLLMServerError as e:
-                raise VLLMServerError(
-                    f"the vLLM server at {self.server.url} died and did not come back within {self.server_wait_s:.0f}"
-                    f" s (restart it, e.g. launch/vllm_server.sh, at the same URL): {e}"
-                ) from error
-            if self._served is not None:  # a restarted server serves its start-up model: the policy's weights again
-                self.server.reload_weights(self._served)
-            self._outages += 1
-            self.recoveries.append({"outage_s": round(time.monotonic() - t0, 1), "weights": str(self._served)})
-            print(f"vLLM server back after {time.monotonic() - t0:.0f} s (weights: {self._served})", flush=True)
-
     def sync(self, params: Any, version: int) -> None:
-        """Exports params as HF safetensors and reloads them into the running server; tags `version`.
+        """Exports params as HF safetensors and reloads them into every running server; tags `version`.
 
         With background_sync (single process, params not already a folder): returns after copying the
         weights to host memory; the export and the reload finish in a thread (`wait_sync`).
@@ -361,12 +345,16 @@ class VLLMSampler:
         if leader and target.exists():
             shutil.rmtree(target)
         hf_dir = weights_folder(params, target)
-        if leader:
-            self._surviving(lambda: self.server.reload_weights(hf_dir))  # a dead server is waited for
-            self._served = hf_dir
+        if leader:  # every live server (a dead one gets them when it is back; none left: waited for)
+            self.pool.load(hf_dir, version, _reload_folder)
         self.version = version
         if not leader:
             return
         if self._last_export is not None and self._last_export != hf_dir and self._last_export.exists():
             shutil.rmtree(self._last_export, ignore_errors=True)
         self._last_export = hf_dir if hf_dir == target else None
+
+
+def _reload_folder(server: VLLMServer, folder: Path, version: int) -> None:
+    """A pool's reload (`ServerPool.load`) of an HF folder or an orbax item."""
+    server.reload_weights(folder, version)

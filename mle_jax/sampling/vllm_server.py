@@ -38,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".vllm-venv"
 WORKER_EXTENSION = "mle_jax.sampling.vllm_worker.WeightReloadExtension"
 RELOAD_METHOD = "load_weights_from_dir"
+VERSION_METHOD = "weights_version"
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 SERVED_MODEL_NAME = "policy"
 
@@ -304,8 +305,18 @@ class VLLMServer:
             self._max_model_len = int(card["max_model_len"])
         return self._max_model_len
 
-    def reload_weights(self, hf_dir: str | Path) -> dict[str, Any]:
-        """Loads the safetensors in `hf_dir` into the running server (a path the server can read).
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        """Whether `/health` answers 200 now (one request, no waiting)."""
+        import requests  # optional dependency (the vllm extra)
+
+        try:
+            return self._http().get(self.url + "/health", timeout=timeout_s).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def reload_weights(self, hf_dir: str | Path, version: int | None = None) -> dict[str, Any]:
+        """Loads the safetensors in `hf_dir` into the running server (a path the server can read); its workers keep
+        `version` as the version of the weights they hold (`weights_version`).
 
         /pause?mode=keep (in-flight requests are frozen, not aborted), the worker extension's
         reload, /reset_prefix_cache?reset_running_requests=true (all cached KV was computed by the
@@ -314,9 +325,15 @@ class VLLMServer:
         rest from the new, each with the logprob of the weights that drew it.
         Returns the worker's report {"path", "tensors", "numel"}.
         """
+        args = [str(Path(hf_dir).resolve())] + ([] if version is None else [str(int(version))])
+        return self.worker_load(RELOAD_METHOD, args, what=str(hf_dir))
+
+    def worker_load(self, method: str, args: Sequence[str], what: str) -> dict[str, Any]:
+        """The in-place weight load of `reload_weights` with any worker-extension method (`/collective_rpc` method
+        with args): paused, loaded, prefix cache reset, resumed; the workers' report must count tensors."""
         self.post("/pause", params={"mode": "keep"})
         try:
-            out = self.post("/collective_rpc", json={"method": RELOAD_METHOD, "args": [str(Path(hf_dir).resolve())]})
+            out = self.post("/collective_rpc", json={"method": method, "args": list(args)})
             reset = self.post("/reset_prefix_cache", params={"reset_running_requests": "true"})
             if not (reset or {}).get("success", False):
                 raise VLLMServerError(f"prefix cache reset failed after reload: {reset}")
@@ -324,8 +341,17 @@ class VLLMServer:
             self.post("/resume")
         results = (out or {}).get("results") or []
         if not results or not all(isinstance(r, dict) and r.get("tensors", 0) > 0 for r in results):
-            raise VLLMServerError(f"weight reload from {hf_dir} loaded nothing: {out}")
+            raise VLLMServerError(f"weight reload from {what} loaded nothing: {out}")
         return results[0]
+
+    def weights_version(self) -> int | None:
+        """The version its workers were last given with their weights (None: the start-up model; several workers
+        that disagree: an error)."""
+        results = (self.post("/collective_rpc", json={"method": VERSION_METHOD}) or {}).get("results") or [{}]
+        versions = {r.get("version") if isinstance(r, dict) else r for r in results}
+        if len(versions) != 1:
+            raise VLLMServerError(f"the workers of {self.url} hold different weight versions: {results}")
+        return versions.pop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -98,20 +98,29 @@ def _repack_cpu_weight_sharing_heads(model) -> None:
 class WeightReloadExtension:
     """Methods added to vLLM's Worker; names are prefixed-unique so they never shadow Worker's own."""
 
-    def load_weights_from_dir(self, path: str) -> dict[str, int | str]:
+    def load_weights_from_dir(self, path: str, version: str | None = None) -> dict[str, int | str]:
         """Loads every tensor of the HF safetensors folder (or learner orbax item) `path` into the running model,
-        in place.
+        in place; `version` (the policy version of these weights, a decimal string) is kept for `weights_version`.
+        Returns {"path", "tensors", "numel"} so the client can check that something was loaded.
+        """
+        return self._mle_jax_load(iter_weights(path), str(path), version)
+
+    def weights_version(self) -> dict[str, int | None]:
+        """{"version": the version given with the weights last loaded} (None: the model the server started with)."""
+        return {"version": getattr(self, "_mle_jax_version", None)}
+
+    def _mle_jax_load(self, weights: Iterator[tuple[str, object]], path: str, version: str | None) -> dict:
+        """Loads (HF name, CPU tensor) pairs into the running model in place; {"path", "tensors", "numel"}.
 
         Uses vLLM's layerwise in-place reload where the worker has it (vLLM >= 0.11): it restores
         each layer to checkpoint format, loads, and re-runs the kernel-specific post-processing
         (the CPU backend repacks linear weights for oneDNN and drops the original tensor, so a bare
         `param.copy_` would not reach the kernels). Storage is kept, so captured CUDA graphs stay valid.
-        Returns {"path", "tensors", "numel"} so the client can check that something was loaded.
         """
         counts = {"tensors": 0, "numel": 0}
 
         def counted() -> Iterator[tuple[str, object]]:
-            for name, tensor in iter_weights(path):
+            for name, tensor in weights:
                 counts["tensors"] += 1
                 counts["numel"] += int(tensor.numel())
                 yield name, tensor
@@ -127,4 +136,5 @@ class WeightReloadExtension:
         _repack_cpu_weight_sharing_heads(self.model_runner.model)
         if counts["tensors"] == 0:
             raise RuntimeError(f"no tensors were loaded from {path}")
-        return {"path": str(path), **counts}
+        self._mle_jax_version = None if version is None else int(version)
+        return {"path": path, **counts}

@@ -26,9 +26,11 @@ sub.to_csv("submission.csv", index=False)
 """
 
 
-def _sample(uid: int, reward: Reward | None, result: ExecResult | None, code: str | None = PROGRAM) -> Sample:
+def _sample(
+    uid: int, reward: Reward | None, result: ExecResult | None, code: str | None = PROGRAM, server: str = ""
+) -> Sample:
     ids = np.zeros(1, np.int32)
-    completion = Completion(ids, ids, np.zeros(1, np.float32), "", "stop", 0)
+    completion = Completion(ids, ids, np.zeros(1, np.float32), "", "stop", 0, server=server)
     s = Sample(uid, PromptItem("scratch", [0], task=PIZZA), completion, "I will predict 0.3.", code, task=PIZZA)
     if code is not None:  # instrumented and tagged as Environment.submit does it (the AST instrumenter)
         [inst] = instrument_batch([code], "ast")
@@ -66,6 +68,11 @@ def test_a_failed_samples_record_says_why():
     assert rec["grader_reason"].startswith("the program did not run without error")
     none = _sample(2, Reward(-10.0, False, None, (), 0), None, code=None).record(output_chars=100)
     assert (none["outcome"], none["error"], none["program"], none["stdout"]) == ("no_code", None, None, "")
+
+
+def test_a_record_names_the_server_that_sampled_it():
+    assert _sample(3, None, None, server="http://127.0.0.1:8001").record()["server"] == "http://127.0.0.1:8001"
+    assert _sample(4, None, None).record()["server"] is None  # sampled in process
 
 
 def test_an_outputs_end_is_cut_at_the_cap_and_its_marked_lines_counted_in_it():

@@ -185,3 +185,19 @@ def test_a_mix_keeps_the_task_section_first_with_its_prepared_dir_and_normalises
     assert s.task.id == "spooky-author-identification" and s.mix[0].prepared_dir == "/some/prepared"
     assert s.mix[1].prepared_dir == "" and s.mix[1].raw_dir == cfg.task.raw_dir
     assert s.mix_weights == (0.75, 0.25)
+
+
+def test_the_sampler_servers_are_a_list_and_the_single_url_a_list_of_one():
+    cfg = pizza.get_config("cpu")
+    cfg.sampler.vllm_url = "http://a:1"
+    assert from_config(cfg).sampler.urls == ("http://a:1",)
+    cfg.sampler.vllm_urls = ("http://a:1", "http://b:2")
+    assert from_config(cfg).sampler.urls == ("http://a:1", "http://b:2")
+    assert SamplerSettings(vllm_urls="http://a:1, http://b:2").urls == ("http://a:1", "http://b:2")  # one string
+    assert SamplerSettings(vllm_urls=["http://a:1"]).vllm_urls == ("http://a:1",)  # a saved config's JSON list
+    assert SamplerSettings().urls == ()
+    cfg.sampler.vllm_url = "http://c:3"
+    with pytest.raises(ConfigError, match="not one of sampler.vllm_urls"):
+        from_config(cfg)
+    with pytest.raises(ValueError, match="twice"):
+        SamplerSettings(vllm_urls=("http://a:1", "http://a:1"))

