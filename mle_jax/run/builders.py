@@ -22,6 +22,7 @@ from mle_jax.models import hf
 from mle_jax.models.qwen2 import Qwen2ForCausalLM
 from mle_jax.models.value import Qwen2ValueModel
 from mle_jax.rl.learner import Learner
+from mle_jax.rl.loop import AsyncRLLoop
 from mle_jax.run.settings import RunSettings, SamplerSettings
 from mle_jax.sampling import registry as samplers
 from mle_jax.sampling.jax_sampler import JaxSampler
@@ -61,6 +62,20 @@ def improve_seeds(
     if s.rollout.prompt.improve_seed != "corpus":
         return []
     return corpus_solutions(s.warmstart, task, make_sandbox(s.executor), packages, workdir / "warmstart")
+
+
+def start_loop(
+    loop: AsyncRLLoop, s: RunSettings, task: Task | Sequence[Task], packages: list[str], corpus_dir: Path, resume: bool
+) -> tuple[bool, int]:
+    """A run's loop at its start: resumed from its latest checkpoint when `resume` and there is one (its improve buffer
+    is the checkpoint's), else a fresh run whose improve buffer starts with `improve_seeds` (the corpus verified in
+    corpus_dir/warmstart, once). Returns (resumed, solutions seeded)."""
+    if resume and loop.restore():
+        return True, 0
+    seeds = improve_seeds(s, task, packages, corpus_dir)
+    for solution in seeds:
+        loop.buffer.add(solution, n_prints=1)
+    return False, len(seeds)
 
 
 def make_learner(s: RunSettings, policy: Qwen2ForCausalLM) -> Learner:

@@ -125,14 +125,11 @@ def _lead(s: RunSettings, channel: BatchChannel | None, workdir: Path, t_run: fl
         ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
         loop = AsyncRLLoop(s.loop, env, learner, ckpt, writer, channel=channel)
         try:  # on any way out: queued runs cancelled, checkpoint writes in flight finished
-            if s.resume and loop.restore():
+            resumed, seeded = builders.start_loop(loop, s, mix, packages, workdir, resume=s.resume)
+            if resumed:
                 console.print(f"resumed from step {loop.counters.step}")
-            else:  # a fresh run's improve buffer (a resumed run's is its checkpoint's)
-                seeds = builders.improve_seeds(s, mix, packages, workdir)
-                for solution in seeds:
-                    loop.buffer.add(solution, n_prints=1)
-                if seeds:
-                    console.print(f"improve buffer: {len(seeds)} corpus programs (prompt.improve_seed)")
+            if seeded:
+                console.print(f"improve buffer: {seeded} corpus programs (prompt.improve_seed)")
             if interrupt.watching():
                 console.print(f"RL to step {s.loop.steps}: Ctrl-C stops it cleanly, the same command resumes it")
             t_rl = time.monotonic()

@@ -193,10 +193,12 @@ def test_a_corpus_seeded_improve_buffer_shows_working_programs_from_the_first_dr
     import numpy as np
 
     from configs import base
-    from mle_jax.env.improve_buffer import ImproveBuffer
     from mle_jax.env.rollout import Environment
+    from mle_jax.infra.checkpoint import Checkpointer
+    from mle_jax.infra.metrics import MetricsWriter
     from mle_jax.models.tokenizer import train_bpe_tokenizer
-    from mle_jax.run.builders import improve_seeds
+    from mle_jax.rl.loop import AsyncRLLoop
+    from mle_jax.run.builders import improve_seeds, start_loop
     from mle_jax.run.settings import ConfigError, from_config
 
     cfg = base.apply_cpu(base.task_config(PIZZA, "paper"))
@@ -213,11 +215,13 @@ def test_a_corpus_seeded_improve_buffer_shows_working_programs_from_the_first_dr
         assert p.output.splitlines()[0] == "imported packages" and "validation auc: 0." in p.output
     improve_seeds(s, pizza, packages, tmp_path)  # cached: nothing runs twice
     assert len((tmp_path / "warmstart" / "verified.jsonl").read_text().splitlines()) == 2
-    buffer = ImproveBuffer(s.loop.improve_buffer_size)
-    for p in seeds:
-        assert buffer.add(p, n_prints=1)
     tok = train_bpe_tokenizer(["import pandas as pd\nprint('x')"] * 4, 400, tmp_path / "tok")
     env = Environment(s.rollout, pizza, tok, packages, None, None, None, seed=s.seed)
+    # a fresh loop, as launch and the learning experiment's arms start theirs
+    loop = AsyncRLLoop(s.loop, env, None, Checkpointer(tmp_path / "c"), MetricsWriter(tmp_path, tensorboard=False))
+    assert start_loop(loop, s, pizza, packages, tmp_path, resume=False) == (False, 2)
+    buffer = loop.buffer
+    assert len(buffer) == len(seeds)
     first = env.prompts(16, buffer, np.random.default_rng(0))
     improve = [i for i in first if i.kind == "improve"]
     assert improve and all(i.parent in seeds for i in improve)  # revising a working program from the first draw

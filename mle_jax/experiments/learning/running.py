@@ -66,13 +66,15 @@ def run_arm(
     arm_dir: Path,
     instrument_fn: InstrumentFn | None = None,
     draws: int = 1,
+    base_dir: Path | None = None,
 ) -> dict:
     """RL in one arm from the initial policy (resumed if its checkpoints exist), then its evaluation. `s`: the
     arm's settings (`arm_config`, its repeat's seed); its environment is `base_env` (the experiment's task and
     fleet) with the arm's rollout settings, seed, its policy's own sampler and `instrument_fn` (default the
     experiment's frozen instrumenter). The evaluation after RL is every arm's: `base_env`'s, a fresh sampler, with
     the arm's agent (its episodes' turns, `agent.*`) and `draws` independent episodes per start prompt
-    (`evaluate`)."""
+    (`evaluate`). A fresh arm's improve buffer starts as `prompt.improve_seed` says, the corpus verified once for
+    every arm in `base_dir` (the experiment's warm start folder; default the arm's own)."""
     s = dataclasses.replace(s, workdir=str(arm_dir))
     reset_peak_rss()
     policy = nnx.clone(initial)
@@ -91,7 +93,7 @@ def run_arm(
     writer = MetricsWriter(arm_dir, tensorboard=False, samples_mb=s.report.samples_mb, steps=s.loop.steps,
                            output_chars=s.report.sample_output_chars)  # fmt: skip
     loop = AsyncRLLoop(s.loop, env, learner, Checkpointer(arm_dir / "checkpoints", keep=s.checkpoint_keep), writer)
-    loop.restore()
+    builders.start_loop(loop, s, task, base_env.packages, base_dir or arm_dir, resume=True)
     resumed_at = loop.counters.step
     loop.run(s.loop.steps)
     loop.close()
@@ -239,7 +241,7 @@ def experiment(
                 own = rs.instrument != s.instrument
                 fn = builders.make_instrumenter(rs, initial, tokenizer, arm_dir) if own else None
                 draws = eval_draws(k, turns) if k is not None else 1
-                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn, draws))
+                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn, draws, out / "base"))
             results[arm.name] = {"before": befores[k], **repeats[0], "overrides": dict(arm.overrides)}
             results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
             results[arm.name]["task_score"] = arm_task_scores(repeats)
