@@ -170,7 +170,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampler.jax_cpu_kernels = True
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
     # how: "hf" exports HF safetensors (the learner waits for the copy to host; BUILD.md measures both at 3B);
-    # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv)
+    # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv);
+    # "shm": the host copy goes to the vLLM servers of this host through shared memory, no file (one process only)
     c.sampler.sync_source = "hf"
 
     c.instrument = ml_collections.ConfigDict()  # the instrumenter: progress prints put into each program (§3.2, C.3)

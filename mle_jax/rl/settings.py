@@ -11,7 +11,7 @@ from mle_jax.infra.optim import OptimSettings
 from mle_jax.models import lora
 from mle_jax.rl import core, duration, objectives
 
-SYNC_SOURCES = ("hf", "orbax")
+SYNC_SOURCES = ("hf", "orbax", "shm")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class LoopSettings:
     max_consecutive_infra_failures: int = 32  # this many executor failures in a row stop the run
     sync_every: int = 1  # sync weights to the sampler every k learner steps
     # "hf": export the policy as HF safetensors for the sampler; "orbax": the sampler loads the learner's own
-    # checkpoint of that step (saved at every sync; vLLM only; BUILD.md "Weight sync at 3B scale")
+    # checkpoint of that step (saved at every sync; vLLM only; BUILD.md "Weight sync at 3B scale"); "shm": the host
+    # copy handed to the vLLM servers of this host through shared memory, no file (sampling/shm_sync.py; one process)
     sync_source: str = "hf"
     checkpoint_every: int = 1
     seed: int = 0

@@ -46,6 +46,7 @@ class SamplerSettings:
     vllm_urls: tuple[str, ...] = ()
     vllm_gpu_memory_utilization: float = 0.2
     jax_cpu_kernels: bool = True  # "jax" on CPU: the decode step on mle_jax.kernels.cpu_decode where it is built
+    sync_source: str = "hf"  # how the weights reach the servers (LoopSettings.sync_source, the one check of it)
 
     def __post_init__(self) -> None:
         samplers.check(self.backend)  # the name only: the sampler's module is loaded where it is built
@@ -226,8 +227,10 @@ def from_config(cfg: Any) -> RunSettings:
     sync_every = sampler.pop("sync_every")
     group_size = sampler.pop("group_size", 1)  # a run config saved before sampler.group_size existed: one
     sync_source = sampler.pop("sync_source")
-    if sync_source == "orbax" and sampler.get("backend") != "vllm":
-        raise ConfigError("sampler.sync_source=orbax needs sampler.backend=vllm (the JAX sampler shares the weights)")
+    if sync_source in ("orbax", "shm") and sampler.get("backend") != "vllm":
+        raise ConfigError(
+            f"sampler.sync_source={sync_source} needs sampler.backend=vllm (the JAX sampler shares the weights)"
+        )
     executor = _build(ExecutorSettings, "executor", _section(cfg, "executor"))
     mesh = _section(cfg, "mesh")
     reference_on_host = bool(mesh.pop("reference_on_host"))
@@ -262,7 +265,7 @@ def from_config(cfg: Any) -> RunSettings:
             reward=_build(RewardSettings, "reward", _section(cfg, "reward")),
             agent=agent,
         ),
-        sampler=_build(SamplerSettings, "sampler", sampler),
+        sampler=_build(SamplerSettings, "sampler", sampler, sync_source=sync_source),
         instrument=instrument,
         executor=executor,
         learner=_build(

@@ -7,7 +7,8 @@ safetensors with `mle_jax.models.hf.write_weights` and has the running server lo
 (`VLLMServer.reload_weights`). By default the caller waits only for the weights' HF layouts to be made on
 the device and copied to host memory (`hf.hf_host_tensors`); writing the file and the reload run in a
 background thread while generation goes on with the previous weights (`background_sync=False`: all of it
-before `sync` returns). bench/weight_sync.py measures each part at 3B.
+before `sync` returns). bench/weight_sync.py measures each part at 3B. `sync_source="shm"` hands the host copy to
+the servers of this host through shared memory instead of a file (`mle_jax.sampling.shm_sync`).
 
 Behaviour logprobs: the server is started with `--logprobs-mode processed_logprobs`, so the logprob
 vLLM returns for a sampled token is log-softmax(logits / temperature) after top-k/top-p masking, i.e.
@@ -22,6 +23,7 @@ warns once. vLLM's default (`raw_logprobs`) would ignore the temperature. For te
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import tempfile
 import threading
@@ -42,6 +44,7 @@ from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
 from mle_jax.sampling.servers import ServerPool
+from mle_jax.sampling.shm_sync import SharedWeights
 from mle_jax.sampling.vllm_server import VLLMServer, VLLMServerError
 from mle_jax.sampling.vllm_worker import is_orbax_item
 
@@ -124,6 +127,9 @@ class VLLMSampler:
     after a successful reload); it must be readable by the server's workers (same node or shared FS).
     Multi-host: call `sync` on every process (sharded params are gathered); process 0 writes and
     triggers the reload (in the foreground: the gathers are collectives of all processes).
+    sync_source: "hf" (or "orbax": the loop passes a checkpoint item, a folder like any other) writes our params as
+    safetensors; "shm" hands them to the servers through a shared-memory segment of this host (one process only;
+    folders given to `sync` are still loaded as folders).
     background_sync: `sync` returns once the weights are in host memory; the export and the reload run in a
     thread (a request meanwhile is served by the previous weights and tagged with their version). The next
     `sync` or `wait_sync()` waits for it and raises its error, if any.
@@ -157,7 +163,8 @@ class VLLMSampler:
                 "sampler.backend='vllm' needs --config.sampler.vllm_url or sampler.vllm_urls (and instrument.vllm_url"
                 " for the frozen instrumenter); launch/gpu_node.sh starts the servers"
             )
-        return cls(urls, tokenizer, export_dir=Path(workdir) / "vllm_export")
+        sync_source = getattr(settings, "sync_source", "hf")
+        return cls(urls, tokenizer, export_dir=Path(workdir) / "vllm_export", sync_source=sync_source)
 
     @classmethod
     def preflight(cls, settings: Any, instrumenter_url: str | None) -> list[str]:
@@ -168,6 +175,13 @@ class VLLMSampler:
             problems = [p for i, u in enumerate(urls) for p in server_problems(u, f"sampler.vllm_urls[{i}]")]
         else:
             problems = server_problems(urls[0] if urls else "", "sampler.vllm_url")
+        if getattr(settings, "sync_source", "hf") == "shm":
+            problems += [
+                f"sampler.sync_source=shm hands the weights over in this host's memory, but {u} is not on this host:"
+                " use sync_source=hf (files on shared storage) for servers elsewhere"
+                for u in urls
+                if not _on_this_host(u)
+            ]
         if instrumenter_url is not None:
             problems += server_problems(instrumenter_url, "instrument.vllm_url")
         return problems
@@ -194,6 +208,7 @@ class VLLMSampler:
         background_sync: bool = True,
         ignore_eos: bool = False,
         server_wait_s: float = 900.0,
+        sync_source: str = "hf",
     ) -> None:
         if eos_ids is None:
             eos_ids = stop_token_ids(tokenizer) if tokenizer is not None else []
@@ -210,6 +225,8 @@ class VLLMSampler:
         self.max_concurrent_requests = max_concurrent_requests
         self._last_export: Path | None = None
         self.background_sync = background_sync
+        self.sync_source = sync_source
+        self._last_shared: SharedWeights | None = None  # the segment the servers hold (kept for a returning one)
         self._sync_thread: threading.Thread | None = None
         self._sync_error: BaseException | None = None
         self.ignore_eos = ignore_eos  # every completion runs to max_tokens: a throughput benchmark's equal work
@@ -229,8 +246,13 @@ class VLLMSampler:
         return self.pool.recoveries
 
     def close(self) -> None:
-        """Stops watching dead servers (the servers themselves are not ours to stop)."""
+        """Stops watching dead servers and removes the shared-memory segment of the last sync (the servers
+        themselves are not ours to stop)."""
+        self.wait_sync()
         self.pool.close()
+        if self._last_shared is not None:
+            self._last_shared.unlink()
+            self._last_shared = None
 
     def generate(
         self,
@@ -301,10 +323,12 @@ class VLLMSampler:
             return [c for group in pool.map(one, range(len(prompts))) for c in group]
 
     def sync(self, params: Any, version: int) -> None:
-        """Exports params as HF safetensors and reloads them into every running server; tags `version`.
+        """Exports params as HF safetensors (sync_source "shm": a shared-memory segment) and reloads them into every
+        running server; tags `version`.
 
         With background_sync (single process, params not already a folder): returns after copying the
-        weights to host memory; the export and the reload finish in a thread (`wait_sync`).
+        weights to host memory; the export (or the copy into shared memory) and the reload finish in a thread
+        (`wait_sync`).
         """
         self.wait_sync()
         if self.export_dir is None:
@@ -314,15 +338,22 @@ class VLLMSampler:
         ours = isinstance(params, nnx.State) or (
             isinstance(params, Mapping) and any(isinstance(v, (Mapping, nnx.Variable)) for v in params.values())
         )  # our model's params (written by hf.write_weights); folders and HF-named mappings go in the foreground
-        if not (self.background_sync and ours) or jax.process_count() > 1:
+        shared = self.sync_source == "shm" and not isinstance(params, (str, Path))
+        if shared and jax.process_count() > 1:
+            raise ValueError("sampler.sync_source=shm moves weights within one host; a multi-process run syncs by hf")
+        if not shared and (not (self.background_sync and ours) or jax.process_count() > 1):
             self._export_and_reload(params, version)
             return
         # the one part the caller waits for: HF layouts made on the device, then every tensor copied to host
-        host = hf_host_tensors(params)
+        host = hf_host_tensors(params) if ours else _flat_host_tensors(params)
+        apply = self._share_and_load if shared else self._export_and_reload
+        if not self.background_sync:
+            apply(host, version)
+            return
 
         def run() -> None:
             try:
-                self._export_and_reload(host, version)
+                apply(host, version)
             except BaseException as e:  # noqa: BLE001 (re-raised by wait_sync in the caller's thread)
                 self._sync_error = e
 
@@ -337,6 +368,20 @@ class VLLMSampler:
         if self._sync_error is not None:
             error, self._sync_error = self._sync_error, None
             raise error
+
+    def _share_and_load(self, host: Mapping[str, np.ndarray], version: int) -> None:
+        """{HF name: host array} into a new shared-memory segment, loaded by every live server; the previous segment
+        is removed once they hold the new one."""
+        shared = SharedWeights.write(host)
+        try:
+            self.pool.load(shared, version, _load_shared)
+        except BaseException:
+            shared.unlink()
+            raise
+        self.version = version
+        if self._last_shared is not None:
+            self._last_shared.unlink()
+        self._last_shared = shared
 
     def _export_and_reload(self, params: Any, version: int) -> None:
         target = self.export_dir / f"v{version:08d}"
@@ -358,3 +403,30 @@ class VLLMSampler:
 def _reload_folder(server: VLLMServer, folder: Path, version: int) -> None:
     """A pool's reload (`ServerPool.load`) of an HF folder or an orbax item."""
     server.reload_weights(folder, version)
+
+
+def _load_shared(server: VLLMServer, shared: SharedWeights, version: int) -> None:
+    """A pool's reload (`ServerPool.load`) of a shared-memory segment of this host."""
+    server.load_shared(shared.name, shared.manifest_json(), version)
+
+
+def _flat_host_tensors(params: Any) -> dict[str, np.ndarray]:
+    """{HF name: host array} of a flat mapping (what `weights_folder` writes as is); anything else is a TypeError."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"sync() takes our Qwen2 model, an nnx.State of it or a {{HF name: array}} mapping, got "
+                        f"{type(params).__name__}")  # fmt: skip
+    return {str(k): np.asarray(v) for k, v in params.items()}
+
+
+def _on_this_host(url: str) -> bool:
+    """Whether the server at `url` runs on this machine (loopback, or one of this host's names)."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

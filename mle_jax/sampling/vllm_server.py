@@ -39,6 +39,7 @@ VLLM_VENV = REPO_ROOT / ".vllm-venv"
 WORKER_EXTENSION = "mle_jax.sampling.vllm_worker.WeightReloadExtension"
 RELOAD_METHOD = "load_weights_from_dir"
 VERSION_METHOD = "weights_version"
+SHM_METHOD = "load_weights_from_shm"
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 SERVED_MODEL_NAME = "policy"
 
@@ -327,6 +328,12 @@ class VLLMServer:
         """
         args = [str(Path(hf_dir).resolve())] + ([] if version is None else [str(int(version))])
         return self.worker_load(RELOAD_METHOD, args, what=str(hf_dir))
+
+    def load_shared(self, name: str, manifest: str, version: int | None = None) -> dict[str, Any]:
+        """Loads the tensors of the shared-memory segment `name` of this host (`shm_sync.SharedWeights`: manifest is
+        its JSON) into the running server, as `reload_weights` loads a folder's."""
+        args = [name, manifest] + ([] if version is None else [str(int(version))])
+        return self.worker_load(SHM_METHOD, args, what=f"shared memory {name}")
 
     def worker_load(self, method: str, args: Sequence[str], what: str) -> dict[str, Any]:
         """The in-place weight load of `reload_weights` with any worker-extension method (`/collective_rpc` method

