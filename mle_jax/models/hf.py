@@ -196,13 +196,12 @@ def _param_leaves(params: Any) -> list[tuple[tuple, jax.Array]]:
     return [(path, v.get_value() if isinstance(v, nnx.Variable) else v) for path, v in flat]
 
 
-def hf_host_tensors(params: Any, dtype: Any = None) -> dict[str, np.ndarray]:
-    """{HF name: host array in HF layout} of our params (model, nnx.State or pure dict, as `write_weights`).
-
-    Each layout transform (transposes, head reshapes) runs where the array lives, so on an accelerator it is a
-    device transpose rather than a host one (on CPU, 6 GB of bf16 transposes take ~13 s), then all tensors are
-    copied to host at once. Needs fully addressable arrays (one process); `write_weights` handles the rest.
-    dtype: convert on the device first (default: each param's own).
+def hf_device_tensors(params: Any, dtype: Any = None) -> dict[str, jax.Array]:
+    """{HF name: array in HF layout, where the param lives} of our params (model, nnx.State or pure dict, as
+    `write_weights`): each layout transform (transposes, head reshapes) runs on the param's device, so on an
+    accelerator it is a device transpose rather than a host one (on CPU, 6 GB of bf16 transposes take ~13 s).
+    Needs fully addressable arrays (one process); `write_weights` handles the rest.
+    dtype: convert on the device too (default: each param's own).
     """
     out = {}
     for our_path, value in _param_leaves(params):
@@ -211,7 +210,12 @@ def hf_host_tensors(params: Any, dtype: Any = None) -> dict[str, np.ndarray]:
             raise ValueError(f"hf_host_tensors: {name} is sharded over several processes; use write_weights")
         x = transform.to_hf(value)
         out[name] = x if dtype is None else x.astype(dtype)
-    return {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+    return out
+
+
+def hf_host_tensors(params: Any, dtype: Any = None) -> dict[str, np.ndarray]:
+    """{HF name: host array in HF layout} of our params: `hf_device_tensors`, then all copied to host at once."""
+    return {k: np.asarray(v) for k, v in jax.device_get(hf_device_tensors(params, dtype)).items()}
 
 
 def write_weights(params: Any, path: str | Path, dtype: Any = None, max_shard_bytes: int | None = None) -> Path:

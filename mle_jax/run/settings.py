@@ -50,8 +50,8 @@ class SamplerSettings:
 
     def __post_init__(self) -> None:
         samplers.check(self.backend)  # the name only: the sampler's module is loaded where it is built
-        urls = self.vllm_urls.split(",") if isinstance(self.vllm_urls, str) else self.vllm_urls
-        urls = tuple(str(u).strip() for u in urls if str(u).strip())  # a config's JSON keeps a list
+        given = [self.vllm_urls] if isinstance(self.vllm_urls, str) else self.vllm_urls  # a config's JSON: a list
+        urls = tuple(u.strip() for x in given for u in str(x).split(",") if u.strip())  # "url1,url2" is two
         object.__setattr__(self, "vllm_urls", urls)
         if len(set(urls)) != len(urls):
             raise ValueError(f"sampler.vllm_urls lists a server twice: {list(urls)}")

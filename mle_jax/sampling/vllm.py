@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import socket
 import tempfile
 import threading
 import urllib.error
@@ -34,12 +35,13 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import jax
 import numpy as np
 from flax import nnx
 
-from mle_jax.models.hf import hf_host_tensors, write_weights
+from mle_jax.models.hf import hf_device_tensors, hf_host_tensors, write_weights
 from mle_jax.models.safetensors_io import write_safetensors
 from mle_jax.models.tokenizer import stop_token_ids
 from mle_jax.sampling.protocol import Completion, SamplingSettings, check_completion
@@ -344,9 +346,15 @@ class VLLMSampler:
         if not shared and (not (self.background_sync and ours) or jax.process_count() > 1):
             self._export_and_reload(params, version)
             return
-        # the one part the caller waits for: HF layouts made on the device, then every tensor copied to host
-        host = hf_host_tensors(params) if ours else _flat_host_tensors(params)
-        apply = self._share_and_load if shared else self._export_and_reload
+        # the one part the caller waits for: HF layouts made on the device, then every tensor copied to host (shm
+        # from an accelerator: straight into the shared-memory segment; on CPU the device arrays are host memory, and
+        # the host "copy" is views of them: the copy into the segment runs in the thread)
+        if shared:
+            tensors = hf_device_tensors(params) if ours else _flat_host_tensors(params)
+            host: Any = dict(jax.device_get(tensors)) if _on_cpu(tensors) else SharedWeights.write(tensors)
+        else:
+            host = hf_host_tensors(params)
+        apply = self._load_shared if shared else self._export_and_reload
         if not self.background_sync:
             apply(host, version)
             return
@@ -369,12 +377,13 @@ class VLLMSampler:
             error, self._sync_error = self._sync_error, None
             raise error
 
-    def _share_and_load(self, host: Mapping[str, np.ndarray], version: int) -> None:
-        """{HF name: host array} into a new shared-memory segment, loaded by every live server; the previous segment
-        is removed once they hold the new one."""
-        shared = SharedWeights.write(host)
+    def _load_shared(self, shared: SharedWeights | Mapping[str, np.ndarray], version: int) -> None:
+        """A shared-memory segment (or {HF name: host array} to put in a new one) loaded by every live server; the
+        previous segment is removed once they hold the new one (and this one if they failed)."""
+        if not isinstance(shared, SharedWeights):
+            shared = SharedWeights.write(shared)
         try:
-            self.pool.load(shared, version, _load_shared)
+            self.pool.load(shared, version, _load_segment)
         except BaseException:
             shared.unlink()
             raise
@@ -405,7 +414,7 @@ def _reload_folder(server: VLLMServer, folder: Path, version: int) -> None:
     server.reload_weights(folder, version)
 
 
-def _load_shared(server: VLLMServer, shared: SharedWeights, version: int) -> None:
+def _load_segment(server: VLLMServer, shared: SharedWeights, version: int) -> None:
     """A pool's reload (`ServerPool.load`) of a shared-memory segment of this host."""
     server.load_shared(shared.name, shared.manifest_json(), version)
 
@@ -420,9 +429,6 @@ def _flat_host_tensors(params: Any) -> dict[str, np.ndarray]:
 
 def _on_this_host(url: str) -> bool:
     """Whether the server at `url` runs on this machine (loopback, or one of this host's names)."""
-    import socket
-    from urllib.parse import urlparse
-
     host = urlparse(url).hostname or ""
     if host in ("localhost", socket.gethostname(), socket.getfqdn()):
         return True
@@ -430,3 +436,8 @@ def _on_this_host(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _on_cpu(tensors: Mapping[str, Any]) -> bool:
+    """Whether every array of `tensors` is in host memory already (numpy, or jax arrays on CPU devices)."""
+    return all(not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices()) for x in tensors.values())

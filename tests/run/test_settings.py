@@ -194,6 +194,7 @@ def test_the_sampler_servers_are_a_list_and_the_single_url_a_list_of_one():
     cfg.sampler.vllm_urls = ("http://a:1", "http://b:2")
     assert from_config(cfg).sampler.urls == ("http://a:1", "http://b:2")
     assert SamplerSettings(vllm_urls="http://a:1, http://b:2").urls == ("http://a:1", "http://b:2")  # one string
+    assert SamplerSettings(vllm_urls=("http://a:1,http://b:2",)).urls == ("http://a:1", "http://b:2")  # tpu_pod.sh's
     assert SamplerSettings(vllm_urls=["http://a:1"]).vllm_urls == ("http://a:1",)  # a saved config's JSON list
     assert SamplerSettings().urls == ()
     cfg.sampler.vllm_url = "http://c:3"

@@ -98,6 +98,7 @@ def test_a_server_killed_mid_run_costs_no_sample_and_comes_back_with_the_weights
         assert back.reloads == [str(v2.resolve())] and back.version == 2  # the weights last synced, not v1
         assert [VLLMServer(u).weights_version() for u in (url_first, url_second)] == [2, 2]
         assert [r["server"] for r in sampler.recoveries] == [url_first]
+        back.delay_s = second.delay_s = 1.0  # both requests out at once: one on each server
         again = sampler.generate([[5], [6]], max_tokens=2)
         assert {c.server for c in again} == {url_first, url_second} and {c.version for c in again} == {2}
         assert all(c.text == str(v2.resolve()) for c in again)
