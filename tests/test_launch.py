@@ -199,6 +199,16 @@ def test_a_multi_process_run_starts_from_a_checkpoint_not_a_warm_start():
     assert not any("several processes" in p for p in preflight.problems(s, {"JAX_NUM_PROCESSES": "1"}))
 
 
+def test_a_multi_process_run_syncs_by_files_not_shared_memory():
+    cfg = importlib.import_module("configs.pizza").get_config("cpu")
+    cfg.warmstart.enabled = False
+    cfg.sampler.backend, cfg.sampler.sync_source = "vllm", "shm"
+    s = from_config(cfg)
+    [problem] = [p for p in preflight.problems(s, {"JAX_NUM_PROCESSES": "2"}) if "several processes" in p]
+    assert "sampler.sync_source=shm" in problem and "sync_source=hf" in problem
+    assert not any("several processes" in p for p in preflight.problems(s, {"JAX_NUM_PROCESSES": "1"}))
+
+
 @pytest.mark.parametrize("args", [["--config=configs/us_patent.py:cpu"], ["--config=configs/us_patent.py:gpu"]])
 def test_a_task_without_data_fails_in_one_line(args, tmp_path):
     done = launch(*args, f"--config.workdir={tmp_path / 'run'}")

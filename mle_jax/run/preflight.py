@@ -223,13 +223,21 @@ def multi_process(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _hosts(s: RunSettings, env: Mapping[str, str] | None) -> list[str]:
-    if s.warmstart.enabled and multi_process(env):
-        return [
+    if not multi_process(env):
+        return []
+    found = []
+    if s.warmstart.enabled:
+        found.append(
             "warmstart.enabled with several processes: the warm start runs on one host; start the multi-process "
             "run from its checkpoint (--config.warmstart.enabled=false --config.model.path=<workdir>/hf_export of a "
             "single-host run)"
-        ]
-    return []
+        )
+    if s.loop.sync_source == "shm":
+        found.append(
+            "sampler.sync_source=shm with several processes: shared memory reaches the servers of one host; sync "
+            "a multi-process run by files on shared storage (--config.sampler.sync_source=hf or orbax)"
+        )
+    return found
 
 
 def _checkpointed_algorithm(workdir: Path) -> str | None:
