@@ -60,9 +60,10 @@ def open_environment(
     workdir: where a vLLM sampler exports the weights it is synced with.
     """
     fleet = make_fleet(s.executor)
+    made = None  # the sampler made here, closed on exit (a vLLM sampler: its watchers and shared-memory weights)
     try:
         if sampler is None:
-            sampler = builders.make_sampler(s.sampler, policy, tokenizer, workdir)
+            sampler = made = builders.make_sampler(s.sampler, policy, tokenizer, workdir)
         instrument_fn = builders.make_instrumenter(s, policy if initial is None else initial, tokenizer, workdir)
         tasks = [task] if isinstance(task, Task) else list(task)
         ids = [t.id for t in tasks]
@@ -82,3 +83,5 @@ def open_environment(
         )
     finally:
         fleet.close()
+        if made is not None and hasattr(made, "close"):
+            made.close()

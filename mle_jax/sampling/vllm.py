@@ -249,8 +249,14 @@ class VLLMSampler:
 
     def close(self) -> None:
         """Stops watching dead servers and removes the shared-memory segment of the last sync (the servers
-        themselves are not ours to stop)."""
-        self.wait_sync()
+        themselves are not ours to stop). A background sync still running is waited for; its error, if any, printed
+        (close runs on the way out, where another error may be the one to raise)."""
+        if self._sync_thread is not None:
+            self._sync_thread.join()
+            self._sync_thread = None
+        if self._sync_error is not None:
+            print(f"the last weight sync failed: {self._sync_error}", flush=True)
+            self._sync_error = None
         self.pool.close()
         if self._last_shared is not None:
             self._last_shared.unlink()
