@@ -7,9 +7,10 @@ The learner's side: `SharedWeights.write({HF name: array})` copies the tensors (
 one copy, and all the learner waits for. A manifest of [name, dtype, shape, offset] per tensor describes it.
 The vLLM workers' side (`mle_jax.sampling.vllm_worker.WeightReloadExtension.load_weights_from_shm`, called through
 `/collective_rpc` like the folder reload) maps the segment and hands vLLM's in-place reload zero-copy torch views of
-it; every server on the host reads the same segment. A segment is removed once the next version is loaded
-everywhere (it stays while it is the version a returning server must be given), and at the latest when the learner's
-process exits.
+it; every server on the host reads the same segment. Two segments take turns: a sync writes into the one of the
+version before the servers' current one (the current one stays for a server that comes back and must be given it),
+so host memory holds two copies of the weights; both are removed when the sampler closes, at the latest when the
+learner's process exits.
 
 One host: a server on another host cannot map this host's memory (a multi-host run syncs by `hf` or `orbax` files on
 shared storage). The seam is `ServerPool.load(source, version, reload)`: on a GPU node vLLM's own weight-transfer
@@ -50,26 +51,43 @@ class SharedWeights:
     _segment: shared_memory.SharedMemory | None = field(default=None, repr=False)
 
     @classmethod
-    def write(cls, tensors: Mapping[str, Any], prefix: str = "mle_jax") -> SharedWeights:
-        """A new segment holding every tensor of {name: [*shape] array} (C order), and its manifest. A jax array is
-        copied from its device into the segment (all transfers started first), a host array copied once."""
-        manifest, offset = [], 0
+    def write(
+        cls, tensors: Mapping[str, Any], spare: SharedWeights | None = None, prefix: str = "mle_jax"
+    ) -> SharedWeights:
+        """A segment holding every tensor of {name: [*shape] array} (C order), and its manifest. A jax array is
+        copied from its device into the segment (all transfers started first), a host array copied once.
+
+        spare: a segment no server needs any more (the version before the one they hold): refilled in place when the
+        tensors have its layout (the next version of the same model: its pages are mapped already, so the write is
+        one memcpy, not fresh pages to allocate and zero), else removed; a new segment otherwise."""
         arrays = {n: x if hasattr(x, "copy_to_host_async") else np.ascontiguousarray(x) for n, x in tensors.items()}
+        if not arrays:
+            raise ValueError("no tensors to share")
         for x in arrays.values():
             if hasattr(x, "copy_to_host_async"):  # a jax array: every device-to-host transfer in flight at once
                 x.copy_to_host_async()
-        if not arrays:
-            raise ValueError("no tensors to share")
-        for name, x in arrays.items():
-            manifest.append([name, x.dtype.name, list(x.shape), offset])
+        layout = [[n, x.dtype.name, list(x.shape)] for n, x in arrays.items()]
+        if spare is not None and spare._segment is not None and [m[:3] for m in spare.manifest] == layout:
+            spare._fill(arrays)
+            return spare
+        if spare is not None:
+            spare.unlink()
+        manifest, offset = [], 0
+        for entry, x in zip(layout, arrays.values(), strict=True):
+            manifest.append([*entry, offset])
             offset += -(-x.nbytes // ALIGN) * ALIGN
         name = f"{prefix}_{os.getpid()}_{next(_names)}"
         segment = shared_memory.SharedMemory(name=name, create=True, size=max(offset, 1))
-        for (_, _, _, start), x in zip(manifest, arrays.values(), strict=True):
-            view = np.ndarray(x.shape, dtype=x.dtype, buffer=segment.buf, offset=start)
+        shared = cls(name, manifest, sum(x.nbytes for x in arrays.values()), segment)
+        shared._fill(arrays)
+        return shared
+
+    def _fill(self, arrays: Mapping[str, Any]) -> None:
+        """Copies arrays (in manifest order, of its dtypes and shapes) into the segment."""
+        for (_, _, _, start), x in zip(self.manifest, arrays.values(), strict=True):
+            view = np.ndarray(x.shape, dtype=x.dtype, buffer=self._segment.buf, offset=start)
             np.copyto(view, np.asarray(x), casting="no")
             del view  # no export of segment.buf may outlive close()
-        return cls(name, manifest, sum(x.nbytes for x in arrays.values()), segment)
 
     def manifest_json(self) -> str:
         """The manifest as the string `/collective_rpc` carries to the workers."""

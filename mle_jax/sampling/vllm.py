@@ -229,6 +229,7 @@ class VLLMSampler:
         self.background_sync = background_sync
         self.sync_source = sync_source
         self._last_shared: SharedWeights | None = None  # the segment the servers hold (kept for a returning one)
+        self._spare: SharedWeights | None = None  # the one before: the next shm sync refills it
         self._sync_thread: threading.Thread | None = None
         self._sync_error: BaseException | None = None
         self.ignore_eos = ignore_eos  # every completion runs to max_tokens: a throughput benchmark's equal work
@@ -258,9 +259,10 @@ class VLLMSampler:
             print(f"the last weight sync failed: {self._sync_error}", flush=True)
             self._sync_error = None
         self.pool.close()
-        if self._last_shared is not None:
-            self._last_shared.unlink()
-            self._last_shared = None
+        for shared in (self._last_shared, self._spare):
+            if shared is not None:
+                shared.unlink()
+        self._last_shared = self._spare = None
 
     def generate(
         self,
@@ -357,7 +359,10 @@ class VLLMSampler:
         # the host "copy" is views of them: the copy into the segment runs in the thread)
         if shared:
             tensors = hf_device_tensors(params) if ours else _flat_host_tensors(params)
-            host: Any = dict(jax.device_get(tensors)) if _on_cpu(tensors) else SharedWeights.write(tensors)
+            if _on_cpu(tensors):
+                host: Any = dict(jax.device_get(tensors))
+            else:
+                host, self._spare = SharedWeights.write(tensors, spare=self._spare), None
         else:
             host = hf_host_tensors(params)
         apply = self._load_shared if shared else self._export_and_reload
@@ -384,19 +389,17 @@ class VLLMSampler:
             raise error
 
     def _load_shared(self, shared: SharedWeights | Mapping[str, np.ndarray], version: int) -> None:
-        """A shared-memory segment (or {HF name: host array} to put in a new one) loaded by every live server; the
-        previous segment is removed once they hold the new one (and this one if they failed)."""
+        """A shared-memory segment (or {HF name: host array} to put in the spare one) loaded by every live server; the
+        segment they held before becomes the spare (the new one is removed if they failed)."""
         if not isinstance(shared, SharedWeights):
-            shared = SharedWeights.write(shared)
+            shared, self._spare = SharedWeights.write(shared, spare=self._spare), None
         try:
             self.pool.load(shared, version, _load_segment)
         except BaseException:
             shared.unlink()
             raise
         self.version = version
-        if self._last_shared is not None:
-            self._last_shared.unlink()
-        self._last_shared = shared
+        self._spare, self._last_shared = self._last_shared, shared
 
     def _export_and_reload(self, params: Any, version: int) -> None:
         target = self.export_dir / f"v{version:08d}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,7 +142,8 @@ class WeightReloadExtension:
         return {"version": getattr(self, "_mle_jax_version", None)}
 
     def _mle_jax_load(self, weights: Iterator[tuple[str, object]], path: str, version: str | None) -> dict:
-        """Loads (HF name, CPU tensor) pairs into the running model in place; {"path", "tensors", "numel"}.
+        """Loads (HF name, CPU tensor) pairs into the running model in place; {"path", "tensors", "numel",
+        "seconds"} (seconds: the worker's own, reading the tensors and vLLM's reload).
 
         Uses vLLM's layerwise in-place reload where the worker has it (vLLM >= 0.11): it restores
         each layer to checkpoint format, loads, and re-runs the kernel-specific post-processing
@@ -149,6 +151,7 @@ class WeightReloadExtension:
         `param.copy_` would not reach the kernels). Storage is kept, so captured CUDA graphs stay valid.
         """
         counts = {"tensors": 0, "numel": 0}
+        start = time.perf_counter()
 
         def counted() -> Iterator[tuple[str, object]]:
             for name, tensor in weights:
@@ -168,4 +171,4 @@ class WeightReloadExtension:
         if counts["tensors"] == 0:
             raise RuntimeError(f"no tensors were loaded from {path}")
         self._mle_jax_version = None if version is None else int(version)
-        return {"path": path, **counts}
+        return {"path": path, **counts, "seconds": round(time.perf_counter() - start, 4)}

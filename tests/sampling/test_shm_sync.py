@@ -50,7 +50,7 @@ def test_a_segment_holds_every_tensor_aligned_and_the_worker_reads_them_back():
         SharedWeights.write({})
 
 
-def test_an_shm_sync_hands_every_server_the_host_copy_and_removes_the_previous_segment():
+def test_an_shm_sync_hands_every_server_the_host_copy_and_two_segments_take_turns():
     ports = free_port(), free_port()
     servers = [StandIn(p) for p in ports]
     model = Qwen2ForCausalLM(tiny_qwen2(300, num_hidden_layers=2), nnx.Rngs(0))
@@ -66,17 +66,28 @@ def test_an_shm_sync_hands_every_server_the_host_copy_and_removes_the_previous_s
                 np.testing.assert_array_equal(s.loaded[name], x, err_msg=name)
         assert sampler.version == 1 and (SHM_DIR / first).exists()  # kept: a returning server is given it
         assert {c.version for c in sampler.generate([[1], [2]], max_tokens=2)} == {1}
-        sampler.sync({"x.weight": np.ones((2, 2), np.float32)}, version=2)  # a flat {HF name: array} mapping
+
+        flat = {"x.weight": np.ones((2, 2), np.float32)}  # a flat {HF name: array} mapping: another layout
+        sampler.sync(flat, version=2)
         sampler.wait_sync()
         second = servers[0].reloads[-1]
-        assert second != first and not (SHM_DIR / first).exists() and (SHM_DIR / second).exists()
-        assert [sorted(s.loaded) for s in servers] == [["x.weight"]] * 2 and sampler.pool.versions() == {
-            s: 2 for s in sampler.pool.urls
-        }
+        assert second != first and (SHM_DIR / second).exists() and (SHM_DIR / first).exists()  # the spare
+        assert [sorted(s.loaded) for s in servers] == [["x.weight"]] * 2
+        assert sampler.pool.versions() == {s: 2 for s in sampler.pool.urls}
+        # the spare has model's layout, not this one: removed, and a new segment written
+        sampler.sync({"x.weight": np.full((2, 2), 2.0, np.float32)}, version=3)
+        sampler.wait_sync()
+        third = servers[0].reloads[-1]
+        assert third not in (first, second) and not (SHM_DIR / first).exists()
+        # same layout as the spare (the second): refilled in place, its name again, the new values read
+        sampler.sync({"x.weight": np.full((2, 2), 4.0, np.float32)}, version=4)
+        sampler.wait_sync()
+        assert [s.reloads[-1] for s in servers] == [second] * 2 and [s.version for s in servers] == [4, 4]
+        assert all(np.array_equal(s.loaded["x.weight"], np.full((2, 2), 4.0)) for s in servers)
         sampler.close()
-        assert not (SHM_DIR / second).exists()
+        assert not (SHM_DIR / second).exists() and not (SHM_DIR / third).exists()
         with pytest.raises(TypeError, match="sync"):
-            sampler.sync(42, version=3)
+            sampler.sync(42, version=5)
     finally:
         sampler.close()
         for s in servers:
