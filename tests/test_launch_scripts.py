@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,6 +322,51 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
     assert executor["fleet"] == "ray" and executor["ray_address"] == ray_cluster
     # the leader's executor slots are actors on the cluster (whether or not its tiny random policy wrote a program)
     assert executor_actors_started(ray_cluster) - actors_before == executor["slots"], executor
+
+
+def test_gpu_node_starts_a_policy_server_per_gpu_group_and_passes_all_their_urls(tmp_path):
+    """launch/gpu_node.sh with POLICY_GPUS="0 1": a policy server per GPU group (its CUDA_VISIBLE_DEVICES), the
+    instrumenter's on the next port, and the launcher given both policy URLs as sampler.vllm_urls: its --dry_run sees
+    every server answer and names both. The servers are loopback stand-ins (tests/fake_vllm: a `vllm` whose server
+    entry point is tests/sampling/stand_in.py): the script's wiring is what is tested, in seconds."""
+    python = tmp_path / "python"  # the interpreter launch/vllm_server.sh runs: this one, with the stand-in vllm
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    while True:  # three consecutive free ports: two policy servers and the instrumenter's
+        port = free_port()
+        if port + 2 < 65536 and all(_port_free(port + i) for i in (1, 2)):
+            break
+    workdir = tmp_path / "run"
+    env = {
+        **os.environ,
+        "MODEL": SMOL_DIR,
+        "CONFIG": "configs/pizza.py:smol",
+        "POLICY_GPUS": "0 1",
+        "POLICY_PORT": str(port),
+        "VLLM_PYTHON": str(python),
+        "PYTHONPATH": str(REPO / "tests" / "fake_vllm"),
+    }
+    done = subprocess.run(["launch/gpu_node.sh", "--dry_run", f"--config.workdir={workdir}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
+    assert f"on 2 servers, each group to the least-loaded ({urls[0]}, {urls[1]})" in done.stdout, done.stdout
+    assert f"at {urls[2]}" in done.stdout and "ready to run" in done.stdout  # the instrumenter's server
+    for i in range(2):
+        log = (workdir / f"vllm_policy_{i}.log").read_text()
+        assert f"on port {port + i}, CUDA_VISIBLE_DEVICES={i}" in log, log
+    for url in urls:  # every server stopped with the script
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=5).close()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def test_vllm_server_script_refuses_a_python_without_vllm_and_a_folder_without_a_model(tmp_path):
