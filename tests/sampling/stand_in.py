@@ -16,8 +16,8 @@ class StandIn:
     """A vLLM-like server on 127.0.0.1:port: /v1/completions answers (n choices) after `delay_s` with the folder of
     the weights it holds as the text; `kill()` drops every connection at once (requests in flight get a reset)."""
 
-    def __init__(self, port: int, delay_s: float = 0.0):
-        self.port, self.delay_s = port, delay_s
+    def __init__(self, port: int, delay_s: float = 0.0, max_model_len: int = 512):
+        self.port, self.delay_s, self.max_model_len = port, delay_s, max_model_len
         self.weights = "startup"
         self.version: int | None = None  # the version given with the weights (the worker's weights_version)
         self.reloads: list[str] = []
@@ -49,7 +49,7 @@ class StandIn:
                 if self.path == "/health":
                     self._send(200, None)
                 else:  # /v1/models
-                    self._send(200, {"data": [{"id": "policy", "max_model_len": 512}]})
+                    self._send(200, {"data": [{"id": "policy", "max_model_len": stand_in.max_model_len}]})
 
             def do_POST(self):
                 stand_in.connections.append(self.connection)
