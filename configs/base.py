@@ -168,6 +168,9 @@ def get_config() -> ml_collections.ConfigDict:
     # the "jax" backend on CPU: its decode steps on the C++ kernels of mle_jax/kernels (`make kernels`; packed-weight
     # matmuls, attention over the filled slots only) where the library is built; False: XLA's own ops
     c.sampler.jax_cpu_kernels = True
+    # the "jax" backend: most KV positions one decode holds (each distinct prompt at its padded length, max_tokens per
+    # row), a call over more split into consecutive decodes; bounds the memory of long prompts (0: no bound)
+    c.sampler.jax_max_grid_tokens = 0
     c.sampler.sync_every = 1  # sync weights to the sampler every k learner steps
     # how: "hf" exports HF safetensors (the learner waits for the copy to host; BUILD.md measures both at 3B);
     # "orbax": the vLLM worker loads the step's learner checkpoint itself (needs tensorstore in the vLLM venv);
@@ -466,6 +469,9 @@ def apply_qwen(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.warmstart.enabled = False  # the paper's prompted policy
     c.sampler.max_tokens = 1024  # the paper's budgets
     c.prompt.max_prompt_tokens = 1024
+    # 64 prompts of 1,024 with 1,024 new tokens each in one decode (3 GiB of KV in fp32); a 3-turn conversation's
+    # prompts (padded to 8,192) in decodes of 14: all 64 at once took the process to 21 GB and the OOM killer
+    c.sampler.jax_max_grid_tokens = 131072
     c.instrument.max_tokens = 1536
     c.instrument.max_prompt_tokens = 2048
     c.optim.actor_lr = 1e-5  # the paper's (a pretrained model, as the paper's)

@@ -46,6 +46,8 @@ class SamplerSettings:
     vllm_urls: tuple[str, ...] = ()
     vllm_gpu_memory_utilization: float = 0.2
     jax_cpu_kernels: bool = True  # "jax" on CPU: the decode step on mle_jax.kernels.cpu_decode where it is built
+    # "jax": most KV positions one decode holds (prompts at their padded length + max_tokens per row; 0: no bound)
+    jax_max_grid_tokens: int = 0
     sync_source: str = "hf"  # how the weights reach the servers (LoopSettings.sync_source, the one check of it)
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,10 +201,57 @@ class Grid:
     cells: tuple[int, ...]
 
 
-def plan_grids(rows: Sequence[Sequence[int]], max_batch: int | None) -> tuple[list[list[int]], list[Grid]]:
+def grid_tokens(prompt_counts: Sequence[int], longest: int, new_tokens: int) -> int:
+    """KV positions a grid's decode holds for rows of distinct prompts repeated `prompt_counts` times each: the
+    prompts' prefills at `longest` (the padded length of the longest) and `new_tokens` generated slots per row. A
+    grid of each prompt the same number of times stacks each prefill once; any other holds one per row (`plan_grids`).
+    Times the model's KV bytes per position (2 x layers x kv heads x head dim x bytes: 24 KiB for Qwen2.5-0.5B in
+    fp32) it is the cache."""
+    rows = sum(prompt_counts)
+    prefills = len(prompt_counts) if len(set(prompt_counts)) <= 1 else rows
+    return prefills * longest + rows * new_tokens
+
+
+def _chunks(
+    rows: Sequence[Sequence[int]],
+    max_batch: int,
+    max_grid_tokens: int | None,
+    new_tokens: int,
+    prompt_len: Callable[[int], int],
+) -> list[list[int]]:
+    """Consecutive row indices in chunks of at most max_batch rows and (with a budget) max_grid_tokens positions."""
+    chunks: list[list[int]] = []
+    idx: list[int] = []
+    counts: dict[tuple[int, ...], int] = {}
+    longest = 0
+    for i, r in enumerate(rows):
+        key, length = tuple(r), prompt_len(len(r))
+        trial = {**counts, key: counts.get(key, 0) + 1}
+        over = max_grid_tokens is not None and grid_tokens(list(trial.values()), max(longest, length), new_tokens) > (
+            max_grid_tokens
+        )
+        if idx and (len(idx) == max_batch or over):
+            chunks.append(idx)
+            idx, trial, longest = [], {key: 1}, 0
+        idx.append(i)
+        counts, longest = trial, max(longest, length)
+    if idx:
+        chunks.append(idx)
+    return chunks
+
+
+def plan_grids(
+    rows: Sequence[Sequence[int]],
+    max_batch: int | None,
+    max_grid_tokens: int | None = None,
+    new_tokens: int = 0,
+    prompt_len: Callable[[int], int] = lambda length: length,
+) -> tuple[list[list[int]], list[Grid]]:
     """The distinct prompts of `rows` (token-id lists) and the grids that generate every row once.
 
-    Rows are split into chunks of at most `max_batch` (None: one chunk) in their order; a chunk whose distinct
+    Rows are split into chunks of at most `max_batch` (None: one chunk) in their order, and, with `max_grid_tokens`,
+    of at most that many KV positions (`grid_tokens`: each distinct prompt at `prompt_len` of the chunk's longest,
+    plus `new_tokens` per row; a row alone is a chunk whatever it costs); a chunk whose distinct
     prompts each repeat the same number of times n is one grid of its U prompts x n (a batch of n samples per
     prompt, or of distinct prompts with n = 1). Any other chunk is a grid of one row per prompt occurrence: a
     prompt's prefill still runs once, its keys copied into each of its rows' prefixes (padding such a chunk to a
@@ -213,10 +260,8 @@ def plan_grids(rows: Sequence[Sequence[int]], max_batch: int | None) -> tuple[li
     distinct: dict[tuple[int, ...], int] = {}
     for r in rows:
         distinct.setdefault(tuple(r), len(distinct))
-    chunk = max_batch or len(rows)
     grids = []
-    for start in range(0, len(rows), chunk):
-        idx = list(range(start, min(start + chunk, len(rows))))
+    for idx in _chunks(rows, max_batch or len(rows), max_grid_tokens, new_tokens, prompt_len):
         groups: dict[int, list[int]] = {}
         for i in idx:
             groups.setdefault(distinct[tuple(rows[i])], []).append(i)
@@ -237,6 +282,9 @@ class JaxSampler:
     min_prompt_bucket / min_batch_bucket / min_new_bucket: smallest padded prompt length / batch size /
     max-tokens (all rounded up to powers of two).
     max_batch: most rows decoded together (more are split into consecutive chunks); None = all at once.
+    max_grid_tokens: most KV positions one decode holds (`grid_tokens`: prompts at their padded length, max_tokens
+    per row); a call over more is split into consecutive grids. It bounds the memory of long prompts: 64 three-turn
+    conversations of Qwen2.5-0.5B (prompts padded to 8,192) took 21 GB at once. None: no bound.
     prefix_cache: how many prompts' prefills to keep between calls (least recently used dropped first; all dropped
     when `sync` changes the weights): a prompt sampled again, as the scratch prompt is at every refill of an RL
     step, is not prefilled again (vLLM's prefix caching does the same). 0: none kept.
@@ -261,27 +309,30 @@ class JaxSampler:
         url: str | None = None,
         frozen: bool = False,
     ) -> JaxSampler:
-        """The in-process sampler of `model` (of the sampler section it reads `jax_cpu_kernels` only; url is not
-        used). frozen: of `model`'s weights as they are now, which stay so while the policy's change (the
-        instrumenter's, whose prompts, each a different program, are never sampled twice: it keeps no prefills
-        between calls)."""
+        """The in-process sampler of `model` (of the sampler section it reads `jax_cpu_kernels` and
+        `jax_max_grid_tokens`; url is not used). frozen: of `model`'s weights as they are now, which stay so while
+        the policy's change (the instrumenter's, whose prompts, each a different program, are never sampled twice:
+        it keeps no prefills between calls)."""
         kernels = bool(getattr(settings, "jax_cpu_kernels", True))
+        budget = int(getattr(settings, "jax_max_grid_tokens", 0)) or None
         if frozen:  # one decode phase: its grids (programs x 1) rarely repeat a shape, and each phase is a program
             # the weights as they are now, shared (nnx.clone would copy them): the sampler holds its own split state,
             # which a later nnx.update of `model` does not reach, and nothing syncs a frozen sampler
-            return cls(model, tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels, copy_params=False)
+            return cls(model, tokenizer, prefix_cache=0, suffix_phase=None, cpu_kernels=kernels, copy_params=False,
+                       max_grid_tokens=budget)  # fmt: skip
         # the run's learner never donates the model's buffers (it trains copies, or adapters) and hands `sync` weights
         # it will not donate (Learner.policy_state): the sampler shares them rather than holding a copy of its own
-        return cls(model, tokenizer, cpu_kernels=kernels, copy_params=False)
+        return cls(model, tokenizer, cpu_kernels=kernels, copy_params=False, max_grid_tokens=budget)
 
     @classmethod
     def for_run(
         cls, settings: Any, model: Qwen2ForCausalLM, tokenizer: Any = None, seed: int = 0, **options
     ) -> JaxSampler:
         """An in-process sampler of a model a caller holds (the warm start's, an experiment's, a bench's) with a run's
-        sampler settings (`jax_cpu_kernels`; None: their defaults); options are the constructor's own
-        (run/builders.local_sampler binds the run's settings)."""
+        sampler settings (`jax_cpu_kernels`, `jax_max_grid_tokens`; None: their defaults); options are the
+        constructor's own (run/builders.local_sampler binds the run's settings)."""
         kernels = bool(getattr(settings, "jax_cpu_kernels", True))
+        options.setdefault("max_grid_tokens", int(getattr(settings, "jax_max_grid_tokens", 0)) or None)
         return cls(model, tokenizer, seed=seed, cpu_kernels=kernels, **options)
 
     @classmethod
@@ -310,6 +361,7 @@ class JaxSampler:
         min_new_bucket: int = 16,
         copy_params: bool = True,
         max_batch: int | None = None,
+        max_grid_tokens: int | None = None,
         prefix_cache: int = 2,
         suffix_phase: int | None = SUFFIX_PHASE,
         cpu_kernels: bool = True,
@@ -335,6 +387,7 @@ class JaxSampler:
         self.min_batch_bucket = min_batch_bucket
         self.min_new_bucket = min_new_bucket
         self.max_batch = max_batch
+        self.max_grid_tokens = max_grid_tokens
         self.prefix_cache = prefix_cache
         self.suffix_phase = suffix_phase
         self.cpu_kernels = bool(cpu_kernels) and cpu_decode.available()
@@ -378,7 +431,7 @@ class JaxSampler:
             self._key, key = jax.random.split(self._key)
         else:
             key = jax.random.key(seed)
-        prompts, grids = plan_grids(rows, self.max_batch)
+        prompts, grids = self._plan(rows, max_tokens)
         results: list[Any] = [None] * len(rows)
         for g, grid in enumerate(grids):
             parts = self._grid_prefills(prompts, grid)
@@ -411,13 +464,18 @@ class JaxSampler:
         compiled by this call."""
         SamplingSettings(max_tokens=max_tokens)
         before = compiled_programs()
-        prompts_, grids = plan_grids(self._rows(prompts, n), self.max_batch)
+        prompts_, grids = self._plan(self._rows(prompts, n), max_tokens)
         for grid in grids:
             parts = self._grid_prefills(prompts_, grid)
             self._decode_grid(grid, parts, jax.random.key(0), 1.0, 1.0, -1, max_tokens, warm=True)
         self._keep = 0
         self._trim_prefills()
         return compiled_programs() - before
+
+    def _plan(self, rows: list[list[int]], max_tokens: int) -> tuple[list[list[int]], list[Grid]]:
+        """`plan_grids` with this sampler's bounds: rows per grid, and KV positions at the padded lengths it decodes."""
+        new = _bucket(max_tokens, self.min_new_bucket)
+        return plan_grids(rows, self.max_batch, self.max_grid_tokens, new, lambda n: _bucket(n, self.min_prompt_bucket))
 
     def _rows(self, prompts: Sequence[Sequence[int]], n: int) -> list[list[int]]:
         """Each prompt n times (the rows of a call), checked: n >= 1, no empty prompt, ids inside the vocabulary."""

@@ -15,7 +15,7 @@ from mle_jax.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from mle_jax.models.tokenizer import train_bpe_tokenizer
 from mle_jax.run.settings import SamplerSettings
 from mle_jax.sampling import jax_sampler
-from mle_jax.sampling.jax_sampler import Grid, JaxSampler, compiled_programs, plan_grids
+from mle_jax.sampling.jax_sampler import Grid, JaxSampler, compiled_programs, grid_tokens, plan_grids
 from mle_jax.sampling.protocol import Sampler
 from tests.models.reference import TINY, jax_logits, numpy_random_model, torch_qwen2
 
@@ -151,6 +151,15 @@ def test_grids_share_a_prompt_between_its_samples():
     # chunks of max_batch rows in order: a prompt split across two chunks is one distinct prompt
     prompts, grids = plan_grids([a, a, a, b], 2)
     assert prompts == [a, b] and grids == [Grid((0,), 2, (0, 1)), Grid((0, 1), 1, (2, 3))]
+    # a budget of KV positions: each distinct prompt at the chunk's longest, max_tokens (here 10) per row
+    assert grid_tokens([2, 2], 3, 10) == 2 * 3 + 4 * 10 and grid_tokens([3, 1], 3, 10) == 4 * 3 + 4 * 10
+    long = [7] * 30
+    _, grids = plan_grids([a, b, long, c], None, max_grid_tokens=2 * 3 + 2 * 10, new_tokens=10)
+    assert grids == [Grid((0, 1), 1, (0, 1)), Grid((2,), 1, (2,)), Grid((3,), 1, (3,))]  # a row alone goes over
+    _, grids = plan_grids([a, a, b, b], None, max_grid_tokens=2 * 2 + 4 * 10, new_tokens=10)
+    assert grids == [Grid((0, 1), 2, (0, 1, 2, 3))]  # n samples of a prompt share its prefill: it fits
+    padded = plan_grids([a, b, c], None, max_grid_tokens=2 * 16 + 2 * 10, new_tokens=10, prompt_len=lambda n: 16)
+    assert padded[1] == [Grid((0, 1), 1, (0, 1)), Grid((2,), 1, (2,))]  # at their padded length
 
 
 def test_repeated_prompts_decode_as_each_alone(models, sampler, monkeypatch):
@@ -178,6 +187,12 @@ def test_repeated_prompts_decode_as_each_alone(models, sampler, monkeypatch):
     kept.sync(nnx.state(models[1], nnx.Param), version=1)
     kept.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=4)
     assert len(prefills) == 8 and len(kept._prefills) == 2  # new weights: prefilled again; at most 2 kept
+    bounded = JaxSampler(
+        models[1], eos_ids=[], prefix_cache=0, max_grid_tokens=40, **BUCKETS
+    )  # a grid per row: the same tokens
+    for c, i in zip(bounded.generate(PROMPTS[:2], n=2, temperature=0.0, max_tokens=12), [0, 0, 1, 1], strict=True):
+        np.testing.assert_array_equal(c.token_ids, alone[i].token_ids)
+        np.testing.assert_allclose(c.logprobs, alone[i].logprobs, atol=1e-5)
 
 
 def test_top_k_1_and_tiny_top_p_are_greedy(sampler):
@@ -317,6 +332,12 @@ def test_every_in_process_sampler_takes_the_runs_sampler_settings(models):
     )
     assert builds == []
     _, ours = models
-    off = local_sampler(SamplerSettings(backend="jax", jax_cpu_kernels=False))(ours, None, seed=3)
+    off = local_sampler(SamplerSettings(backend="jax", jax_cpu_kernels=False, jax_max_grid_tokens=4096))(ours, None)
     on = local_sampler(SamplerSettings(backend="vllm"))(ours, None)  # in process whatever serves the loop
     assert not off.cpu_kernels and on.cpu_kernels
+    assert off.max_grid_tokens == 4096 and on.max_grid_tokens is None  # the grid budget too (0: none)
+    loop = JaxSampler.from_settings(SamplerSettings(backend="jax", jax_max_grid_tokens=512), ours, None, None)
+    frozen = JaxSampler.from_settings(
+        SamplerSettings(backend="jax", jax_max_grid_tokens=512), ours, None, None, None, True
+    )
+    assert loop.max_grid_tokens == frozen.max_grid_tokens == 512
