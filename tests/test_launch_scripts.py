@@ -35,7 +35,6 @@ from mle_jax.run.settings import from_config
 from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
-from tests.sampling.stand_in import StandIn
 from tests.xla_flags import optimised_compile_env, with_device_count
 
 pytestmark = pytest.mark.integration
@@ -368,53 +367,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def test_tpu_pod_samples_from_a_server_per_process(checkpoint, tmp_path):
-    """Two processes of launch/tpu_pod.sh (as test_tpu_pod_runs_as_two_processes) given a sampler server per process
-    (VLLM_URLS): the leader's samples come from both (samples.jsonl names each one's server), and the step's weight
-    sync reaches both, tagged with its version. The servers are loopback stand-ins (tests/sampling/stand_in.py: they
-    answer with no program, so nothing runs) and the executors a local pool: what is tested is that a pod run spreads
-    its sampling over several servers and keeps them all in sync, in a few minutes."""
-    servers = [StandIn(free_port(), max_model_len=4096) for _ in range(2)]
-    urls = [f"http://127.0.0.1:{s.port}" for s in servers]
-    workdir = tmp_path / "run"
-    base_env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_URL")}
-    base_env |= {
-        "MODEL": str(checkpoint),
-        "CONFIG": "configs/pizza.py:cpu",
-        "VLLM_URLS": ",".join(urls),
-        "INSTR_URL": urls[0],
-        "RAY_ADDRESS": "127.0.0.1:1",  # tpu_pod.sh's executors are a Ray cluster's; a local pool here (below)
-        "WORKDIR": str(workdir),
-        "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}",
-        "JAX_NUM_PROCESSES": "2",
-        "XLA_FLAGS": with_device_count(2),
-    }
-    args = [*ONE_STEP, "--config.instrument.mode=ast", "--config.executor.fleet=local", "--config.eval.samples=0"]
-    procs = [
-        subprocess.Popen(["launch/tpu_pod.sh", *args], cwd=REPO, env={**base_env, "JAX_PROCESS_ID": str(i)},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        for i in range(2)
-    ]  # fmt: skip
-    try:
-        outs = [p.communicate(timeout=1500)[0] for p in procs]
-    finally:
-        for p in procs:
-            stop_group(p)
-        for s in servers:
-            s.kill()
-    logs = "".join(
-        f"\n--- process {i} (exit {p.returncode}):\n{out[-4000:]}"
-        for i, (p, out) in enumerate(zip(procs, outs, strict=True))
-    )
-    assert all(p.returncode == 0 for p in procs), logs
-    records = [json.loads(line) for line in (workdir / "samples.jsonl").read_text().splitlines()]
-    assert records and {r["server"] for r in records} == set(urls), [r["server"] for r in records]
-    assert all(r["version"] == 0 for r in records)  # sampled before the step's sync
-    for s in servers:  # the step's sync reached both servers, tagged with its version
-        assert s.version == 1 and s.reloads, (s.reloads, s.version)
-    assert "report:" in outs[0] and "report:" not in outs[1]
 
 
 def test_vllm_server_script_refuses_a_python_without_vllm_and_a_folder_without_a_model(tmp_path):

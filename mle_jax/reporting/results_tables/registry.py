@@ -90,6 +90,7 @@ from mle_jax.reporting.results_tables.turns import (
     render_turns_table,
     render_warmstart_debug,
 )
+from mle_jax.reporting.results_tables.weight_sync import WEIGHT_SYNC, render_weight_sync
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_instrument": Entry((QWEN,), render_qwen_instrument),
     "qwen_improve": Entry((QWEN,), render_qwen_improve),
     "chaos": Entry(CHAOS, render_chaos),
+    "weight_sync": Entry((WEIGHT_SYNC,), render_weight_sync),
     "qwen_plans": Entry(QWEN_PLANS, render_qwen_plans),
     "spooky_learning": Entry(
         (summary_path("learning-spooky"), summary_path("learning-spooky-sft300")), render_spooky_learning
