@@ -224,6 +224,8 @@ REGISTRY: dict[str, Entry] = {
         tuple(summary_path(p) for p in ABLATION_RUNS), improve_trained_figure, inline=True
     ),
     "turns_table": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_table),
+    "qwen_turns_table": Entry((summary_path("qwen-turns-pizza"),), render_turns_table),
+    "qwen_turns_contrasts": Entry((summary_path("qwen-turns-pizza"),), render_turns_contrasts),
     "turns_contrasts": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_contrasts),
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
