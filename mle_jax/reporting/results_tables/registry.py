@@ -57,6 +57,7 @@ from mle_jax.reporting.results_tables.qwen import (
 from mle_jax.reporting.results_tables.search import (
     EVIDENCE,
     ML_AGENT,
+    QWEN_SEARCH,
     render_search_contrasts,
     render_search_evidence,
     render_search_lite,
@@ -230,6 +231,8 @@ REGISTRY: dict[str, Entry] = {
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
     "search_evidence": Entry(EVIDENCE, render_search_evidence),
+    "qwen_search_evidence": Entry(QWEN_SEARCH, render_search_evidence),
+    "qwen_search_contrasts": Entry(QWEN_SEARCH, render_search_contrasts),
     "search_contrasts": Entry(EVIDENCE, render_search_contrasts),
     "search_operators": Entry(EVIDENCE, render_search_operators),
     "search_lite": Entry(EVIDENCE, render_search_lite),
