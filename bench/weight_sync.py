@@ -157,8 +157,9 @@ def to_servers(root: Path) -> list[dict]:
     command = "python bench/weight_sync.py " + " ".join(sys.argv[1:])
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
-    for name in FLAGS.models:
-        folder = model_folder(name, root)
+    for given in FLAGS.models:
+        folder = model_folder(given, root)
+        name = Path(given).name  # a folder's own name (its logs are files under root)
         model = hf.from_pretrained(folder)  # fp32, as the servers (vllm_server.CPU_ARGS)
         weights = [nnx.state(model, nnx.Param)]
         # another policy: its norms scaled (every logit changes; the other arrays are shared, not a second copy)
