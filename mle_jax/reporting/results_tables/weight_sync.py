@@ -46,7 +46,8 @@ def render_weight_sync(lines: list[dict]) -> str:
             ])  # fmt: skip
     header = ["model (weights)", "servers", "to sampling: files", "shared memory", "files / shared memory",
               "learner's wait (files / shm)", "handover (files / shm)", "worker's load (files / shm)"]  # fmt: skip
-    runs = sorted({(r["command"], r["date"]) for r in newest.values()}, key=lambda x: x[1])
+    # each run's machine as its end-to-end lines name it (the first line's was every run's)
+    runs = {(r["command"], r["date"]): r["machine"] for r in newest.values() if r["measure"] == "to_sampling"}
     return markdown_table(header, rows) + "".join(
-        f"\n\n`{c}` ({d}, {m})" for c, d, m in [(c, d, lines[0].get("machine", "")) for c, d in runs]
+        f"\n\n`{c}` ({d}, {m})" for (c, d), m in sorted(runs.items(), key=lambda x: x[0][1])
     )
