@@ -26,6 +26,7 @@ from mle_jax.experiments.learning.outcomes import (
     kind_outcomes,
     kind_shares,
     lag_of_kinds,
+    paired_by_prompt,
     share_contrast,
     slow_and_better,
     stale_means,
@@ -228,6 +229,43 @@ def test_eval_summary_gives_the_standard_error_of_the_valid_scores():
     assert e["task_score_se"] == pytest.approx(float(np.std([0.5, 0.7, -10.0], ddof=1) / np.sqrt(3)))
     assert eval_summary(result, "spooky-author-identification")["task_score_mean"] == pytest.approx(-11.2 / 3)
     assert eval_summary({"scratch": {**result["scratch"], "records": records[:1]}}, TASK)["se_score"] is None
+
+
+def test_after_against_before_is_paired_by_start_prompt_and_reported_per_seed(tmp_path):
+    """The same prompts in the same order before and after: the per-prompt differences, a prompt without a reward
+    in either left out; the p-value is scipy's sign-flip test of those differences; no pairing for an evaluation
+    from before by_prompt, or of another size."""
+    rewards_b = [-10.0, -9.8, -10.0, -9.9, -10.0, 0.6, -9.7, -10.0]
+    rewards_a = [-9.5, 0.7, -9.0, -9.9, -9.6, 0.65, -9.2, -9.9]
+
+    def summary(rewards):
+        records = [{"code": None, "valid": r is not None and r > 0, "score": r if r and r > 0 else None, "reward": r,
+                    "duration_s": 1.0} for r in rewards]  # fmt: skip
+        scratch = {"samples": len(records), "mean_reward": -5.0, "se_reward": 1.0, "valid_fraction": 0.2, "mean": 0.6,
+                   "max": 0.6, "records": records}  # fmt: skip
+        return eval_summary({"scratch": scratch}, TASK)
+
+    before, after = summary(rewards_b), summary(rewards_a)
+    assert paired_by_prompt(before, after)["n"] == 8
+    # a prompt whose run returned no reward (before: prompt 2; after: prompt 7) is left out of the pairs
+    before["by_prompt"]["reward"][2] = after["by_prompt"]["reward"][7] = None
+    paired = paired_by_prompt(before, after)
+    both = [0, 1, 3, 4, 5, 6]
+    d = np.array([rewards_a[i] - rewards_b[i] for i in both])
+    ref = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf).pvalue
+    assert paired["n"] == 6 and paired["reward"]["diff"] == pytest.approx(d.mean())
+    assert paired["reward"]["p"] == pytest.approx(ref) and paired["reward"]["test"] == "paired permutation"
+    assert paired["valid"]["diff"] == pytest.approx(1 / 6)  # prompt 1 became valid; prompt 5 stayed valid
+    assert paired_by_prompt({k: v for k, v in before.items() if k != "by_prompt"}, after) is None
+    assert paired_by_prompt(before, summary(rewards_a[:4])) is None
+    steps = _arm(tmp_path, "duration_weighted", [-5.0, -4.0])
+    repeats = [{"seed": 0, "paired_before_after": paired}, {"seed": 1, "paired_before_after": None}]
+    arm_stats = {"executor_utilization": 0.9, "learner_idle_fraction": 0.2, "instrument_lm_share": 0.1, "rl_wall_s": 9}
+    arms = {"ppo": {"before": before, "after": after, "steps": steps, "repeats": repeats, "stats": arm_stats}}
+    report = write_report({"task": TASK, "scale": {"steps": 2, "eval_samples": 8}, "batch_size": 2, "arms": arms,
+                           "corpus_kinds": {}, "warmstart": {}}, tmp_path).read_text()  # fmt: skip
+    assert f"| ppo | 0 | n = 6 prompts; reward {d.mean():+.3g} (paired permutation p = {ref:.2g}" in report
+    assert "| ppo | 1 | — |" in report
 
 
 def _eval_result(medals: dict) -> dict:

@@ -16,6 +16,7 @@ from mle_jax.env.evaluation import standard_error
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.instrument import pyast
 from mle_jax.reporting.results_tables.turns import evaluated, revision_contrast
+from mle_jax.reporting.statistics import paired_permutation
 from mle_jax.tasks.registry import get_spec
 from mle_jax.tasks.reward import task_scores
 from mle_jax.warmstart.programs import solution_kind
@@ -72,7 +73,31 @@ def eval_summary(result: dict, task_id: str, failure: float = -10.0) -> dict:
         "medals": e.get("medals"),
         "paper": result.get("paper"),
         **({"episodes": episode_outcomes(result)} if "turns" in result else {}),
+        # the submission handed in for each start prompt, in the evaluation's prompt order (the same prompts before
+        # and after RL: `paired_by_prompt`); None where no reward came back
+        "by_prompt": {"reward": [r["reward"] for r in records], "valid": [r["valid"] for r in records]},
     }
+
+
+def paired_by_prompt(before: dict, after: dict) -> dict[str, Any] | None:
+    """After against before RL in one run, paired by start prompt (both evaluations answer the same prompts in the
+    same order): the sign-flip permutation test (`statistics.paired_permutation`) of the mean per-prompt difference
+    of the reward and of validity (0/1), over the prompts both answered. None when either evaluation predates
+    "by_prompt" or their prompt counts differ.
+
+    before, after: `eval_summary` results (by_prompt: reward [n], valid [n]). Returns {"n", "reward", "valid"}, each
+    test as {diff, test, p, n_a, n_b} (positive: after is higher)."""
+    b, a = before.get("by_prompt"), after.get("by_prompt")
+    if b is None or a is None or len(b["reward"]) != len(a["reward"]):
+        return None
+    both = [i for i, (x, y) in enumerate(zip(b["reward"], a["reward"], strict=True)) if x is not None and y is not None]
+    if not both:
+        return None
+    out: dict[str, Any] = {"n": len(both)}
+    for key in ("reward", "valid"):
+        test = paired_permutation([float(a[key][i]) for i in both], [float(b[key][i]) for i in both])
+        out[key] = dataclasses.asdict(test)
+    return out
 
 
 def proportion_se(p: float | None, n: int) -> float | None:

@@ -26,6 +26,7 @@ from mle_jax.experiments.learning.outcomes import (
     eval_summary,
     instrument_shares,
     lag_of_kinds,
+    paired_by_prompt,
     revision_contrasts,
     share_contrast,
     slow_and_better,
@@ -241,7 +242,8 @@ def experiment(
                 own = rs.instrument != s.instrument
                 fn = builders.make_instrumenter(rs, initial, tokenizer, arm_dir) if own else None
                 draws = eval_draws(k, turns) if k is not None else 1
-                repeats.append(run_arm(rs, arm, initial, before_env, arm_dir, fn, draws, out / "base"))
+                r = run_arm(rs, arm, initial, before_env, arm_dir, fn, draws, out / "base")
+                repeats.append({**r, "paired_before_after": paired_by_prompt(befores[k], r["after"])})
             results[arm.name] = {"before": befores[k], **repeats[0], "overrides": dict(arm.overrides)}
             results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
             results[arm.name]["task_score"] = arm_task_scores(repeats)
