@@ -5,6 +5,7 @@ the same greedy tokens."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -61,8 +62,10 @@ def test_logits_match_transformers_from_folder_and_from_gguf(ours, theirs, promp
     got = jax_logits(ours, tokens)
     assert np.abs(got - ref).max() <= 1e-4
     assert (got.argmax(-1) == ref.argmax(-1)).all()
+    # the folder's config (test_folder_is_qwen_coder pins it): transformers then reads the GGUF once, for its
+    # tensors, not a second time for a config (each read parses the file's 151,936-entry vocabulary: ~8 s)
     direct = transformers.AutoModelForCausalLM.from_pretrained(
-        GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32
+        GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32, config=copy.deepcopy(theirs.config)
     ).eval()
     assert np.abs(torch_logits(direct, tokens) - ref).max() == 0.0
 
