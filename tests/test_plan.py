@@ -75,10 +75,23 @@ def test_plan_reports_memory_flops_and_fit_per_device(tiny_plan):
     assert set(p["method"]) >= {"memory", "flops", "sampler"} and "xla-cpu" in p["method"]["memory"]
 
 
-def test_plan_says_when_it_does_not_fit():
-    """In process, on this process's one CPU device: a device too small for the learner does not fit."""
-    s = from_config(pizza.get_config("cpu"))
-    p = make_plan(s, cpu_target(1), device_memory_gib=0.01, decode=False)
+@pytest.fixture(scope="module")
+def cpu_plans() -> dict[str, dict]:
+    """In process, on this process's one CPU device, a device of 10 MiB: the :cpu config's plan with PPO and with
+    GRPO (groups of 4 for both: GRPO compares within groups; the plans differ only in the objective). Each plan
+    compiles its update, so the tests below share these two."""
+    plans = {}
+    for algorithm in ("ppo", "grpo"):
+        cfg = pizza.get_config("cpu")
+        cfg.learner.algorithm = algorithm
+        cfg.sampler.group_size = 4
+        plans[algorithm] = make_plan(from_config(cfg), cpu_target(1), device_memory_gib=0.01, decode=False)
+    return plans
+
+
+def test_plan_says_when_it_does_not_fit(cpu_plans):
+    """A device too small for the learner does not fit."""
+    p = cpu_plans["ppo"]
     assert p["devices"] == 1 and p["fits"] is False and p["per_device"]["total_gib"] > 0.01
     assert "DOES NOT FIT" in format_plan(p)
 
@@ -124,15 +137,10 @@ def test_cli_errors_are_one_line():
     assert err == "error: mesh: 4 devices cannot be split into data/fsdp/tensor = [3, -1, 1]", err
 
 
-def test_a_critic_free_objective_plans_no_critic_and_less_memory():
-    """In process, one CPU device: the GRPO update holds no critic, no critic moments and no critic pass, so its
-    per-device total is below PPO's for the same config; its FLOPs lack the critic's forward and backward."""
-    plans = {}
-    for algorithm in ("ppo", "grpo"):
-        cfg = pizza.get_config("cpu")
-        cfg.learner.algorithm = algorithm
-        cfg.sampler.group_size = 4  # GRPO compares within groups; both plans alike, only the objective differs
-        plans[algorithm] = make_plan(from_config(cfg), cpu_target(1), device_memory_gib=8.0, decode=False)
+def test_a_critic_free_objective_plans_no_critic_and_less_memory(cpu_plans):
+    """The GRPO update holds no critic, no critic moments and no critic pass, so its per-device total is below
+    PPO's for the same config; its FLOPs lack the critic's forward and backward."""
+    plans = cpu_plans
     ppo, grpo = plans["ppo"]["per_device"], plans["grpo"]["per_device"]
     assert plans["grpo"]["config"]["algorithm"] == "grpo" and grpo["params_gib"]["critic"] == 0.0
     assert ppo["params_gib"]["critic"] > 0 and grpo["params_gib"]["policy"] == ppo["params_gib"]["policy"]
