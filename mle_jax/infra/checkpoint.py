@@ -213,6 +213,13 @@ class Checkpointer:
         restored = self._manager.restore(step, args=ocp.args.Composite(**args))
         return {name: restored[name] for name in kinds}
 
+    def json_item(self, step: int, name: str) -> dict[str, Any]:
+        """One JSON item of a whole step (the loop's state, say), without reading its arrays: for reports of how far
+        a run got while it runs."""
+        if step not in self.all_steps():
+            raise FileNotFoundError(f"no checkpoint step {step} in {self.directory} (have {self.all_steps()})")
+        return self._manager.restore(step, args=ocp.args.Composite(**{name: ocp.args.JsonRestore()}))[name]
+
     def restore_latest(self, targets: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]] | None:
         """(step, items) of the newest checkpoint that reads back whole, or None when the directory has none (a
         fresh run).

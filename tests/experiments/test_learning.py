@@ -33,8 +33,10 @@ from mle_jax.experiments.learning.outcomes import (
     step_series,
 )
 from mle_jax.experiments.learning.plots import task_score_plot
+from mle_jax.experiments.learning.progress import experiment_progress
 from mle_jax.experiments.learning.report import ablation_lines, ablation_table, write_report
-from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, share_warm_start, work_left
+from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, run_dir, share_warm_start, work_left
+from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.reporting.results_tables.ablations import (
     arm_contrasts,
@@ -42,6 +44,7 @@ from mle_jax.reporting.results_tables.ablations import (
     render_ablation_contrasts,
     render_ablation_table,
 )
+from mle_jax.reporting.results_tables.learning import render_learning_progress
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
 
@@ -266,6 +269,35 @@ def test_after_against_before_is_paired_by_start_prompt_and_reported_per_seed(tm
                            "corpus_kinds": {}, "warmstart": {}}, tmp_path).read_text()  # fmt: skip
     assert f"| ppo | 0 | n = 6 prompts; reward {d.mean():+.3g} (paired permutation p = {ref:.2g}" in report
     assert "| ppo | 1 | — |" in report
+
+
+def test_progress_says_how_far_each_run_got_from_its_checkpoint_and_metrics(tmp_path):
+    """A run past a session: the repeat that ran 3 steps (checkpointed at 2, the loop's clocks in the checkpoint's loop
+    item), one not started; the before-RL evaluation cached, no after-RL one; the table renders each run."""
+    arms = [Arm("ppo_batch_mean", "ppo", "batch_mean")]
+    started = run_dir(tmp_path, "ppo_batch_mean", 0)
+    writer = MetricsWriter(started, tensorboard=False)
+    for step, (valid, share) in enumerate([(0.25, 0.5), (0.5, 0.5), (0.0, 0.25)], start=1):
+        writer.write(step, {"valid_fraction": valid, "prompt/improve_share_trained": share})
+    writer.close()
+    counters = {"step": 2, "wall_s": 600.0, "update_s": 400.0, "sample_s": 150.0}
+    ckpt = Checkpointer(started / "checkpoints")
+    for step in (1, 2):
+        ckpt.save(step, {"learner": {"w": np.ones(3)}, "loop": {"counters": {**counters, "step": step}}})
+    ckpt.close()
+    (tmp_path / "before.json").write_text("{}")
+    p = experiment_progress(tmp_path, arms, seeds=2, steps=10)
+    first, second = p["runs"]["ppo_batch_mean"], p["runs"]["ppo_batch_mean.seed1"]
+    assert (first["steps_logged"], first["last_checkpoint"], first["rl_wall_s"]) == (3, 2, 600.0)
+    assert first["valid_fraction_by_step"] == [0.25, 0.5, 0.0] and first["improve_share_trained"] == pytest.approx(
+        5 / 12
+    )
+    assert (second["steps_logged"], second["last_checkpoint"], second["rl_wall_s"]) == (0, None, 0.0)
+    assert not (run_dir(tmp_path, "ppo_batch_mean", 1) / "checkpoints").exists()  # reading creates nothing
+    assert p["before_evaluated"] == {"before.json": True} and p["evaluations_after_done"] == 0
+    assert (p["steps_done"], p["steps_planned"]) == (3, 20)
+    table = render_learning_progress(p)
+    assert "| `ppo_batch_mean` | 3 of 10 | 2 | 10.0 min | 6.7 min / 2.5 min | 0.25 0.50 0.00 | 0.42 | no |" in table
 
 
 def _eval_result(medals: dict) -> dict:

@@ -6,6 +6,7 @@
         [--arm=NAME:FIELD=VALUE[,FIELD=VALUE...] ...]   (an arm per --arm: config overrides; NAME: for none)
         [--seeds N]   (every arm N times, seeds cfg.seed + 0..N-1, from the same warm start)
         [--turns=1,3]   (every arm once per K, named ARM_tK, agent.turns=K: does revising beat resampling?)
+        [--progress]   (nothing run: DIR/progress.json says how far each arm and repeat got, for runs past a session)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
 instrumenter, sampler and learner, in arms with the same seed that differ only in their config overrides.
@@ -63,8 +64,10 @@ from mle_jax.experiments.learning.arms import (
     select_arms,
     split_by_turns,
 )
+from mle_jax.experiments.learning.progress import experiment_progress
 from mle_jax.experiments.learning.report import mean_reward_text, revision_text
 from mle_jax.experiments.learning.running import experiment, share_warm_start
+from mle_jax.reporting import provenance
 from mle_jax.rl.duration import DURATION_MODES
 from mle_jax.run.cli import config_flag, parse_flags
 from mle_jax.run.settings import from_config
@@ -100,6 +103,9 @@ def _define_flags() -> dict[str, Any]:
         "turns": flags.DEFINE_list(
             "turns", [], "episode lengths K (agent.turns), one arm each per arm (ARM_tK); empty: the config's"
         ),
+        "progress": flags.DEFINE_bool(
+            "progress", False, "only write DIR/progress.json: how far each arm and repeat got (nothing is run)"
+        ),
     }
 
 
@@ -125,6 +131,15 @@ def main(argv: list[str]) -> None:
     except ValueError as e:  # ConfigError too: one line, before any work
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if _FLAGS["progress"].value:
+        report = experiment_progress(out, arms, _FLAGS["seeds"].value, scale.steps, turns)
+        provenance.write_json(out / "progress.json", report)
+        for name, r in report["runs"].items():
+            after = "evaluated" if r["evaluated_after"] else "not evaluated"
+            print(f"{name}: {r['steps_logged']} of {r['steps_planned']} RL steps (checkpoint {r['last_checkpoint']}), "
+                  f"{r['rl_wall_s'] / 60:.0f} min of RL, after RL {after}")  # fmt: skip
+        print(f"progress: {out / 'progress.json'}")
+        return
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)
     summary = experiment(

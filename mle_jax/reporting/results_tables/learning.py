@@ -313,3 +313,22 @@ def render_mix_evidence(d: dict) -> str:
               "eval samples", "mean reward ± SE, before → after", "change (Welch p)", "valid fraction, before → after",
               "best score (medal), before → after", "single-task run of the task (duration-weighted arm)"]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def render_learning_progress(progress: dict) -> str:
+    """How far a learning experiment got (its progress.json: `python -m mle_jax.experiments.learning ... --progress`):
+    per arm and repeat, the RL steps logged of those planned, the last whole checkpoint, the RL time so far (its
+    update and sampling parts), the valid fraction of each step's trained samples, the trained improve share, and
+    whether the after-RL evaluation is done."""
+    rows = []
+    for name, r in progress["runs"].items():
+        valid = " ".join(number(v, 2) for v in r["valid_fraction_by_step"]) or "—"
+        rows.append([
+            f"`{name}`", f"{r['steps_logged']} of {r['steps_planned']}", r["last_checkpoint"] or "—",
+            minutes(r["rl_wall_s"]), f"{minutes(r['update_s'])} / {minutes(r['sample_s'])}", valid,
+            number(r["improve_share_trained"], 2), "yes" if r["evaluated_after"] else "no",
+        ])  # fmt: skip
+    header = ["run (arm, repeat)", "RL steps done", "last checkpoint", "RL time", "of it: update / sampling",
+              "valid fraction of the trained samples, per step", "improve share trained",
+              "evaluated after RL"]  # fmt: skip
+    return markdown_table(header, rows)
