@@ -44,7 +44,7 @@ from mle_jax.reporting.results_tables.ablations import (
     render_ablation_contrasts,
     render_ablation_table,
 )
-from mle_jax.reporting.results_tables.learning import render_learning_progress
+from mle_jax.reporting.results_tables.learning import learning_progress_figure, render_learning_progress
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
 
@@ -298,6 +298,8 @@ def test_progress_says_how_far_each_run_got_from_its_checkpoint_and_metrics(tmp_
     assert (p["steps_done"], p["steps_planned"]) == (3, 20)
     table = render_learning_progress(p)
     assert "| `ppo_batch_mean` | 3 of 10 | 2 | 10.0 min | 6.7 min / 2.5 min | 0.25 0.50 0.00 | 0.42 | no |" in table
+    figure = learning_progress_figure({**p, "date": "2026-11-28T23:00:00+00:00"})
+    assert figure == "3 of 20 RL steps done (1 of 2 runs begun, 0 evaluated after RL; 2026-11-28)"
 
 
 def _eval_result(medals: dict) -> dict:

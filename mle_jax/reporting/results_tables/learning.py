@@ -332,3 +332,14 @@ def render_learning_progress(progress: dict) -> str:
               "valid fraction of the trained samples, per step", "improve share trained",
               "evaluated after RL"]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def learning_progress_figure(progress: dict) -> str:
+    """The progress file in a sentence: RL steps done of those planned over every run, the runs begun, the
+    evaluations after RL done, and the date it was read."""
+    runs = progress["runs"].values()
+    begun = sum(r["steps_logged"] > 0 for r in runs)
+    return (
+        f"{progress['steps_done']} of {progress['steps_planned']} RL steps done ({begun} of {len(runs)} runs begun, "
+        f"{progress['evaluations_after_done']} evaluated after RL; {progress['date'][:10]})"
+    )
