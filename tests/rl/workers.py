@@ -78,6 +78,9 @@ def multihost(args) -> None:
 
     assert maybe_initialize_distributed(f"127.0.0.1:{args.port}", 2, args.process_id)
     assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
+    # a multi-process CPU run compiles its own programs: executables from the persistent cache ran their gloo
+    # collectives out of step (infra/sharding.maybe_initialize_distributed)
+    assert not jax.config.jax_enable_compilation_cache
     metrics, _, params, specs = _run_updates(LAYOUTS["fsdp"])
     if jax.process_index() == 0:
         np.savez(os.path.join(args.out, "multihost.npz"), **params)
