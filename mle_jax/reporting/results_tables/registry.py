@@ -30,7 +30,9 @@ from mle_jax.reporting.results_tables.learning import (
     SPOOKY_RUNS,
     best_before_rl_figure,
     corpus_median_figure,
+    learning_progress_figure,
     render_instrument_heldout,
+    render_learning_progress,
     render_learning_utilisation,
     render_mix_evidence,
     render_objective_arms,
@@ -103,6 +105,7 @@ class Entry:
     inline: bool = False  # a figure inside a sentence (`figure:` markers), not a table
 
 
+QWEN_RL_PROGRESS = f"{RESULTS}/qwen-rl-pizza/progress.json"  # how far RL on Qwen got (issue 46)
 OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
 
 # bench/objective_step.py's files of issue 37 on an H100, and the code each measured
@@ -231,6 +234,8 @@ REGISTRY: dict[str, Entry] = {
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
     "search_evidence": Entry(EVIDENCE, render_search_evidence),
+    "qwen_rl_progress": Entry((QWEN_RL_PROGRESS,), render_learning_progress),
+    "qwen_rl_progress_figure": Entry((QWEN_RL_PROGRESS,), learning_progress_figure, inline=True),
     "qwen_search_evidence": Entry(QWEN_SEARCH, render_search_evidence),
     "qwen_search_contrasts": Entry(QWEN_SEARCH, render_search_contrasts),
     "search_contrasts": Entry(EVIDENCE, render_search_contrasts),

@@ -21,7 +21,8 @@ SEARCH_TASKS = {"spooky": "spooky-author-identification", "pizza": "random-acts-
 CHECKPOINTS = {"initial": "warm start", "latest": "after RL"}
 SEARCHES = tuple(POLICIES)  # every registered search policy (env/search.py)
 EVIDENCE = tuple(f"{SEARCH_DIR}/{t}-{c}-{s}.json" for t in SEARCH_TASKS for c in CHECKPOINTS for s in SEARCHES)
-QWEN_SEARCH = tuple(f"{RESULTS}/qwen-search/pizza-prompted-{s}.json" for s in SEARCHES)  # the prompted Qwen, issue 46
+# the prompted Qwen (issue 46), each task and search
+QWEN_SEARCH = tuple(f"{RESULTS}/qwen-search/{t}-prompted-{s}.json" for t in SEARCH_TASKS for s in SEARCHES)
 ML_AGENT = tuple(f"{SEARCH_DIR}/{t}-latest-aide-ml_agent.json" for t in SEARCH_TASKS)
 
 
