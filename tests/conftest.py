@@ -81,6 +81,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config._tier_started = time.time()  # type: ignore[attr-defined]
     session.config._tier_seconds = defaultdict(float)  # type: ignore[attr-defined]
     session.config._tier_counts = defaultdict(int)  # type: ignore[attr-defined]
+    session.config._worker_seconds = defaultdict(float)  # type: ignore[attr-defined]
 
 
 def module_of(item: pytest.Item) -> str:
@@ -109,6 +110,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     tier = tier_of(report.keywords)
     config._tier_seconds[tier] += report.duration
+    node = getattr(getattr(report, "node", None), "gateway", None)  # the pytest-xdist worker that ran it
+    config._worker_seconds[getattr(node, "id", "main")] += report.duration
     if report.when == "call":
         config._tier_counts[tier] += 1
 
@@ -138,6 +141,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             t: {"tests": config._tier_counts[t], "test_seconds": round(config._tier_seconds[t], 1)}
             for t in ("unit", *TIERS)
         },
+        # each worker's sum of test phases: the suite's wall time is about the busiest worker's
+        "worker_seconds": {w: round(v, 1) for w, v in sorted(config._worker_seconds.items())},
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(record, indent=2) + "\n")

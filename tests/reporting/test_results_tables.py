@@ -15,6 +15,7 @@ from mle_jax.reporting.results_tables.engine import blocks, differences, documen
 from mle_jax.reporting.results_tables.learning import wall_figure
 from mle_jax.reporting.results_tables.registry import LEGACY, REGISTRY
 from mle_jax.reporting.results_tables.sources import ROOT, records
+from mle_jax.reporting.results_tables.tiers import render_test_tiers
 
 
 def _markers() -> dict[str, set[str]]:
@@ -145,3 +146,17 @@ def test_numbers_are_written_with_a_typographic_minus_unless_told_and_no_negativ
     assert (number(-0.204), signed(0.03), signed(-0.2, 1), number(None)) == ("−0.20", "+0.03", "−0.2", "—")
     assert number(-0.001) == "0.00" and number(-0.001, 3) == "−0.001"
     assert plus_minus(-2.0, 0.5, minus="-") == "-2.00 ± 0.50" and plus_minus(0.5123, None, 3) == "0.512"
+
+
+def test_the_tier_table_gives_each_workers_time_when_recorded():
+    """`make test`'s record (tests/conftest.py) keeps each pytest-xdist worker's sum of test phases: the table shows
+    them (the wall time follows the busiest); a record made before they were kept renders as before."""
+    tier = {"tests": 1, "test_seconds": 60.0}
+    times = {"command": "make test", "machine": "2 CPUs", "workers": 2, "date": "2026-11-28 23:00 UTC",
+             "wall_s": 400.0, "tiers": {t: tier for t in ("unit", "model", "integration", "e2e")}}  # fmt: skip
+    assert "per worker" not in render_test_tiers(times)
+    table = render_test_tiers({**times, "worker_seconds": {"gw0": 390.0, "gw1": 300.0}})
+    assert (
+        "| per worker | each worker's tests (the wall time is about the busiest's) |  | gw0 6.5 min, gw1 5.0 min |"
+        in table
+    )

@@ -24,6 +24,10 @@ def render_test_tiers(times: dict) -> str:
     rows.append(["all", f"`{times['command']}` on {times['machine']}, {times['workers']} workers, {times['date']}",
                  str(sum(t["tests"] for t in tiers.values())),
                  f"{total / 60:.1f} min of tests in {times['wall_s'] / 60:.1f} min of wall time"])  # fmt: skip
+    workers = times.get("worker_seconds") or {}  # absent from records made before it was kept
+    if len(workers) > 1:
+        busy = ", ".join(f"{w} {minutes(v)}" for w, v in workers.items())
+        rows.append(["per worker", "each worker's tests (the wall time is about the busiest's)", "", busy])
     return markdown_table(["tier (pytest mark)", "what it runs", "tests", "time"], rows)
 
 
