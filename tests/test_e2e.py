@@ -17,6 +17,7 @@ from configs import pizza
 from mle_jax.executor.result import OUTCOMES
 from mle_jax.infra.metrics import read_metrics
 from mle_jax.rl.ledger import LEDGER, read_ledger, tally
+from tests.launch_forks import forked_runs
 from tests.samples_browser import open_page, rows
 
 pytestmark = pytest.mark.e2e
@@ -280,8 +281,9 @@ def test_evaluate_cli_refuses_a_bad_search_in_one_line(finished_run, tmp_path):
         (workdir, ["--samples=1000000000"], "--samples=1,000,000,000 is more than one evaluate command runs"),
         *((where, [], f"{where / 'config.json'} is not a run's config (") for where in broken.values()),
     ]  # fmt: skip
-    for where, flags, message in cases:
-        done = evaluate_cli(where, *flags)
+    # each case forked from one interpreter that imported the CLI once (tests/launch_forks.py)
+    results = forked_runs([[f"--workdir={where}", *flags] for where, flags, _ in cases], "mle_jax.evaluate")
+    for (_, _, message), done in zip(cases, results, strict=True):
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (
             lines

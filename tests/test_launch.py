@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from mle_jax.rl.objectives import OBJECTIVES
 from mle_jax.run import config_docs, preflight
 from mle_jax.run.settings import from_config
 from mle_jax.tasks.registry import get_spec
+from tests.launch_forks import forked_runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,12 +30,8 @@ def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def launch_each(cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
-    """`python -m mle_jax.launch ARGS` for each ARGS, as one interpreter that imports the launcher once and forks a
-    child per ARGS (tests/launch_forks.py): the same entry point, without a JAX import per case."""
-    done = subprocess.run([sys.executable, "-m", "tests.launch_forks"], input=json.dumps(cases), cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=True)  # fmt: skip
-    return [subprocess.CompletedProcess(args, r["returncode"], r["stdout"], r["stderr"])
-            for args, r in zip(cases, json.loads(done.stdout), strict=True)]  # fmt: skip
+    """`python -m mle_jax.launch ARGS` for each ARGS, forked from one interpreter (tests/launch_forks.py)."""
+    return forked_runs(cases, "mle_jax.launch", timeout)
 
 
 USER_ERRORS = [

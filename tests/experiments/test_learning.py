@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +46,7 @@ from mle_jax.reporting.results_tables.ablations import (
 from mle_jax.reporting.results_tables.learning import learning_progress_figure, render_learning_progress
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
+from tests.launch_forks import forked_runs
 
 TASK = "random-acts-of-pizza"
 
@@ -398,16 +398,25 @@ def test_an_arms_config_sets_its_objective_and_weights_and_a_group_objective_nee
         arm_config(without, Arm("grpo_off", "grpo", "off"))
 
 
-def test_an_unknown_algorithm_fails_the_command_in_one_line_before_any_work(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "mle_jax.experiments.learning", "--config=configs/spooky.py:cpu",
-         f"--out={tmp_path / 'out'}", "--algorithms=ppo,grop"],
-        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> tuple[Path, list[subprocess.CompletedProcess]]:
+    """The command's refusals, each case forked from one interpreter that imported it once (tests/launch_forks.py):
+    an unknown algorithm, an arm that changes the warm start. Returns (the cases' folder, their results)."""
+    tmp = tmp_path_factory.mktemp("refused")
+    cases = [
+        ["--config=configs/spooky.py:cpu", f"--out={tmp / 'algorithm'}", "--algorithms=ppo,grop"],
+        ["--config=configs/pizza.py:cpu", f"--out={tmp / 'arm'}", "--arm=paper:",
+         "--arm=other:model.path=checkpoints/smollm2-135m-instruct"],
+    ]  # fmt: skip
+    return tmp, forked_runs(cases, "mle_jax.experiments.learning", timeout=300)
+
+
+def test_an_unknown_algorithm_fails_the_command_in_one_line_before_any_work(refused):
+    tmp_path, (done, _) = refused
     assert done.returncode == 2 and done.stderr.strip() == (
         "error: --algorithms: unknown 'grop'; known: ppo,grpo,dr_grpo,rloo"
     ), done.stderr[-2000:]
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "algorithm").exists()
 
 
 def test_stale_metrics_the_learner_reports_are_averaged_per_arm(tmp_path):
@@ -473,17 +482,13 @@ def test_arm_specs_set_any_field_and_bad_ones_fail_in_one_line():
         assert str(e.value).startswith(says) and "\n" not in str(e.value), str(e.value)
 
 
-def test_an_arm_that_changes_the_warm_start_fails_the_command_in_one_line_before_any_work(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "mle_jax.experiments.learning", "--config=configs/pizza.py:cpu",
-         f"--out={tmp_path / 'out'}", "--arm=paper:", "--arm=other:model.path=checkpoints/smollm2-135m-instruct"],
-        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def test_an_arm_that_changes_the_warm_start_fails_the_command_in_one_line_before_any_work(refused):
+    tmp_path, (_, done) = refused
     assert done.returncode == 2 and done.stderr.strip() == (
         "error: arm other: model.path would change the warm start every arm shares (model, tokenizer, task); an arm "
         "cannot set it"
     ), done.stderr[-2000:]
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "arm").exists()
 
 
 def _repeat(final: float, se: float | None, curve: list[float | None], valid: float = 0.5) -> dict:
