@@ -23,12 +23,6 @@ from tests.launch_forks import forked_runs
 REPO = Path(__file__).resolve().parents[1]
 
 
-def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mle_jax.launch", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def launch_each(cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
     """`python -m mle_jax.launch ARGS` for each ARGS, forked from one interpreter (tests/launch_forks.py)."""
     return forked_runs(cases, "mle_jax.launch", timeout)
@@ -117,17 +111,31 @@ INSPECT = {  # --print_config and --dry_run: what they print, and that nothing s
 Launched = tuple[subprocess.CompletedProcess, Path]
 
 
+# refusals the tests below read one by one (each with a folder of its own under which its workdir would be `run`)
+REFUSED = {
+    "us_patent_cpu": ["--config=configs/us_patent.py:cpu"],
+    "us_patent_gpu": ["--config=configs/us_patent.py:gpu"],
+    "broken_model": ["--config=configs/pizza.py:cpu"],  # model.path: a folder whose config.json is no JSON
+}
+
+
 @pytest.fixture(scope="module")
-def launched_all(tmp_path_factory) -> tuple[dict[int, Launched], dict[str, Launched]]:
-    """Every USER_ERRORS and INSPECT case launched once (one forking interpreter for all), each with a workdir of its
-    own: (USER_ERRORS' by index, INSPECT's by name)."""
+def launched_all(tmp_path_factory) -> tuple[dict[int, Launched], dict[str, Launched], dict[str, Launched]]:
+    """Every USER_ERRORS, INSPECT and REFUSED case launched once (one forking interpreter for all), each with a
+    workdir of its own: (USER_ERRORS' by index, INSPECT's by name, REFUSED's by name)."""
     root = tmp_path_factory.mktemp("launch")
     errors = [[*args, f"--config.workdir={root / str(i) / 'run'}"] for i, (args, _) in enumerate(USER_ERRORS)]
     inspect = [[*args, f"--config.workdir={root / name}"] if name != "help" else args for name, args in INSPECT.items()]
-    done = launch_each(errors + inspect)
+    (root / "broken_model" / "model").mkdir(parents=True)
+    (root / "broken_model" / "model" / "config.json").write_text("{not json")
+    refused = [[*args, f"--config.workdir={root / name / 'run'}"] for name, args in REFUSED.items()]
+    refused[-1].append(f"--config.model.path={root / 'broken_model' / 'model'}")
+    done = launch_each(errors + inspect + refused)
+    n, m = len(errors), len(errors) + len(inspect)
     return (
-        {i: (d, root / str(i)) for i, d in enumerate(done[: len(errors)])},
-        {name: (d, root / name) for name, d in zip(INSPECT, done[len(errors) :], strict=True)},
+        {i: (d, root / str(i)) for i, d in enumerate(done[:n])},
+        {name: (d, root / name) for name, d in zip(INSPECT, done[n:m], strict=True)},
+        {name: (d, root / name) for name, d in zip(REFUSED, done[m:], strict=True)},
     )
 
 
@@ -205,9 +213,9 @@ def test_a_multi_process_run_syncs_by_files_not_shared_memory():
     assert not any("several processes" in p for p in preflight.problems(s, {"JAX_NUM_PROCESSES": "1"}))
 
 
-@pytest.mark.parametrize("args", [["--config=configs/us_patent.py:cpu"], ["--config=configs/us_patent.py:gpu"]])
-def test_a_task_without_data_fails_in_one_line(args, tmp_path):
-    done = launch(*args, f"--config.workdir={tmp_path / 'run'}")
+@pytest.mark.parametrize("case", ["us_patent_cpu", "us_patent_gpu"])
+def test_a_task_without_data_fails_in_one_line(case, launched_all):
+    done, tmp_path = launched_all[2][case]
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: ") and ("prepared_dir" in line or "unknown config arg 'gpu'" in line), line
@@ -281,11 +289,8 @@ def test_a_model_config_that_does_not_read_is_caught_before_any_work(tmp_path, c
     assert problem.startswith(f"model.path={tmp_path}: ") and says in problem, problem
 
 
-def test_a_broken_model_config_fails_launch_in_one_line(tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{not json")
-    done = launch("--config=configs/pizza.py:cpu", f"--config.model.path={tmp_path / 'model'}",
-                  f"--config.workdir={tmp_path / 'run'}")  # fmt: skip
+def test_a_broken_model_config_fails_launch_in_one_line(launched_all):
+    done, tmp_path = launched_all[2]["broken_model"]
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"error: model.path={tmp_path / 'model'}: ") and "not valid JSON" in line, line
