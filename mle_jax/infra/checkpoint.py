@@ -102,15 +102,18 @@ class Checkpointer:
     JSON-able dict (loop state: counters, buffers of previous solutions, the prompt stream position).
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True, read_only: bool = False):
+        """read_only: only read a folder another process may be writing (how far a run got): nothing is created,
+        saved, deleted or cleaned up, so that its saves in flight (orbax's temporary step folders) are left alone."""
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
-            create=True,
-            cleanup_tmp_directories=True,  # leftovers of a save killed mid-write
+            max_to_keep=None if read_only else keep,
+            create=not read_only,
+            cleanup_tmp_directories=not read_only,  # leftovers of a save killed mid-write
             enable_async_checkpointing=async_save,
+            read_only=read_only,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 

@@ -35,7 +35,7 @@ from mle_jax.experiments.learning.plots import task_score_plot
 from mle_jax.experiments.learning.progress import experiment_progress
 from mle_jax.experiments.learning.report import ablation_lines, ablation_table, write_report
 from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, run_dir, share_warm_start, work_left
-from mle_jax.infra.checkpoint import Checkpointer
+from mle_jax.infra.checkpoint import TMP_MARK, Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
 from mle_jax.reporting.results_tables.ablations import (
     arm_contrasts,
@@ -286,7 +286,10 @@ def test_progress_says_how_far_each_run_got_from_its_checkpoint_and_metrics(tmp_
         ckpt.save(step, {"learner": {"w": np.ones(3)}, "loop": {"counters": {**counters, "step": step}}})
     ckpt.close()
     (tmp_path / "before.json").write_text("{}")
+    in_flight = started / "checkpoints" / f"3{TMP_MARK}-1"  # the running experiment's save of step 3, half written
+    in_flight.mkdir()
     p = experiment_progress(tmp_path, arms, seeds=2, steps=10)
+    assert in_flight.is_dir()  # reading how far it got never cleans up what the run is writing
     first, second = p["runs"]["ppo_batch_mean"], p["runs"]["ppo_batch_mean.seed1"]
     assert (first["steps_logged"], first["last_checkpoint"], first["rl_wall_s"]) == (3, 2, 600.0)
     assert first["valid_fraction_by_step"] == [0.25, 0.5, 0.0] and first["improve_share_trained"] == pytest.approx(

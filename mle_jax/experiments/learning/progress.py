@@ -23,8 +23,9 @@ def run_progress(arm_dir: Path, steps: int) -> dict[str, Any]:
     improve share of each logged step, and whether its after-RL evaluation is cached. A run not started yet: zeros."""
     rows = read_metrics(arm_dir / "metrics.jsonl")
     ckpt_dir = arm_dir / "checkpoints"
-    saved = Checkpointer(ckpt_dir).all_steps() if ckpt_dir.is_dir() else []
-    counters = Checkpointer(ckpt_dir).json_item(saved[-1], "loop")["counters"] if saved else {}
+    ckpt = Checkpointer(ckpt_dir, read_only=True) if ckpt_dir.is_dir() else None  # the run may be writing it
+    saved = ckpt.all_steps() if ckpt is not None else []
+    counters = ckpt.json_item(saved[-1], "loop")["counters"] if saved else {}
     shares = [r["prompt/improve_share_trained"] for r in rows if r.get("prompt/improve_share_trained") is not None]
     return {
         "steps_planned": steps,
