@@ -108,6 +108,7 @@ class Checkpointer:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory).absolute()
+        self.read_only = read_only
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else keep,
             create=not read_only,
@@ -228,8 +229,9 @@ class Checkpointer:
         fresh run).
 
         Newer steps that fail to read are moved aside (one warning line each) once an older one has read back, so
-        that the resumed run can write their step numbers again; when none reads back, nothing is moved and
-        CheckpointError names the folder (the targets may be what is wrong: a different model).
+        that the resumed run can write their step numbers again (read_only: left where they are); when none reads
+        back, nothing is moved and CheckpointError names the folder (the targets may be what is wrong: a different
+        model).
         """
         failed: list[tuple[int, str]] = []
         for step in reversed(self.all_steps()):
@@ -239,6 +241,10 @@ class Checkpointer:
                 failed.append((step, _first_line(e)))
                 continue
             for bad, why in failed:
+                if self.read_only:  # another process's folder: its own resume moves the step aside
+                    log.warning("checkpoint step %d in %s is unreadable (%s): read step %d", bad, self.directory, why,
+                                step)  # fmt: skip
+                    continue
                 moved = self.move_aside(bad)
                 log.warning(
                     "checkpoint step %d in %s is unreadable (%s): moved to %s; resuming from step %d",

@@ -91,7 +91,8 @@ def load_trained_policy(
     """(latest policy, initial policy, tokenizer) of a run: the latest from its last RL checkpoint, else its
     HF export; the initial one (what RL started from, the frozen instrumenter) as the run built it."""
     initial, tokenizer, _ = build_policy(s, task, packages, workdir)
-    ckpt = Checkpointer(workdir / "checkpoints", keep=s.checkpoint_keep)
+    # read-only: the run may still be training and writing its next checkpoint into this folder
+    ckpt = Checkpointer(workdir / "checkpoints", read_only=True)
     if ckpt.latest_step() is not None:
         learner = make_learner(s, initial)
         learner.restore_latest(ckpt)

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 import pytest
 
-from mle_jax.infra.checkpoint import Checkpointer, CheckpointError
+from mle_jax.infra.checkpoint import TMP_MARK, Checkpointer, CheckpointError
 from mle_jax.infra.metrics import MetricsWriter, read_metrics
 from mle_jax.infra.tensorboard_events import scalar_points
 
@@ -118,6 +118,24 @@ def _run_until(workdir: Path, steps: range, ck: Checkpointer, writer: MetricsWri
         writer.write_samples(step, [{"reward": step + offset}])
         ck.save(step, {"learner": state(float(step)), "loop": {"step": step}})
     ck.wait()
+
+
+def test_a_read_only_reader_of_a_run_that_is_writing_moves_and_cleans_up_nothing(tmp_path):
+    """What `evaluate` and `--progress` open (Checkpointer(read_only=True)) while the run may still write: a save in
+    flight (orbax's temporary step folder) stays, an unreadable newest step is skipped, not moved aside, and the
+    latest readable step is read."""
+    ck, writer = Checkpointer(tmp_path / "checkpoints", keep=3), MetricsWriter(tmp_path)
+    _run_until(tmp_path, range(1, 4), ck, writer)
+    ck.close()
+    writer.close()
+    _truncate_arrays(tmp_path / "checkpoints" / "3")
+    in_flight = tmp_path / "checkpoints" / f"4{TMP_MARK}-1"
+    in_flight.mkdir()
+    reader = Checkpointer(tmp_path / "checkpoints", read_only=True)
+    step, items = reader.restore_latest({"learner": state(0.0)})
+    assert step == 2 and items["loop"] == {"step": 2}
+    assert in_flight.is_dir() and (tmp_path / "checkpoints" / "3").is_dir()
+    assert not (tmp_path / "checkpoints.unreadable").exists() and reader.all_steps() == [1, 2, 3]
 
 
 def test_a_truncated_newest_step_is_moved_aside_and_the_resume_rewrites_its_step_once(tmp_path, caplog):
