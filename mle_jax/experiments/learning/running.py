@@ -307,9 +307,10 @@ def record_wall(out: Path, wall_s: float | None) -> dict[str, Any]:
     and finished (`wall_s` given; None for a process that only regenerated the summary, which adds nothing).
 
     Returns {"command", "date": of the last measuring process, "wall_s": the sum of their wall times,
-    "processes": the ledger}. Wall times are recorded when measured and never recomputed: regenerating a
-    summary keeps them. A process killed before it finished is not in the ledger. A folder whose summary
-    predates the ledger keeps that summary's `wall_s_this_process` as it was.
+    "processes": the ledger}; with no ledger and no summary before, this process's command and date alone. Wall
+    times are recorded when measured and never recomputed: regenerating a summary keeps them. A process killed
+    before it finished is not in the ledger. A folder whose summary predates the ledger keeps that summary's
+    `wall_s_this_process` as it was.
     """
     ledger = out / "wall.jsonl"
     if wall_s is not None:
@@ -322,7 +323,9 @@ def record_wall(out: Path, wall_s: float | None) -> dict[str, Any]:
     if previous.is_file():
         old = json.loads(previous.read_text())
         return {k: old[k] for k in ("command", "date", "wall_s", "wall_s_this_process") if k in old}
-    return {}
+    # nothing measured by a process that finished (a summary of an unfinished experiment's cached arms, say): the
+    # command that wrote the summary, and no wall time
+    return provenance.stamp()
 
 
 def share_warm_start(source: Path, out: Path) -> None:
