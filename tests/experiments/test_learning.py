@@ -43,7 +43,12 @@ from mle_jax.reporting.results_tables.ablations import (
     render_ablation_contrasts,
     render_ablation_table,
 )
-from mle_jax.reporting.results_tables.learning import learning_progress_figure, render_learning_progress
+from mle_jax.reporting.results_tables.learning import (
+    learning_progress_figure,
+    paired_text,
+    render_learning_progress,
+    render_rl_before_after,
+)
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
 from tests.launch_forks import forked_runs
@@ -269,6 +274,11 @@ def test_after_against_before_is_paired_by_start_prompt_and_reported_per_seed(tm
                            "corpus_kinds": {}, "warmstart": {}}, tmp_path).read_text()  # fmt: skip
     assert f"| ppo | 0 | n = 6 prompts; reward {d.mean():+.3g} (paired permutation p = {ref:.2g}" in report
     assert "| ppo | 1 | — |" in report
+    steps = [{"step": 1, "improve_fraction": 0.5}, {"step": 2, "improve_fraction": 0.25}]
+    table = render_rl_before_after({"arms": {"ppo": {"before": before, "repeats": [
+        {"seed": 3, "after": after, "steps": steps, "paired_before_after": paired}]}}})  # fmt: skip
+    row = f"| `ppo` | 3 | 2 | 0.20 → 0.20 | −5.000 ± 1.000 → −5.000 ± 1.000 | {paired_text(paired)} | 0.38 |"
+    assert row in table and "paired permutation p = " in row
 
 
 def test_progress_says_how_far_each_run_got_from_its_checkpoint_and_metrics(tmp_path):

@@ -8,27 +8,13 @@ from mle_jax.experiments.learning.plots import write_plots
 from mle_jax.reporting.markdown import markdown_table, number, plus_minus
 from mle_jax.reporting.report import MEDAL_HEADER, medal_row, paper_line
 from mle_jax.reporting.results_tables.ablations import arm_contrasts, tested_text
+from mle_jax.reporting.results_tables.learning import paired_text
 from mle_jax.reporting.results_tables.turns import REVISION_HEADER, evaluated, revision_rows, revision_text
-from mle_jax.reporting.statistics import ALPHA
 
 
 def mean_reward_text(e: dict) -> str:
     """An evaluation's mean reward ± SE ("-2.00 ± 0.50"); a dash without an SE."""
     return plus_minus(e["mean_reward"], e["se_reward"], 2, minus="-") if e["se_reward"] is not None else "—"
-
-
-def paired_text(paired: dict | None) -> str:
-    """One run's after-against-before test paired by start prompt (`outcomes.paired_by_prompt`), as a cell."""
-    if paired is None:
-        return "—"
-
-    def said(t: dict) -> str:
-        if t["p"] is None:
-            return "not tested (no prompt's figure changed)"
-        verdict = "beyond" if t["p"] < ALPHA else "within"
-        return f"{t['diff']:+.3g} (paired permutation p = {t['p']:.2g}, {verdict} noise)"
-
-    return f"n = {paired['n']} prompts; reward {said(paired['reward'])}; valid {said(paired['valid'])}"
 
 
 def paired_lines(summary: dict) -> list[str]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
 from mle_jax.reporting.results_tables.sources import RESULTS
-from mle_jax.reporting.statistics import share_contrast, welch_from_stats
+from mle_jax.reporting.statistics import ALPHA, share_contrast, welch_from_stats
 
 # every learning run in docs/results: the utilisation table has a row per arm of each
 LEARNING_RUNS = ("learning-spooky", "learning-spooky-sft300", "learning-spooky-sft300-concurrent",
@@ -36,6 +36,20 @@ def before_after_tests(before: dict, after: dict) -> str:
         )
 
     return f"n = {n_b} → {n_a}; valid: {said(valid, 'Fisher')}; reward: {said(reward, 'Welch')}"
+
+
+def paired_text(paired: dict | None) -> str:
+    """One run's after-against-before test paired by start prompt (`outcomes.paired_by_prompt`), as a cell."""
+    if paired is None:
+        return "—"
+
+    def said(t: dict) -> str:
+        if t["p"] is None:
+            return "not tested (no prompt's figure changed)"
+        verdict = "beyond" if t["p"] < ALPHA else "within"
+        return f"{t['diff']:+.3g} (paired permutation p = {t['p']:.2g}, {verdict} noise)"
+
+    return f"n = {paired['n']} prompts; reward {said(paired['reward'])}; valid {said(paired['valid'])}"
 
 
 def render_spooky_learning(*summaries: dict) -> str:
@@ -343,3 +357,24 @@ def learning_progress_figure(progress: dict) -> str:
         f"{progress['steps_done']} of {progress['steps_planned']} RL steps done ({begun} of {len(runs)} runs begun, "
         f"{progress['evaluations_after_done']} evaluated after RL; {progress['date'][:10]})"
     )
+
+
+def render_rl_before_after(summary: dict) -> str:
+    """A learning summary's runs, one row per arm and seed: the valid fraction and the mean reward ± SE before and
+    after RL on the same start prompts, the after-against-before test paired by start prompt (`paired_text`), and the
+    share of improve prompts among the samples trained on."""
+    rows = []
+    for name, arm in summary["arms"].items():
+        b = arm["before"]
+        for r in arm["repeats"]:
+            f = r["after"]
+            shares = [s["improve_fraction"] for s in r["steps"] if s.get("improve_fraction") is not None]
+            reward = [plus_minus(e["mean_reward"], e["se_reward"], 3) for e in (b, f)]
+            rows.append([
+                f"`{name}`", r["seed"], len(r["steps"]),
+                f"{number(b['valid_fraction'], 2)} → {number(f['valid_fraction'], 2)}", " → ".join(reward),
+                paired_text(r.get("paired_before_after")), number(sum(shares) / len(shares), 2) if shares else "—",
+            ])  # fmt: skip
+    header = ["arm", "seed", "RL steps", "valid fraction, before → after", "mean reward ± SE, before → after",
+              "after − before, paired by start prompt", "improve share trained"]  # fmt: skip
+    return markdown_table(header, rows)
