@@ -37,6 +37,7 @@ from mle_jax.experiments.learning.report import ablation_lines, ablation_table, 
 from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, run_dir, share_warm_start, work_left
 from mle_jax.infra.checkpoint import TMP_MARK, Checkpointer
 from mle_jax.infra.metrics import MetricsWriter
+from mle_jax.reporting.markdown import signed
 from mle_jax.reporting.results_tables.ablations import (
     arm_contrasts,
     never_valid_figure,
@@ -272,7 +273,7 @@ def test_after_against_before_is_paired_by_start_prompt_and_reported_per_seed(tm
     arms = {"ppo": {"before": before, "after": after, "steps": steps, "repeats": repeats, "stats": arm_stats}}
     report = write_report({"task": TASK, "scale": {"steps": 2, "eval_samples": 8}, "batch_size": 2, "arms": arms,
                            "corpus_kinds": {}, "warmstart": {}}, tmp_path).read_text()  # fmt: skip
-    assert f"| ppo | 0 | n = 6 prompts; reward {d.mean():+.3g} (paired permutation p = {ref:.2g}" in report
+    assert f"| ppo | 0 | n = 6 prompts; reward {signed(d.mean(), 3)} (paired permutation p = {ref:.2g}" in report
     assert "| ppo | 1 | — |" in report
     steps = [{"step": 1, "improve_fraction": 0.5}, {"step": 2, "improve_fraction": 0.25}]
     table = render_rl_before_after({"arms": {"ppo": {"before": before, "repeats": [

@@ -47,7 +47,7 @@ def paired_text(paired: dict | None) -> str:
         if t["p"] is None:
             return "not tested (no prompt's figure changed)"
         verdict = "beyond" if t["p"] < ALPHA else "within"
-        return f"{t['diff']:+.3g} (paired permutation p = {t['p']:.2g}, {verdict} noise)"
+        return f"{signed(t['diff'], 3)} (paired permutation p = {t['p']:.2g}, {verdict} noise)"
 
     return f"n = {paired['n']} prompts; reward {said(paired['reward'])}; valid {said(paired['valid'])}"
 
