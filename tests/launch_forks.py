@@ -6,8 +6,8 @@ run's modules: most of its start-up time) and forks a child per ARGV, which runs
 
 MODULE: mle_jax.launch (the default), mle_jax.evaluate or mle_jax.experiments.learning. cases: a JSON list of argument
 lists; results: a JSON list of {"returncode", "stdout", "stderr"}, in order. Only for error paths that end before any
-work starts (tests/test_launch.py, tests/test_e2e.py, tests/experiments/test_learning.py): a child that got further
-would run a whole run in a forked interpreter.
+work starts or that only print (tests/test_launch.py, tests/test_readme.py's dry runs, tests/test_e2e.py,
+tests/experiments/test_learning.py): a child that got further would run a whole run in a forked interpreter.
 """
 
 from __future__ import annotations

@@ -23,11 +23,6 @@ from tests.launch_forks import forked_runs
 REPO = Path(__file__).resolve().parents[1]
 
 
-def launch_each(cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
-    """`python -m mle_jax.launch ARGS` for each ARGS, forked from one interpreter (tests/launch_forks.py)."""
-    return forked_runs(cases, "mle_jax.launch", timeout)
-
-
 USER_ERRORS = [
     (
         ["--config=configs/pizza.py:gpu-typo"],
@@ -130,7 +125,7 @@ def launched_all(tmp_path_factory) -> tuple[dict[int, Launched], dict[str, Launc
     (root / "broken_model" / "model" / "config.json").write_text("{not json")
     refused = [[*args, f"--config.workdir={root / name / 'run'}"] for name, args in REFUSED.items()]
     refused[-1].append(f"--config.model.path={root / 'broken_model' / 'model'}")
-    done = launch_each(errors + inspect + refused)
+    done = forked_runs(errors + inspect + refused)  # one interpreter imports the launcher, a child per case
     n, m = len(errors), len(errors) + len(inspect)
     return (
         {i: (d, root / str(i)) for i, d in enumerate(done[:n])},

@@ -6,17 +6,16 @@ an #anchor, a heading of that file)."""
 from __future__ import annotations
 
 import importlib
-import json
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mle_jax.reporting.results_tables.engine import documents
 from mle_jax.tasks.prepare import PREPARERS
+from tests.launch_forks import forked_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -43,21 +42,6 @@ def checked_form(argv: list[str]) -> list[str]:
     if argv[1] == "-m":
         return [*argv, "--help"]
     raise ValueError(f"the quickstart has a command this test cannot run without starting it: {shlex.join(argv)}")
-
-
-def launch_dry_runs(commands: list[list[str]]) -> list[dict]:
-    """The launcher's --dry_run of each command (`python -m mle_jax.launch ARGS`), in one interpreter that imports it
-    once and forks a child per command (tests/launch_forks.py: the launcher's own entry point)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.launch_forks"],
-        input=json.dumps([argv[3:] for argv in commands]),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
 
 
 def test_the_readme_is_short():
@@ -87,15 +71,16 @@ def test_the_quickstart_commands_run_as_written():
         assert (ROOT / form[0]).is_file(), f"{form[0]}: no such interpreter in the checkout"
     workdirs = [ROOT / a.split("=", 1)[1] for f in launches for a in f if a.startswith("--config.workdir=")]
     new = [w for w in workdirs if not w.exists()]
-    results = launch_dry_runs(launches)
+    # the launcher's --dry_run of each, forked from one interpreter that imports it once (tests/launch_forks.py)
+    results = forked_runs([argv[3:] for argv in launches], "mle_jax.launch", timeout=300)
     for form, done in zip(launches, results, strict=True):
-        out = done["stdout"] + done["stderr"]
-        assert done["returncode"] == 0 and "dry run: nothing started; ready to run" in out, (form, out[-2000:])
+        out = done.stdout + done.stderr
+        assert done.returncode == 0 and "dry run: nothing started; ready to run" in out, (form, out[-2000:])
     assert [w for w in new if w.exists()] == []  # a dry run writes nothing
     # the folder the README says `make run` writes is the one its config names
     report = re.search(r"`report: (runs/[\w.-]+)/report\.md`", text)
     assert report, "the quickstart names no `report: runs/.../report.md`"
-    assert f"kept in {report[1]}/checkpoints" in results[-1]["stdout"], results[-1]["stdout"]
+    assert f"kept in {report[1]}/checkpoints" in results[-1].stdout, results[-1].stdout
 
     for form in (f for f in forms if f[0] != "make" and f[1:3] != LAUNCH):
         done = subprocess.run(form, cwd=ROOT, capture_output=True, text=True, timeout=120)

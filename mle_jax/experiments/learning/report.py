@@ -20,10 +20,10 @@ def mean_reward_text(e: dict) -> str:
 def paired_lines(summary: dict) -> list[str]:
     """Each run's evaluation after RL against the one before, paired by start prompt (every repeat of every arm);
     nothing for summaries from before the pairing was kept."""
-    rows = [[name, r["seed"], paired_text(r.get("paired_before_after"))]
-            for name, arm in summary["arms"].items() for r in arm.get("repeats", [])]  # fmt: skip
-    if not any(r.get("paired_before_after") for arm in summary["arms"].values() for r in arm.get("repeats", [])):
+    runs = [(name, r) for name, arm in summary["arms"].items() for r in arm.get("repeats", [])]
+    if not any(r.get("paired_before_after") for _, r in runs):
         return []
+    rows = [[name, r["seed"], paired_text(r.get("paired_before_after"))] for name, r in runs]
     header = ["arm", "seed", "after − before, paired by start prompt (one run: the prompts the unit)"]
     return ["", markdown_table(header, rows)]
 
