@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mle_jax.infra.orphans import end_with_parent
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".vllm-venv"
 WORKER_EXTENSION = "mle_jax.sampling.vllm_worker.WeightReloadExtension"
@@ -143,6 +145,7 @@ class VLLMServer:
         self.startup_s: float | None = None
         self._max_model_len: int | None = None
         self._local = threading.local()
+        self.watcher: subprocess.Popen | None = None  # launch's watcher (infra/orphans.py)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -202,6 +205,7 @@ class VLLMServer:
                 start_new_session=True,  # its own process group: stop() ends the engine and workers too
             )  # fmt: skip
         server = cls(f"http://{host}:{port}", process=process, log_path=log_path)
+        server.watcher = end_with_parent(process.pid)  # a launcher killed outright (OOM, SIGKILL) takes it along
         t0 = time.monotonic()
         try:
             server.wait_ready(timeout_s)
@@ -244,6 +248,17 @@ class VLLMServer:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after timeout_s. No-op for attached servers."""
+        try:
+            self._stop_group(timeout_s)
+        finally:
+            if self.watcher is not None:  # it exits within a poll of the group's end: reap it
+                try:
+                    self.watcher.wait(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    self.watcher.kill()
+                    self.watcher.wait()
+
+    def _stop_group(self, timeout_s: float) -> None:
         if self.process is None or self.process.poll() is not None and not self._group_alive():
             return
         pgid = self.process.pid  # start_new_session: pgid == pid

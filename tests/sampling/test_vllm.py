@@ -68,7 +68,9 @@ def server(checkpoints):
     log = dirs["a"].parent / "server.log"
     with VLLMServer.launch(dirs["a"], max_model_len=MAX_MODEL_LEN, timeout_s=300, log_path=log) as srv:
         print(f"vLLM server up in {srv.startup_s:.1f} s")
+        assert srv.watcher.poll() is None  # its watcher (infra/orphans.py) runs beside it while it serves
         yield srv
+    assert srv.watcher.returncode is not None  # and stop() reaped it
 
 
 @pytest.fixture(scope="module")
