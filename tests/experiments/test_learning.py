@@ -48,6 +48,7 @@ from mle_jax.reporting.results_tables.learning import (
     learning_progress_figure,
     paired_text,
     render_learning_progress,
+    render_rl_arm_contrasts,
     render_rl_before_after,
 )
 from mle_jax.warmstart.programs import full_grid
@@ -507,9 +508,34 @@ def test_an_arm_that_changes_the_warm_start_fails_the_command_in_one_line_before
     assert not (tmp_path / "arm").exists()
 
 
-def _repeat(final: float, se: float | None, curve: list[float | None], valid: float = 0.5) -> dict:
+def _repeat(
+    final: float, se: float | None, curve: list[float | None], valid: float = 0.5, reward: float | None = None
+) -> dict:
     steps = [{"step": i + 1, "task_score_mean": y, "valid_fraction": valid} for i, y in enumerate(curve)]
-    return {"after": {"task_score_mean": final, "task_score_se": se}, "steps": steps}
+    after = {"task_score_mean": final, "task_score_se": se}
+    if reward is not None:  # an evaluation with its mean reward and valid fraction (older ones have neither)
+        after |= {"mean_reward": reward, "valid_fraction": 0.0}
+    return {"after": after, "steps": steps}
+
+
+def test_arms_that_wrote_no_valid_program_are_still_compared_by_their_after_rl_reward_over_seeds():
+    """Qwen's RL arms: every seed's final task score is the −10 floor (no valid program, nothing to test), while the
+    after-RL mean reward (partial credit) differs per seed: that contrast is Welch's test over the seeds (scipy)."""
+    ppo = arm_task_scores([_repeat(-10.0, 0.0, [-7.0, -8.0], 0.0, -9.95), _repeat(-10.0, 0.0, [-9.0], 0.0, -9.97)])
+    grpo = arm_task_scores([_repeat(-10.0, 0.0, [-9.5], 0.0, -9.90), _repeat(-10.0, 0.0, [-9.9], 0.0, -9.85)])
+    assert ppo["reward"]["values"] == [-9.95, -9.97] and ppo["valid"]["values"] == [0.0, 0.0]
+    arms = {"ppo": {"task_score": ppo}, "grpo": {"task_score": grpo}}
+    c = arm_contrasts(arms)["grpo"]
+    assert c["reward"]["diff"] == pytest.approx(-0.085) and c["reward"]["test"] == "welch"
+    assert c["reward"]["p"] == pytest.approx(stats.ttest_ind([-9.95, -9.97], [-9.9, -9.85], equal_var=False).pvalue)
+    assert c["final"]["p"] is None and c["valid"]["p"] is None  # −10 and 0 in every seed of both arms
+    table = render_rl_arm_contrasts({"arms": arms})
+    row = next(line for line in table.splitlines() if line.startswith("| `ppo` − `grpo`"))
+    assert f"(Welch p = {c['reward']['p']:.2g}, 2 and 2 seeds: " in row and "−9.950, −9.970 vs −9.900, −9.850" in row
+    assert row.count("not tested: every seed of both arms gave the same figure") == 2, row
+    # a summary from before the after-RL reward was kept: the contrast says so instead of failing
+    old = {n: {"task_score": {k: v for k, v in a["task_score"].items() if k != "reward"}} for n, a in arms.items()}
+    assert "not measured" in render_rl_arm_contrasts({"arms": old})
 
 
 def test_task_scores_across_seeds_and_the_contrasts_with_the_first_arm():

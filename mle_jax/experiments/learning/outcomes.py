@@ -309,7 +309,10 @@ def arm_task_scores(repeats: Sequence[dict]) -> dict[str, Any]:
     curve: per seed, the mean over RL steps of the trained-on batches' task score (the area under Fig. 9's
     curve, per step), with its mean and SE across seeds. never_valid: how many of the N runs trained on no valid
     program in any step (the paper's sparse-reward failure). improve_trained: the share of improve prompts among
-    the samples trained on (what the arm's prompt.improve_fraction became: no earlier solution, no improve prompt)."""
+    the samples trained on (what the arm's prompt.improve_fraction became: no earlier solution, no improve prompt).
+    reward, valid: per seed, the after-RL evaluation's mean reward (the −10 floor with the instrumenter's partial
+    credit: what RL optimised, and what moves while no program is valid) and valid fraction, each a `spread`; None
+    when an evaluation predates them."""
     final = spread([r["after"]["task_score_mean"] for r in repeats])
     ses = [r["after"].get("task_score_se") for r in repeats]
     final["se_within"] = float(np.sqrt(sum(s**2 for s in ses)) / len(ses)) if ses and None not in ses else None
@@ -317,8 +320,12 @@ def arm_task_scores(repeats: Sequence[dict]) -> dict[str, Any]:
     curve = spread([np.mean(c) for c in curves]) if all(curves) else None
     never = sum(1 for r in repeats if not any((s.get("valid_fraction") or 0) > 0 for s in r["steps"]))
     shares = [s["improve_fraction"] for r in repeats for s in r["steps"] if s.get("improve_fraction") is not None]
+    after = [r["after"] for r in repeats]
+    reward = spread([a["mean_reward"] for a in after]) if all("mean_reward" in a for a in after) else None
+    valid = spread([a["valid_fraction"] for a in after]) if all("valid_fraction" in a for a in after) else None
     return {"runs": len(repeats), "final": final, "curve": curve, "never_valid": never,
-            "improve_trained": float(np.mean(shares)) if shares else None}  # fmt: skip
+            "improve_trained": float(np.mean(shares)) if shares else None,
+            "reward": reward, "valid": valid}  # fmt: skip
 
 
 def revision_contrasts(arms: dict[str, dict], turns: Sequence[int], lower_is_better: bool) -> dict[str, dict]:

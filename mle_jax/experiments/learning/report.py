@@ -77,13 +77,16 @@ def ablation_table(summary: dict) -> str:
 
 
 def contrast_text(name: str, c: dict) -> str:
-    """One line: the reference arm minus `name` in the final task score and over RL steps, each with its test over
-    the seeds and whether it shows beyond noise."""
+    """One line: the reference arm minus `name` in the final task score, over RL steps and (where the summary has
+    them) in the after-RL evaluation's mean reward, each with its test over the seeds and whether it shows beyond
+    noise."""
+    reward = f"; after-RL mean reward {tested_text(c['reward'])}" if c.get("reward") is not None else ""
     return (
         f"{c['reference']} minus {name}: final task score "
         + tested_text(c["final"])
         + "; mean over RL steps "
         + (tested_text(c["curve"], 2))
+        + reward
     )
 
 

@@ -13,6 +13,7 @@ ABLATION_RUNS = ("ablations-pizza-quick", "ablations-spooky-quick")
 # what an arm of the learning experiment sets (its summary's "stats" also holds what it measured)
 ARM_SETTINGS = ("algorithm", "duration_weights", "instrument_mode", "improve_fraction")
 NO_IMPROVE = "the arms differ only in the improve share, and neither trained on an improve prompt"
+SAME_FIGURE = "every seed of both arms gave the same figure"
 
 
 def _final(a: dict) -> str:
@@ -48,6 +49,8 @@ def _tested(a: dict | None, b: dict | None, could_differ: bool = True) -> dict[s
     x = welch(a["values"], b["values"])
     if not could_differ:
         return {**dataclasses.asdict(dataclasses.replace(x, test="not tested", p=None)), "reason": NO_IMPROVE}
+    if x.p is None:  # no spread and no difference: every seed of both arms gave the same figure
+        return {**dataclasses.asdict(x), "reason": SAME_FIGURE}
     return dataclasses.asdict(x)
 
 
@@ -62,8 +65,9 @@ def could_differ(reference: dict, arm: dict) -> bool:
 
 def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
     """Each arm after the first against the first (the reference, e.g. the paper's setup), the seed the unit: the
-    final task score (reference minus arm) and the curve's mean over RL steps, each by Welch's test over the seeds'
-    values (`_tested`); "not tested" where the arms could not differ (`could_differ`).
+    final task score (reference minus arm), the curve's mean over RL steps, and the after-RL evaluation's mean reward
+    and valid fraction (None where a summary predates them), each by Welch's test over the seeds' values
+    (`_tested`); "not tested" where the arms could not differ (`could_differ`).
 
     arms: summary["arms"], each with "task_score" from `arm_task_scores` (and "stats", the arm's settings)."""
     names = list(arms)
@@ -75,6 +79,7 @@ def arm_contrasts(arms: dict[str, dict]) -> dict[str, dict]:
             "reference": names[0],
             "final": _tested(ref["task_score"]["final"], other["task_score"]["final"], differ),
             "curve": _tested(ref["task_score"]["curve"], other["task_score"]["curve"], differ),
+            **{k: _tested(ref["task_score"].get(k), other["task_score"].get(k), differ) for k in ("reward", "valid")},
         }
     return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mle_jax.reporting.markdown import markdown_table, minutes, number, plus_minus, signed
+from mle_jax.reporting.results_tables.ablations import arm_contrasts, tested_text
 from mle_jax.reporting.results_tables.sources import RESULTS
 from mle_jax.reporting.statistics import ALPHA, share_contrast, welch_from_stats
 
@@ -377,4 +378,21 @@ def render_rl_before_after(summary: dict) -> str:
             ])  # fmt: skip
     header = ["arm", "seed", "RL steps", "valid fraction, before → after", "mean reward ± SE, before → after",
               "after − before, paired by start prompt", "improve share trained"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def render_rl_arm_contrasts(summary: dict) -> str:
+    """A learning summary's arms against its first (`ablations.arm_contrasts`), the seed the unit (Welch's test over
+    each arm's per-seed values): the after-RL evaluation's mean reward and valid fraction, the final task score, and
+    the mean over RL steps of the trained-on batches' task score, one row per contrast arm, each arm's per-seed
+    after-RL mean rewards beside it."""
+    arms = summary["arms"]
+    rows = []
+    for name, c in arm_contrasts(arms).items():
+        seeds = [arms[n]["task_score"].get("reward") for n in (c["reference"], name)]
+        per_seed = " vs ".join(", ".join(number(v, 3) for v in s["values"]) if s else "—" for s in seeds)
+        rows.append([f"`{c['reference']}` − `{name}`", tested_text(c.get("reward")), tested_text(c.get("valid"), 2),
+                     tested_text(c["final"]), tested_text(c["curve"], 2), per_seed])  # fmt: skip
+    header = ["contrast", "after-RL mean reward", "after-RL valid fraction", "final task score",
+              "task score over RL steps", "after-RL mean reward per seed"]  # fmt: skip
     return markdown_table(header, rows)
