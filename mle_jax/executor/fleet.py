@@ -198,7 +198,8 @@ class LocalSlot:
         pass
 
 
-def _n_slots(settings: ExecutorSettings) -> int:
+def slots_for(settings: ExecutorSettings) -> int:
+    """How many programs a fleet built from `settings` runs at once: `slots`, or this machine's CPU count."""
     return settings.slots or os.cpu_count() or 1
 
 
@@ -209,7 +210,7 @@ def local_fleet(
     sandbox's temporary roots go when the fleet closes, with the results of runs nobody consumed."""
     sandbox = make_sandbox(settings, work_root=work_root, out_root=out_root)
     return SlotFleet(
-        lambda i: LocalSlot(sandbox), _n_slots(settings), settings.queue_size, name="local", on_close=sandbox.close
+        lambda i: LocalSlot(sandbox), slots_for(settings), settings.queue_size, name="local", on_close=sandbox.close
     )
 
 
@@ -359,7 +360,7 @@ class RayFleet(SlotFleet):
         out_root: str | Path | None = None,
     ):
         ray = _import_ray()
-        slots = _n_slots(settings)
+        slots = slots_for(settings)
         address = settings.ray_address
         actor_cpus = settings.ray_actor_cpus or settings.cpus
         self._owns_ray = False

@@ -15,7 +15,15 @@ from ml_collections import ConfigDict
 from scipy import stats
 
 from configs import spooky
-from mle_jax.experiments.learning.arms import DEFAULT_ARMS, Arm, arm_config, make_arms, parse_arm, select_arms
+from mle_jax.experiments.learning.arms import (
+    DEFAULT_ARMS,
+    Arm,
+    Scale,
+    arm_config,
+    make_arms,
+    parse_arm,
+    select_arms,
+)
 from mle_jax.experiments.learning.outcomes import (
     arm_task_scores,
     corpus_kinds,
@@ -32,7 +40,7 @@ from mle_jax.experiments.learning.outcomes import (
     step_series,
 )
 from mle_jax.experiments.learning.plots import task_score_plot
-from mle_jax.experiments.learning.progress import experiment_progress
+from mle_jax.experiments.learning.progress import experiment_progress, partial_summary
 from mle_jax.experiments.learning.report import ablation_lines, ablation_table, write_report
 from mle_jax.experiments.learning.running import arm_peak_rss, record_wall, run_dir, share_warm_start, work_left
 from mle_jax.infra.checkpoint import TMP_MARK, Checkpointer
@@ -276,10 +284,11 @@ def test_after_against_before_is_paired_by_start_prompt_and_reported_per_seed(tm
                            "corpus_kinds": {}, "warmstart": {}}, tmp_path).read_text()  # fmt: skip
     assert f"| ppo | 0 | n = 6 prompts; reward {signed(d.mean(), 3)} (paired permutation p = {ref:.2g}" in report
     assert "| ppo | 1 | — |" in report
-    steps = [{"step": 1, "improve_fraction": 0.5}, {"step": 2, "improve_fraction": 0.25}]
+    steps = [{"step": 1, "improve_fraction": 0.5, "valid_fraction_scratch": 0.0},
+             {"step": 2, "improve_fraction": 0.25, "valid_fraction_scratch": 0.5}]  # fmt: skip
     table = render_rl_before_after({"arms": {"ppo": {"before": before, "repeats": [
         {"seed": 3, "after": after, "steps": steps, "paired_before_after": paired}]}}})  # fmt: skip
-    row = f"| `ppo` | 3 | 2 | 0.20 → 0.20 | −5.000 ± 1.000 → −5.000 ± 1.000 | {paired_text(paired)} | 0.38 |"
+    row = f"| `ppo` | 3 | 2 | 0.20 → 0.20 | −5.000 ± 1.000 → −5.000 ± 1.000 | {paired_text(paired)} | 0.38 | 1 of 2 |"
     assert row in table and "paired permutation p = " in row
 
 
@@ -315,6 +324,66 @@ def test_progress_says_how_far_each_run_got_from_its_checkpoint_and_metrics(tmp_
     assert "| `ppo_batch_mean` | 3 of 10 | 2 | 10.0 min | 6.7 min / 2.5 min | 0.25 0.50 0.00 | 0.42 | no |" in table
     figure = learning_progress_figure({**p, "date": "2026-11-28T23:00:00+00:00"})
     assert figure == "3 of 20 RL steps done (1 of 2 runs begun, 0 evaluated after RL; 2026-11-28)"
+
+
+def _raw_eval(rewards: list[float]) -> dict:
+    """evaluate's output (scratch samples only), one sample per start prompt with these rewards: valid where >= 0."""
+    records = [{"code": None, "valid": r >= 0, "score": r if r >= 0 else None, "reward": r, "duration_s": 1.0}
+               for r in rewards]  # fmt: skip
+    scratch = {"samples": len(records), "mean_reward": float(np.mean(rewards)), "records": records,
+               "se_reward": float(np.std(rewards, ddof=1) / np.sqrt(len(rewards))),
+               "valid_fraction": float(np.mean([r >= 0 for r in rewards])), "mean": None, "max": None}  # fmt: skip
+    return {"task": TASK, "scratch": scratch}
+
+
+def test_partial_summarises_the_finished_runs_as_the_finished_experiment_would(tmp_path):
+    """Three arms of 2 seeds past a session: PPO's and GRPO's runs evaluated after RL, the third arm's first run still
+    training, its second not begun. The partial summary holds the four finished runs, each paired against the
+    before-RL evaluation by start prompt, their stats from the last checkpoint's counters, and PPO against GRPO by
+    Welch over the seeds (scipy); its report renders them and every run's progress; nothing is trained."""
+    cfg = spooky.get_config("cpu")
+    cfg.sampler.group_size = 2  # the group objective's groups, for every arm
+    arms = make_arms(["ppo", "grpo"], ["batch_mean"]) + [parse_arm("no_instrumentation:instrument.mode=off")]
+    before = [-10.0, -9.9, -10.0, -9.8, -10.0, -9.9]
+    afters = {"ppo_batch_mean": [-9.9, -9.9, -10.0, -9.7, -10.0, -9.8],
+              "ppo_batch_mean.seed1": [-10.0, -9.9, -9.9, -9.8, -9.9, -9.9],
+              "grpo_batch_mean": [-10.0, -10.0, -10.0, -9.9, -10.0, -10.0],
+              "grpo_batch_mean.seed1": [-10.0, -9.9, -10.0, -9.9, -10.0, -10.0]}  # fmt: skip
+    (tmp_path / "before.json").write_text(json.dumps(_raw_eval(before)))
+    for name in [*afters, "no_instrumentation"]:
+        d = tmp_path / "arms" / name
+        writer = MetricsWriter(d, tensorboard=False)
+        writer.write(1, {"valid_fraction": 0.25, "valid_fraction/scratch": 0.0, "improve_fraction": 0.5,
+                         "prompt/improve_share_trained": 0.5})  # fmt: skip
+        writer.close()
+        ckpt = Checkpointer(d / "checkpoints")
+        loop = {"counters": {"step": 1, "wall_s": 300.0, "update_s": 240.0, "sampled": 8}}
+        ckpt.save(1, {"learner": {"w": np.ones(2)}, "loop": loop})
+        ckpt.close()
+        if name in afters:
+            (d / "after.json").write_text(json.dumps(_raw_eval(afters[name])))
+    summary = partial_summary(cfg, tmp_path, arms, seeds=2, scale=Scale(steps=2, eval_samples=6))
+    assert list(summary["arms"]) == ["ppo_batch_mean", "grpo_batch_mean"] and summary["partial"]
+    ppo = summary["arms"]["ppo_batch_mean"]
+    assert [r["seed"] for r in ppo["repeats"]] == [cfg.seed, cfg.seed + 1]
+    assert ppo["stats"]["algorithm"] == "ppo" and ppo["stats"]["rl_wall_s"] == 300.0
+    assert ppo["stats"]["learner_idle_fraction"] == pytest.approx(0.2)  # from the checkpoint's counters
+    d = np.subtract(afters["ppo_batch_mean"], before)
+    assert ppo["repeats"][0]["paired_before_after"]["reward"]["diff"] == pytest.approx(d.mean())
+    reward = summary["contrasts"]["grpo_batch_mean"]["reward"]  # the seed the unit: each run's mean reward
+    per_seed = {name: float(np.mean(x)) for name, x in afters.items()}
+    ppo_seeds, grpo_seeds = list(per_seed.values())[:2], list(per_seed.values())[2:]
+    assert reward["diff"] == pytest.approx(np.mean(ppo_seeds) - np.mean(grpo_seeds)) and reward["n_b"] == 2
+    assert reward["p"] == pytest.approx(stats.ttest_ind(ppo_seeds, grpo_seeds, equal_var=False).pvalue)
+    assert summary["progress"]["runs"]["no_instrumentation"]["evaluated_after"] is False
+    saved = json.loads((tmp_path / "partial" / "summary.json").read_text())
+    assert saved["command"] and saved["date"] and saved["arms"].keys() == summary["arms"].keys()
+    report = (tmp_path / "partial" / "report.md").read_text()
+    assert "| `ppo_batch_mean` | 1 |" in report and "| `grpo_batch_mean` | 0 |" in report
+    assert "| `ppo_batch_mean` − `grpo_batch_mean` |" in report
+    assert "| 0.50 | 0 of 1 |" in report  # the step's improve share, and its scratch samples: none valid
+    assert "| `no_instrumentation` | 1 of 2 |" in report  # the progress table names the run still training
+    assert not (tmp_path / "summary.json").exists()  # the finished experiment's file is left to it
 
 
 def _eval_result(medals: dict) -> dict:

@@ -7,6 +7,7 @@
         [--seeds N]   (every arm N times, seeds cfg.seed + 0..N-1, from the same warm start)
         [--turns=1,3]   (every arm once per K, named ARM_tK, agent.turns=K: does revising beat resampling?)
         [--progress]   (nothing run: DIR/progress.json says how far each arm and repeat got, for runs past a session)
+        [--partial]   (nothing run: DIR/partial/ summarises the runs evaluated after RL so far, contrasts included)
 
 The real loop, on real data, from one warm-started policy: the embedded run's sandbox, grader, frozen LM
 instrumenter, sampler and learner, in arms with the same seed that differ only in their config overrides.
@@ -64,7 +65,7 @@ from mle_jax.experiments.learning.arms import (
     select_arms,
     split_by_turns,
 )
-from mle_jax.experiments.learning.progress import experiment_progress
+from mle_jax.experiments.learning.progress import experiment_progress, partial_summary
 from mle_jax.experiments.learning.report import mean_reward_text, revision_text
 from mle_jax.experiments.learning.running import experiment, share_warm_start
 from mle_jax.reporting import provenance
@@ -106,6 +107,12 @@ def _define_flags() -> dict[str, Any]:
         "progress": flags.DEFINE_bool(
             "progress", False, "only write DIR/progress.json: how far each arm and repeat got (nothing is run)"
         ),
+        "partial": flags.DEFINE_bool(
+            "partial",
+            False,
+            "only summarise the runs evaluated after RL so far into DIR/partial/ (summary.json, report.md; nothing "
+            "is run)",
+        ),
     }
 
 
@@ -139,6 +146,12 @@ def main(argv: list[str]) -> None:
             print(f"{name}: {r['steps_logged']} of {r['steps_planned']} RL steps (checkpoint {r['last_checkpoint']}), "
                   f"{r['rl_wall_s'] / 60:.0f} min of RL, after RL {after}")  # fmt: skip
         print(f"progress: {out / 'progress.json'}")
+        return
+    if _FLAGS["partial"].value:
+        seeds = _FLAGS["seeds"].value
+        partial = partial_summary(_FLAGS["config"].value, out, arms, seeds, scale, turns)
+        finished = sum(len(a["repeats"]) for a in partial["arms"].values())
+        print(f"{finished} of {len(arms) * seeds} runs evaluated after RL: {out / 'partial' / 'report.md'}")
         return
     if _FLAGS["warm"].value:
         share_warm_start(Path(_FLAGS["warm"].value), out)

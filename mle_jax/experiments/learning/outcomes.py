@@ -226,6 +226,8 @@ def step_series(arm_dir: Path, task_id: str) -> list[dict]:
                 "task_score_mean": row.get("task_score/mean"),  # absent from runs logged before the metric
                 "improve_fraction": row.get("improve_fraction"),
                 "valid_fraction": row.get("valid_fraction"),
+                # of the scratch samples trained on (None: the step trained on none, or was logged before the split)
+                "valid_fraction_scratch": row.get("valid_fraction/scratch"),
                 "duration_s_mean": row.get("duration_s/mean"),
                 "version_lag_mean": row.get("version_lag/mean"),
                 "duration_weight_max": row.get("learner/duration/weight_max"),

@@ -38,7 +38,7 @@ from mle_jax.infra.checkpoint import Checkpointer
 from mle_jax.infra.metrics import MetricsWriter, status_kib
 from mle_jax.reporting import provenance
 from mle_jax.reporting.results_tables.ablations import arm_contrasts
-from mle_jax.rl.loop import AsyncRLLoop
+from mle_jax.rl.loop import AsyncRLLoop, LoopCounters
 from mle_jax.run import builders, environment
 from mle_jax.run.settings import RunSettings, from_config
 from mle_jax.sampling.jax_sampler import JaxSampler
@@ -105,6 +105,16 @@ def run_arm(
         sampler=builders.local_sampler(s.sampler)(learner.policy_model(), tokenizer),
     )
     after = _cached(arm_dir / "after.json", lambda: evaluate(s.eval, after_env, draws=draws))
+    peak = arm_peak_rss(arm_dir / "peak_rss.json", c.step > resumed_at or evaluated_here)
+    return arm_result(s, c, arm_dir, after, task.id, fleet.n_slots, peak)
+
+
+def arm_result(
+    s: RunSettings, c: LoopCounters, arm_dir: Path, after: dict, task_id: str, n_slots: int, peak_rss: float | None
+) -> dict:
+    """What the experiment keeps of one arm's repeat: {"stats": its settings and the loop's totals (`c`, kept across
+    resumes in its checkpoints), "after": `eval_summary` of its after-RL evaluation `after`, "steps": `step_series`}.
+    n_slots: the executor fleet's; peak_rss: the arm's peak resident memory in GiB (`arm_peak_rss`)."""
     stats = {
         "algorithm": s.learner.algorithm,
         "duration_weights": s.learner.ppo.duration_weights,
@@ -116,18 +126,26 @@ def run_arm(
         "turns": s.rollout.agent.turns,
         "programs_sampled_per_hour": round(c.sampled * 3600 / c.wall_s, 1) if c.wall_s > 0 else None,
         # the process's, while this arm ran (its RL and evaluation; the most over the processes that ran them)
-        "peak_rss_gib": arm_peak_rss(arm_dir / "peak_rss.json", c.step > resumed_at or evaluated_here),
+        "peak_rss_gib": peak_rss,
         "samples_drawn": c.sampled,
         "resampled_stale": c.resampled_stale,
         "infra_failures": c.infra_failures,
-        "executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * fleet.n_slots, 1e-9)), 3),
+        "executor_utilization": round(min(1.0, c.exec_busy_s / max(c.wall_s * n_slots, 1e-9)), 3),
         "learner_idle_fraction": round(1 - c.update_s / max(c.wall_s, 1e-9), 3),
         "instrument_lm_share": instrument_shares(arm_dir)["lm"],  # of the programs that parse
         "time": {"wait_s": round(c.wait_s, 1), "update_s": round(c.update_s, 1), "sample_s": round(c.sample_s, 1)},
         "stale": stale_means(arm_dir),
     }
-    summary = eval_summary(after, task.id, s.rollout.reward.failure)
-    return {"stats": stats, "after": summary, "steps": step_series(arm_dir, task.id)}
+    summary = eval_summary(after, task_id, s.rollout.reward.failure)
+    return {"stats": stats, "after": summary, "steps": step_series(arm_dir, task_id)}
+
+
+def arm_entry(arm: Arm, before: dict, repeats: Sequence[dict]) -> dict:
+    """An arm in the summary: its before-RL evaluation, its first repeat's result (`arm_result`) at the top, its
+    overrides, every repeat with its seed (each with "paired_before_after") and its task scores across them."""
+    return {"before": before, **repeats[0], "overrides": dict(arm.overrides),
+            "repeats": [{"seed": r["stats"]["seed"], **r} for r in repeats],
+            "task_score": arm_task_scores(repeats)}  # fmt: skip
 
 
 def with_agent(env: Environment, agent: AgentSettings) -> Environment:
@@ -186,6 +204,15 @@ def repeat_settings(cfg: Any, arm: Arm, repeat: int, base: RunSettings, scale: S
     return dataclasses.replace(_scaled(from_config(c), Path(base.workdir), scale), eval=base.eval)
 
 
+def experiment_settings(
+    cfg: Any, out: Path, scale: Scale, arms: Sequence[Arm], seeds: int
+) -> tuple[RunSettings, dict[str, list[RunSettings]]]:
+    """The experiment's own settings (its warm start and evaluations, in out/base, at `scale`) and each arm's
+    settings in each of its `seeds` repeats (`repeat_settings`), by arm name."""
+    s = _scaled(from_config(cfg), out / "base", scale)
+    return s, {arm.name: [repeat_settings(cfg, arm, r, s, scale) for r in range(seeds)] for arm in arms}
+
+
 def experiment(
     cfg: Any,
     out: Path,
@@ -210,8 +237,7 @@ def experiment(
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     runs = {arm.name: [run_dir(out, arm.name, r) for r in range(seeds)] for arm in arms}
     measures = work_left(out, [] if before_only else [d.name for dirs in runs.values() for d in dirs], turns)
-    s = _scaled(from_config(cfg), out / "base", scale)
-    arm_settings = {arm.name: [repeat_settings(cfg, arm, r, s, scale) for r in range(seeds)] for arm in arms}
+    s, arm_settings = experiment_settings(cfg, out, scale, arms, seeds)
     arm_turns = {name: rs[0].rollout.agent.turns if turns else None for name, rs in arm_settings.items()}
     task, packages = environment.prepare(s)
     initial, tokenizer, ws_metrics = builders.build_policy(s, task, packages, out / "base")
@@ -244,9 +270,7 @@ def experiment(
                 draws = eval_draws(k, turns) if k is not None else 1
                 r = run_arm(rs, arm, initial, before_env, arm_dir, fn, draws, out / "base")
                 repeats.append({**r, "paired_before_after": paired_by_prompt(befores[k], r["after"])})
-            results[arm.name] = {"before": befores[k], **repeats[0], "overrides": dict(arm.overrides)}
-            results[arm.name]["repeats"] = [{"seed": r["stats"]["seed"], **r} for r in repeats]
-            results[arm.name]["task_score"] = arm_task_scores(repeats)
+            results[arm.name] = arm_entry(arm, befores[k], repeats)
     # recorded as soon as the measuring is done, so that a failure while summarising loses no measured time
     provenance_fields = record_wall(out, round(time.monotonic() - t_start, 1) if measures else None)
     if before_only:

@@ -362,22 +362,26 @@ def learning_progress_figure(progress: dict) -> str:
 
 def render_rl_before_after(summary: dict) -> str:
     """A learning summary's runs, one row per arm and seed: the valid fraction and the mean reward ± SE before and
-    after RL on the same start prompts, the after-against-before test paired by start prompt (`paired_text`), and the
-    share of improve prompts among the samples trained on."""
+    after RL on the same start prompts, the after-against-before test paired by start prompt (`paired_text`), the
+    share of improve prompts among the samples trained on, and in how many of the steps that trained on scratch
+    samples one of them was valid ("—" for a summary from before the split was logged)."""
     rows = []
     for name, arm in summary["arms"].items():
         b = arm["before"]
         for r in arm["repeats"]:
             f = r["after"]
             shares = [s["improve_fraction"] for s in r["steps"] if s.get("improve_fraction") is not None]
+            scratch = [s["valid_fraction_scratch"] for s in r["steps"] if s.get("valid_fraction_scratch") is not None]
             reward = [plus_minus(e["mean_reward"], e["se_reward"], 3) for e in (b, f)]
             rows.append([
                 f"`{name}`", r["seed"], len(r["steps"]),
                 f"{number(b['valid_fraction'], 2)} → {number(f['valid_fraction'], 2)}", " → ".join(reward),
                 paired_text(r.get("paired_before_after")), number(sum(shares) / len(shares), 2) if shares else "—",
+                f"{sum(v > 0 for v in scratch)} of {len(scratch)}" if scratch else "—",
             ])  # fmt: skip
     header = ["arm", "seed", "RL steps", "valid fraction, before → after", "mean reward ± SE, before → after",
-              "after − before, paired by start prompt", "improve share trained"]  # fmt: skip
+              "after − before, paired by start prompt", "improve share trained",
+              "steps with a valid scratch sample trained on"]  # fmt: skip
     return markdown_table(header, rows)
 
 

@@ -37,6 +37,7 @@ from mle_jax.reporting.results_tables.learning import (
     render_mix_evidence,
     render_objective_arms,
     render_pizza_learning,
+    render_rl_arm_contrasts,
     render_rl_before_after,
     render_slow_and_better,
     render_spooky_corpus_kinds,
@@ -107,6 +108,7 @@ class Entry:
 
 
 QWEN_RL_PROGRESS = f"{RESULTS}/qwen-rl-pizza/progress.json"  # how far RL on Qwen got (issue 46)
+QWEN_RL_PARTIAL = f"{RESULTS}/qwen-rl-pizza/partial.json"  # its runs finished so far, summarised (--partial)
 OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
 
 # bench/objective_step.py's files of issue 37 on an H100, and the code each measured
@@ -236,7 +238,8 @@ REGISTRY: dict[str, Entry] = {
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
     "search_evidence": Entry(EVIDENCE, render_search_evidence),
     "qwen_rl_progress": Entry((QWEN_RL_PROGRESS,), render_learning_progress),
-    "qwen_rl_ppo_seed0": Entry((summary_path("qwen-rl-pizza-ppo-seed0"),), render_rl_before_after),
+    "qwen_rl_before_after": Entry((QWEN_RL_PARTIAL,), render_rl_before_after),
+    "qwen_rl_contrasts": Entry((QWEN_RL_PARTIAL,), render_rl_arm_contrasts),
     "qwen_rl_progress_figure": Entry((QWEN_RL_PROGRESS,), learning_progress_figure, inline=True),
     "qwen_search_evidence": Entry(QWEN_SEARCH, render_search_evidence),
     "qwen_search_contrasts": Entry(QWEN_SEARCH, render_search_contrasts),
