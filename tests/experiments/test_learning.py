@@ -58,6 +58,7 @@ from mle_jax.reporting.results_tables.learning import (
     render_learning_progress,
     render_rl_arm_contrasts,
     render_rl_before_after,
+    rl_contrast_figure,
 )
 from mle_jax.warmstart.programs import full_grid
 from mle_jax.warmstart.programs.pizza import PIZZA
@@ -602,6 +603,12 @@ def test_arms_that_wrote_no_valid_program_are_still_compared_by_their_after_rl_r
     row = next(line for line in table.splitlines() if line.startswith("| `ppo` − `grpo`"))
     assert f"(Welch p = {c['reward']['p']:.2g}, 2 and 2 seeds: " in row and "−9.950, −9.970 vs −9.900, −9.850" in row
     assert row.count("not tested: every seed of both arms gave the same figure") == 2, row
+    figure = rl_contrast_figure({"arms": arms})  # README's line: the same two tests
+    assert (
+        figure.startswith("`ppo` − `grpo` (2 and 2 runs): after-RL mean reward −0.085 (Welch p = ")
+        and "\n" not in figure
+    )
+    assert rl_contrast_figure({"arms": {"ppo": arms["ppo"]}}) == "no two arms evaluated after RL yet"
     # a summary from before the after-RL reward was kept: the contrast says so instead of failing
     old = {n: {"task_score": {k: v for k, v in a["task_score"].items() if k != "reward"}} for n, a in arms.items()}
     assert "not measured" in render_rl_arm_contrasts({"arms": old})

@@ -400,3 +400,15 @@ def render_rl_arm_contrasts(summary: dict) -> str:
     header = ["contrast", "after-RL mean reward", "after-RL valid fraction", "final task score",
               "task score over RL steps", "after-RL mean reward per seed"]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def rl_contrast_figure(summary: dict) -> str:
+    """Each arm against the first in one line (`render_rl_arm_contrasts`' first two columns): the after-RL mean
+    reward and valid fraction by Welch's test over the seeds, with the runs it rests on."""
+    arms = summary["arms"]
+    parts = []
+    for name, c in arm_contrasts(arms).items():
+        runs = " and ".join(str(arms[n]["task_score"]["runs"]) for n in (c["reference"], name))
+        parts.append(f"`{c['reference']}` − `{name}` ({runs} runs): after-RL mean reward "
+                     f"{tested_text(c.get('reward'))}, valid fraction {tested_text(c.get('valid'), 2)}")  # fmt: skip
+    return "; ".join(parts) if parts else "no two arms evaluated after RL yet"

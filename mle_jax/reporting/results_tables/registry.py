@@ -43,6 +43,7 @@ from mle_jax.reporting.results_tables.learning import (
     render_spooky_corpus_kinds,
     render_spooky_learning,
     reward_change_figure,
+    rl_contrast_figure,
     slow_kinds_figure,
     wall_figure,
 )
@@ -240,6 +241,7 @@ REGISTRY: dict[str, Entry] = {
     "qwen_rl_progress": Entry((QWEN_RL_PROGRESS,), render_learning_progress),
     "qwen_rl_before_after": Entry((QWEN_RL_PARTIAL,), render_rl_before_after),
     "qwen_rl_contrasts": Entry((QWEN_RL_PARTIAL,), render_rl_arm_contrasts),
+    "qwen_rl_contrast_figure": Entry((QWEN_RL_PARTIAL,), rl_contrast_figure, inline=True),
     "qwen_rl_progress_figure": Entry((QWEN_RL_PROGRESS,), learning_progress_figure, inline=True),
     "qwen_search_evidence": Entry(QWEN_SEARCH, render_search_evidence),
     "qwen_search_contrasts": Entry(QWEN_SEARCH, render_search_contrasts),
