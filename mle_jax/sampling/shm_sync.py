@@ -5,18 +5,17 @@ The learner's side: `SharedWeights.write({HF name: array})` copies the tensors (
 `mle_jax.models.hf.hf_device_tensors`) from the device straight into one new POSIX shared-memory segment
 (/dev/shm/<name>, `multiprocessing.shared_memory`), each at a 64-byte aligned offset: the device-to-host copy is the
 one copy, and all the learner waits for. A manifest of [name, dtype, shape, offset] per tensor describes it.
-The vLLM workers' side (`mle_jax.sampling.vllm_worker.WeightReloadExtension.load_weights_from_shm`, called through
-`/collective_rpc` like the folder reload) maps the segment and hands vLLM's in-place reload zero-copy torch views of
-it; every server on the host reads the same segment. Two segments take turns: a sync writes into the one of the
-version before the servers' current one (the current one stays for a server that comes back and must be given it),
-so host memory holds two copies of the weights; both are removed when the sampler closes, at the latest when the
-learner's process exits.
+The vLLM workers' side is vLLM's weight-transfer API with the engine `mle_jax.sampling.vllm_shm_engine` (driven
+by `VLLMServer.load_shared`: `/start_weight_update`, `/update_weights`, `/finish_weight_update`): it maps the segment
+and hands vLLM's layerwise reload zero-copy torch views of it; every server on the host reads the same segment.
+Two segments take turns: a sync writes into the one of the version before the servers' current one (the current one
+stays for a server that comes back and must be given it), so host memory holds two copies of the weights; both are
+removed when the sampler closes, at the latest when the learner's process exits.
 
 One host: a server on another host cannot map this host's memory (a multi-host run syncs by `hf` or `orbax` files on
-shared storage). The seam is `ServerPool.load(source, version, reload)`: on a GPU node vLLM's own weight-transfer
-engines (CUDA IPC on one node, NCCL across nodes: the `/init_weight_transfer_engine`, `/start_weight_update`,
-`/update_weights`, `/finish_weight_update` endpoints of `vllm.entrypoints.rl.online`, vLLM >= 0.32) would be one more
-`reload` there, with the learner's device arrays as the source; not built here (no GPU to test it on).
+shared storage). On a GPU node vLLM's own "ipc" and "nccl" engines take the same calls
+(with `/init_weight_transfer_engine` first) with the learner's device arrays as the source; their learner side is
+not built here (no GPU to test it on).
 
 This module imports no jax.
 """

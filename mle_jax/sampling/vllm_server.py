@@ -5,13 +5,17 @@ and the in-place weight reload.
 default the `.vllm-venv` made by `make vllm-env`) as a process group and waits for `/health`;
 `VLLMServer.attach` takes one at a URL (e.g. from launch/vllm_server.sh). `reload_weights(hf_dir)` has
 the running server load new safetensors: `/pause` -> `/collective_rpc load_weights_from_dir(path)` ->
-`/reset_prefix_cache` -> `/resume`.
+`/update_weight_version` -> `/reset_prefix_cache` -> `/resume`; `load_shared(segment)` goes through vLLM's
+weight-transfer API instead: `/pause` -> `/start_weight_update` -> `/update_weights` -> `/finish_weight_update` ->
+`/reset_prefix_cache` -> `/resume` (the engine `vllm_worker.SHM_BACKEND`). Either way the server keeps the version
+of its weights as vLLM's own (`weights_version`: `/weight_info`).
 
 Every server we start gets REQUIRED_ARGS: `--logprobs-mode processed_logprobs` (the behaviour-logprob
 semantics, see mle_jax.sampling.vllm), the worker extension
-`mle_jax.sampling.vllm_worker.WeightReloadExtension` (importable by the server's interpreter: this
-repo's root is put on its PYTHONPATH) and request defaults from vLLM. The reload needs the dev
-endpoints (`VLLM_SERVER_DEV_MODE=1`). `VLLMServer.launch` and `launch/vllm_server.sh` set all of these.
+`WORKER_EXTENSION` (importable by the server's interpreter: this repo's root is put on its PYTHONPATH; importing it
+registers the shared-memory engine), the weight-transfer engine
+and request defaults from vLLM. The reload needs the dev endpoints (`VLLM_SERVER_DEV_MODE=1`).
+`VLLMServer.launch` and `launch/vllm_server.sh` set all of these.
 
     python -m mle_jax.sampling.vllm_server MODEL_DIR [--port P] [--max-model-len N]
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -30,18 +35,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mle_jax.infra.orphans import end_with_parent
+from mle_jax.sampling.vllm_worker import SHM_BACKEND
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".vllm-venv"
-WORKER_EXTENSION = "mle_jax.sampling.vllm_worker.WeightReloadExtension"
+# the worker extension (vllm_worker's, re-exported by the module that registers the shared-memory engine on import)
+WORKER_EXTENSION = "mle_jax.sampling.vllm_shm_engine.WeightReloadExtension"
 RELOAD_METHOD = "load_weights_from_dir"
-VERSION_METHOD = "weights_version"
-SHM_METHOD = "load_weights_from_shm"
+NO_VERSION = "default"  # vLLM's weight version before any is set (the start-up model): weights_version None
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 SERVED_MODEL_NAME = "policy"
 
@@ -50,6 +56,7 @@ SERVED_MODEL_NAME = "policy"
 REQUIRED_ARGS = (
     "--logprobs-mode", "processed_logprobs",
     "--worker-extension-cls", WORKER_EXTENSION,
+    "--weight-transfer-config", json.dumps({"backend": SHM_BACKEND}),
     "--generation-config", "vllm",
 )  # fmt: skip
 
@@ -331,49 +338,62 @@ class VLLMServer:
             return False
 
     def reload_weights(self, hf_dir: str | Path, version: int | None = None) -> dict[str, Any]:
-        """Loads the safetensors in `hf_dir` into the running server (a path the server can read); its workers keep
-        `version` as the version of the weights they hold (`weights_version`).
+        """Loads the safetensors in `hf_dir` into the running server (a path the server can read); it keeps
+        `version` as the version of the weights it holds (`weights_version`).
 
         /pause?mode=keep (in-flight requests are frozen, not aborted), the worker extension's
-        reload, /reset_prefix_cache?reset_running_requests=true (all cached KV was computed by the
-        old weights: frozen requests are preempted and recomputed on the new ones), /resume.
+        reload, /update_weight_version, /reset_prefix_cache?reset_running_requests=true (all cached KV was
+        computed by the old weights: frozen requests are preempted and recomputed on the new ones), /resume.
         A request that straddles a sync thus has its earlier tokens from the old weights and the
         rest from the new, each with the logprob of the weights that drew it.
-        Returns the worker's report {"path", "tensors", "numel"}.
+        Returns the worker's report {"path", "tensors", "numel", "seconds"}.
         """
-        args = [str(Path(hf_dir).resolve())] + ([] if version is None else [str(int(version))])
-        return self.worker_load(RELOAD_METHOD, args, what=str(hf_dir))
+
+        def load() -> dict[str, Any]:
+            out = self.post("/collective_rpc", json={"method": RELOAD_METHOD, "args": [str(Path(hf_dir).resolve())]})
+            results = (out or {}).get("results") or []
+            if not results or not all(isinstance(r, dict) and r.get("tensors", 0) > 0 for r in results):
+                raise VLLMServerError(f"weight reload from {hf_dir} loaded nothing: {out}")
+            self.post("/update_weight_version", json={"new_version": _version_text(version)})
+            return results[0]
+
+        return self._paused(load)
 
     def load_shared(self, name: str, manifest: str, version: int | None = None) -> dict[str, Any]:
         """Loads the tensors of the shared-memory segment `name` of this host (`shm_sync.SharedWeights`: manifest is
-        its JSON) into the running server, as `reload_weights` loads a folder's."""
-        args = [name, manifest] + ([] if version is None else [str(int(version))])
-        return self.worker_load(SHM_METHOD, args, what=f"shared memory {name}")
+        its JSON) into the running server through vLLM's weight-transfer API (the engine `SHM_BACKEND`), paused
+        as `reload_weights` is. Returns {"path", "seconds": the transfer's calls as this client timed them}."""
 
-    def worker_load(self, method: str, args: Sequence[str], what: str) -> dict[str, Any]:
-        """The in-place weight load of `reload_weights` with any worker-extension method (`/collective_rpc` method
-        with args): paused, loaded, prefix cache reset, resumed; the workers' report must count tensors."""
+        def load() -> dict[str, Any]:
+            start = time.perf_counter()
+            self.post("/start_weight_update")
+            self.post("/update_weights", json={"update_info": {"name": name, "manifest": manifest}})
+            self.post("/finish_weight_update", json={"weight_version": _version_text(version)})
+            return {"path": f"shm:{name}", "seconds": round(time.perf_counter() - start, 4)}
+
+        return self._paused(load)
+
+    def _paused(self, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`load()` with the server paused (requests in flight frozen), then its prefix cache reset, then resumed."""
         self.post("/pause", params={"mode": "keep"})
         try:
-            out = self.post("/collective_rpc", json={"method": method, "args": list(args)})
+            report = load()
             reset = self.post("/reset_prefix_cache", params={"reset_running_requests": "true"})
             if not (reset or {}).get("success", False):
                 raise VLLMServerError(f"prefix cache reset failed after reload: {reset}")
         finally:
             self.post("/resume")
-        results = (out or {}).get("results") or []
-        if not results or not all(isinstance(r, dict) and r.get("tensors", 0) > 0 for r in results):
-            raise VLLMServerError(f"weight reload from {what} loaded nothing: {out}")
-        return results[0]
+        return report
 
     def weights_version(self) -> int | None:
-        """The version its workers were last given with their weights (None: the start-up model; several workers
-        that disagree: an error)."""
-        results = (self.post("/collective_rpc", json={"method": VERSION_METHOD}) or {}).get("results") or [{}]
-        versions = {r.get("version") if isinstance(r, dict) else r for r in results}
-        if len(versions) != 1:
-            raise VLLMServerError(f"the workers of {self.url} hold different weight versions: {results}")
-        return versions.pop()
+        """The version the server was last given with its weights, vLLM's own (`/weight_info`; None: the start-up
+        model)."""
+        version = (self.get("/weight_info") or {}).get("weight_version")
+        return None if version in (None, NO_VERSION) else int(version)
+
+
+def _version_text(version: int | None) -> str:
+    return NO_VERSION if version is None else str(int(version))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """vLLM worker extension: reload policy weights from an HF safetensors folder without a restart.
 
 This module is imported INSIDE the vLLM worker processes (the `.vllm-venv` interpreter, or the
-GPU node's vLLM install) via `--worker-extension-cls mle_jax.sampling.vllm_worker.WeightReloadExtension`.
+GPU node's vLLM install) as the worker extension every server gets (`vllm_server.WORKER_EXTENSION`).
 It must stay free of jax and of any mle_jax module that imports jax: only torch, safetensors, numpy
 and the standard library, which every vLLM install has, plus tensorstore for the orbax sync source.
 
@@ -9,7 +9,9 @@ Two sources: an HF safetensors folder (the default sync: the learner exports its
 own orbax checkpoint item (`<workdir>/checkpoints/<step>/learner`, `sampler.sync_source="orbax"`): its policy
 arrays are read with tensorstore and put in HF layout with the jax-free table of `mle_jax.models.hf_layout`,
 so the learner never writes its weights a second time. A third: a shared-memory segment of the learner's host
-(`sampler.sync_source="shm"`, `mle_jax.sampling.shm_sync`): raw tensors and a manifest, mapped, no file at all.
+(`sampler.sync_source="shm"`, `mle_jax.sampling.shm_sync`): raw tensors and a manifest, mapped, no file at all; it
+goes through vLLM's own weight-transfer API as the engine `SHM_BACKEND` (`mle_jax.sampling.vllm_shm_engine`, which
+every server loads as its worker extension: it registers the engine and re-exports `WeightReloadExtension`).
 
 vLLM mixes this class into its Worker, so `self` is the worker (`self.model_runner`,
 `self.vllm_config`). The client calls it through the dev endpoint
@@ -83,6 +85,9 @@ def iter_weights(path: str | Path) -> Iterator[tuple[str, object]]:
     return iter_orbax(path) if is_orbax_item(path) else iter_safetensors(path)
 
 
+SHM_BACKEND = (
+    "mle_jax_shm"  # the shared-memory engine's name in vLLM's weight-transfer factory (--weight-transfer-config)
+)
 SHM_DIR = Path("/dev/shm")  # where POSIX shared memory (multiprocessing.shared_memory) lives on Linux
 
 
@@ -125,23 +130,14 @@ def _repack_cpu_weight_sharing_heads(model) -> None:
 class WeightReloadExtension:
     """Methods added to vLLM's Worker; names are prefixed-unique so they never shadow Worker's own."""
 
-    def load_weights_from_dir(self, path: str, version: str | None = None) -> dict[str, int | str]:
+    def load_weights_from_dir(self, path: str) -> dict[str, int | str]:
         """Loads every tensor of the HF safetensors folder (or learner orbax item) `path` into the running model,
-        in place; `version` (the policy version of these weights, a decimal string) is kept for `weights_version`.
-        Returns {"path", "tensors", "numel"} so the client can check that something was loaded.
+        in place. Returns {"path", "tensors", "numel", "seconds"} so the client can check that something was loaded
+        (the version of these weights is vLLM's own, set by the client: `VLLMServer.reload_weights`).
         """
-        return self._mle_jax_load(iter_weights(path), str(path), version)
+        return self._mle_jax_load(iter_weights(path), str(path))
 
-    def load_weights_from_shm(self, name: str, manifest: str, version: str | None = None) -> dict[str, int | str]:
-        """Loads the tensors of the shared-memory segment `name` (`manifest`: see `iter_shm`) into the running model,
-        in place, as `load_weights_from_dir` loads a folder's."""
-        return self._mle_jax_load(iter_shm(name, manifest), f"shm:{name}", version)
-
-    def weights_version(self) -> dict[str, int | None]:
-        """{"version": the version given with the weights last loaded} (None: the model the server started with)."""
-        return {"version": getattr(self, "_mle_jax_version", None)}
-
-    def _mle_jax_load(self, weights: Iterator[tuple[str, object]], path: str, version: str | None) -> dict:
+    def _mle_jax_load(self, weights: Iterator[tuple[str, object]], path: str) -> dict:
         """Loads (HF name, CPU tensor) pairs into the running model in place; {"path", "tensors", "numel",
         "seconds"} (seconds: the worker's own, reading the tensors and vLLM's reload).
 
@@ -170,5 +166,4 @@ class WeightReloadExtension:
         _repack_cpu_weight_sharing_heads(self.model_runner.model)
         if counts["tensors"] == 0:
             raise RuntimeError(f"no tensors were loaded from {path}")
-        self._mle_jax_version = None if version is None else int(version)
         return {"path": path, **counts, "seconds": round(time.perf_counter() - start, 4)}

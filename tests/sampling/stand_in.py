@@ -19,7 +19,7 @@ class StandIn:
     def __init__(self, port: int, delay_s: float = 0.0, max_model_len: int = 512):
         self.port, self.delay_s, self.max_model_len = port, delay_s, max_model_len
         self.weights = "startup"
-        self.version: int | None = None  # the version given with the weights (the worker's weights_version)
+        self.version: int | None = None  # the version given with the weights (vLLM's own weight version: /weight_info)
         self.reloads: list[str] = []
         self.loaded: dict = {}  # the tensors of the last shared-memory load, as the worker's iter_shm gave them
         self.requests = 0
@@ -48,6 +48,9 @@ class StandIn:
             def do_GET(self):
                 if self.path == "/health":
                     self._send(200, None)
+                elif self.path == "/weight_info":
+                    version = "default" if stand_in.version is None else str(stand_in.version)
+                    self._send(200, {"weight_version": version})
                 else:  # /v1/models
                     self._send(200, {"data": [{"id": "policy", "max_model_len": stand_in.max_model_len}]})
 
@@ -66,19 +69,23 @@ class StandIn:
                                 "logprobs": {"token_logprobs": [-0.5, -0.25]}, "finish_reason": "stop"}
                                for j in range(body.get("n", 1))]  # fmt: skip
                     self._send(200, {"choices": choices})
-                elif self.path.startswith("/collective_rpc") and body["method"] == "weights_version":
-                    self._send(200, {"results": [{"version": stand_in.version}]})
-                elif self.path.startswith("/collective_rpc"):
-                    args = body["args"]  # [folder (, version)] or, shared memory, [segment, manifest (, version)]
-                    if body["method"] == "load_weights_from_shm":  # read as the real worker reads it
-                        stand_in.loaded = {k: t.numpy().copy() for k, t in iter_shm(args[0], args[1])}
-                    stand_in.weights = args[0]
-                    stand_in.version = int(args[-1]) if len(args) > 1 and args[-1].isdigit() else None
-                    stand_in.reloads.append(args[0])
+                elif self.path.startswith("/collective_rpc"):  # load_weights_from_dir: [folder]
+                    stand_in.weights = body["args"][0]
+                    stand_in.reloads.append(body["args"][0])
                     self._send(200, {"results": [{"path": body["args"][0], "tensors": 1, "numel": 1}]})
+                elif self.path.startswith("/update_weights"):  # the shared-memory engine's update, read as it reads
+                    info = body["update_info"]
+                    stand_in.loaded = {k: t.numpy().copy() for k, t in iter_shm(info["name"], info["manifest"])}
+                    stand_in.weights = info["name"]
+                    stand_in.reloads.append(info["name"])
+                    self._send(200, {"message": "Weights updated"})
+                elif self.path.startswith(("/update_weight_version", "/finish_weight_update")):
+                    version = body.get("new_version", body.get("weight_version"))
+                    stand_in.version = None if version in (None, "default") else int(version)
+                    self._send(200, {"success": True})
                 elif self.path.startswith("/reset_prefix_cache"):
                     self._send(200, {"success": True})
-                else:  # /pause, /resume
+                else:  # /pause, /resume, /start_weight_update
                     self._send(200, None)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -315,8 +316,9 @@ def test_sync_during_generation_switches_weights_mid_sequence(server, checkpoint
 
 
 def test_an_shm_sync_gives_the_greedy_tokens_of_a_file_sync(server, checkpoints, jax_models, tmp_path):
-    """sync_source="shm": our JAX model B handed to the server through shared memory (no file) gives the same greedy
-    tokens as B written as safetensors and reloaded, and B's logprobs; the server's workers hold its version."""
+    """sync_source="shm": our JAX model B handed to the server through shared memory (no file), by vLLM's weight-
+    transfer API (the engine vllm_worker.SHM_BACKEND), gives the same greedy tokens as B written as safetensors and
+    reloaded, and B's logprobs; the server holds its version."""
     dirs, tok = checkpoints
     files = VLLMSampler(server, eos_ids=[tok.eos_token_id], export_dir=tmp_path / "files")
     shm = VLLMSampler(server, eos_ids=[tok.eos_token_id], sync_source="shm", export_dir=tmp_path / "unused")
@@ -330,8 +332,10 @@ def test_an_shm_sync_gives_the_greedy_tokens_of_a_file_sync(server, checkpoints,
         by_file = greedy(files)
         files.sync(dirs["a"], version=2)  # A again: the shm sync has to change the weights back to B
         assert [c.token_ids.tolist() for c in greedy(files)] != [c.token_ids.tolist() for c in by_file]
+        transfers = Path(server.log_path).read_text().count('"POST /update_weights HTTP/1.1" 200')
         shm.sync(jax_models["b"], version=3)
         shm.wait_sync()
+        assert Path(server.log_path).read_text().count('"POST /update_weights HTTP/1.1" 200') == transfers + 1
         by_shm = greedy(shm)
         assert [c.token_ids.tolist() for c in by_shm] == [c.token_ids.tolist() for c in by_file]
         assert {c.version for c in by_shm} == {3} and server.weights_version() == 3
