@@ -8,6 +8,7 @@ repeat evaluated after RL, its arm's contrasts with the seeds it has, into DIR/p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,6 +101,16 @@ def partial_summary(
     Raises FileNotFoundError when a before-RL evaluation a finished repeat needs is missing."""
     s, settings = experiment_settings(cfg, out, scale, arms, seeds)
     task_id = s.task.id
+    befores: dict[int | None, dict] = {}  # each before-RL evaluation read once (one per turns value)
+
+    def before(k: int | None, run: str) -> dict:
+        if k not in befores:
+            path = before_path(out, k)
+            if not path.is_file():
+                raise FileNotFoundError(f"{run} is evaluated after RL but {path} is missing")
+            befores[k] = eval_summary(json.loads(path.read_text()), task_id)
+        return befores[k]
+
     results = {}
     for arm in arms:
         k = settings[arm.name][0].rollout.agent.turns if turns else None
@@ -108,22 +119,18 @@ def partial_summary(
             d = run_dir(out, arm.name, r)
             if not (d / "after.json").is_file():
                 continue
-            path = before_path(out, k)
-            if not path.is_file():
-                raise FileNotFoundError(f"{d.name} is evaluated after RL but {path} is missing")
-            before = eval_summary(json.loads(path.read_text()), task_id)
             counters = LoopCounters(**last_counters(d)[1])
             after = json.loads((d / "after.json").read_text())
             peak = arm_peak_rss(d / "peak_rss.json", worked=False)
             res = arm_result(rs, counters, d, after, task_id, slots_for(rs.executor), peak)
-            repeats.append({**res, "paired_before_after": paired_by_prompt(before, res["after"])})
+            repeats.append({**res, "paired_before_after": paired_by_prompt(before(k, d.name), res["after"])})
         if repeats:
-            results[arm.name] = arm_entry(arm, before, repeats)
+            results[arm.name] = arm_entry(arm, before(k, arm.name), repeats)
     summary = {
         **provenance.stamp(),
         "task": task_id,
         "partial": True,
-        "scale": {"steps": scale.steps, "eval_samples": scale.eval_samples},
+        "scale": dataclasses.asdict(scale),
         "seeds": seeds,
         "progress": experiment_progress(out, arms, seeds, scale.steps, turns),
         "arms": results,
