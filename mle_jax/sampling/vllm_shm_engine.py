@@ -6,7 +6,7 @@ the dev endpoints `/start_weight_update`, `/update_weights {"update_info": {...}
 {"weight_version": V}` (`VLLMServer.load_shared` sends them between `/pause` and `/resume`). This engine's update
 names a POSIX shared-memory segment of the learner's host and its manifest (`shm_sync.SharedWeights`); the worker
 maps it and hands vLLM's layerwise reload zero-copy views (`vllm_worker.iter_shm`), so the CPU backend repacks its
-linear weights as after any reload, and the tied LM head is repacked at the end (`_repack_cpu_weight_sharing_heads`).
+linear weights as after any reload, and a tied LM head is repacked at the end (`_repack_cpu_weight_sharing_heads`).
 On a GPU node the same calls carry vLLM's "ipc" or "nccl" engines with their own update info (not built here: their
 trainer side needs CUDA tensors or an NCCL group on the learner's side).
 

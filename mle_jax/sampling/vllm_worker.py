@@ -111,20 +111,27 @@ def iter_shm(name: str, manifest: str) -> Iterator[tuple[str, object]]:
 
 
 def _repack_cpu_weight_sharing_heads(model) -> None:
-    """Rebuilds the CPU GEMM kernels of layers that keep their weight tensor (embeddings, LM heads).
+    """Rebuilds the CPU GEMM kernel of each layer that shares its weight with an earlier one (a tied LM head).
 
     On CPU, vLLM packs each linear weight for oneDNN after loading. A tied LM head has no tensor of
     its own in the checkpoint, so the layerwise reload skips it ("ParallelLMHead: Failed to load
     weights") and it keeps multiplying by the packed *old* embedding, although the shared weight
     itself was updated in place. Re-running its post-load processing packs the current weight.
-    Linear layers drop their weight after packing (numel 0) and were already re-packed by the reload;
-    on GPU no layer has `cpu_linear`, so this is a no-op there.
+    The embedding that owns the weight was loaded, and an untied head (Qwen2.5-Coder-0.5B's folder) too, so
+    the reload processed them already: repacking every layer that keeps its weight (as before 2026-11-29) packed
+    the vocabulary matrix once or twice more per sync (17 % of a Qwen load's samples in py-spy). Linear layers
+    drop their weight after packing (numel 0) and were re-packed by the reload; on GPU no layer has
+    `cpu_linear`, so this is a no-op there.
     """
+    owners = set()  # storage of every weight met so far, in module order (the embedding before the head)
     for module in model.modules():
-        method = getattr(module, "quant_method", None)
         weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel() > 0:
+        if weight is None or not hasattr(weight, "data_ptr") or weight.numel() == 0:
+            continue
+        method = getattr(module, "quant_method", None)
+        if weight.data_ptr() in owners and hasattr(module, "cpu_linear") and method is not None:
             method.process_weights_after_loading(module)
+        owners.add(weight.data_ptr())
 
 
 class WeightReloadExtension:
