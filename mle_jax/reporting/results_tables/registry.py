@@ -108,6 +108,7 @@ class Entry:
     inline: bool = False  # a figure inside a sentence (`figure:` markers), not a table
 
 
+QWEN_TURNS_RUNS = ("qwen-turns-pizza", "qwen-turns-spooky")  # revising against resampling on Qwen (issue 46)
 QWEN_RL_PROGRESS = f"{RESULTS}/qwen-rl-pizza/progress.json"  # how far RL on Qwen got (issue 46)
 QWEN_RL_PARTIAL = f"{RESULTS}/qwen-rl-pizza/partial.json"  # its runs finished so far, summarised (--partial)
 OBJECTIVE_PLANS = tuple(f"{RESULTS}/objective_plans_{a}_{n}.json" for a in ("ppo", "grpo") for n in (8, 4, 2))
@@ -232,8 +233,8 @@ REGISTRY: dict[str, Entry] = {
         tuple(summary_path(p) for p in ABLATION_RUNS), improve_trained_figure, inline=True
     ),
     "turns_table": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_table),
-    "qwen_turns_table": Entry((summary_path("qwen-turns-pizza"),), render_turns_table),
-    "qwen_turns_contrasts": Entry((summary_path("qwen-turns-pizza"),), render_turns_contrasts),
+    "qwen_turns_table": Entry(tuple(summary_path(p) for p in QWEN_TURNS_RUNS), render_turns_table),
+    "qwen_turns_contrasts": Entry(tuple(summary_path(p) for p in QWEN_TURNS_RUNS), render_turns_contrasts),
     "turns_contrasts": Entry(tuple(summary_path(p) for p in TURNS_RUNS), render_turns_contrasts),
     "wall_ablations_pizza": Entry((summary_path(ABLATION_RUNS[0]),), wall_figure, inline=True),
     "wall_ablations_spooky": Entry((summary_path(ABLATION_RUNS[1]),), wall_figure, inline=True),
