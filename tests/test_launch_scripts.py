@@ -141,6 +141,9 @@ def test_gpu_node_runs_smollm2_with_vllm_cpu_servers(tmp_path):
         # each server's KV cache: 384 MiB holds 8k SmolLM2 tokens in fp32, four times this run's longest sequences
         # (a 2048-token instrumentation prompt with its answer), against the default 1 GiB
         "VLLM_KV_CACHE_BYTES": str(384 << 20),
+        # one OpenMP thread per server: two servers, the learner and the other test worker share 2 cores, and each
+        # server's two spinning OpenMP threads slowed its decoding to under 1 token/s (measured in the server log)
+        "OMP_NUM_THREADS": "1",
         # the learner's update of the real 135M model is compute, not compile: XLA's optimised code took its step
         # from 140 s to 91 s
         **optimised_compile_env(),
