@@ -1,5 +1,6 @@
 """The vLLM sync's weights folder (no server): our params go through hf.write_weights; a flat {HF name: array}
-mapping is written as is; an HF folder is used as is; anything else fails before the server is touched."""
+mapping is written as is; an HF folder is used as is; anything else fails before the server is touched. And the
+worker's repacking of a tied LM head after a reload, on torch modules shaped as vLLM's CPU layers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 from flax import nnx
 
 from mle_jax.infra.checkpoint import Checkpointer
@@ -18,7 +20,7 @@ from mle_jax.models.safetensors_io import SafetensorsReader
 from mle_jax.rl.learner import Learner
 from mle_jax.sampling.vllm import VLLMSampler, weights_folder
 from mle_jax.sampling.vllm_server import VLLMServer
-from mle_jax.sampling.vllm_worker import is_orbax_item, iter_weights
+from mle_jax.sampling.vllm_worker import _repack_cpu_weight_sharing_heads, is_orbax_item, iter_weights
 from tests.rl.tiny import learner_config, make_models, mesh, random_batch, tiny_qwen2
 
 CFG = tiny_qwen2(300, num_hidden_layers=2, tie_word_embeddings=False)  # 2 layers: 12 tensors each, counted below
@@ -96,3 +98,36 @@ def test_the_worker_reads_a_learner_checkpoint_in_hf_layout(tmp_path):
     for name, x in expected.items():
         np.testing.assert_array_equal(got[name], x, err_msg=name)
     ckpt.close()
+
+
+class _Method:
+    """A CPU layer's quant method as vLLM's: processing after loading packs the layer's weight (counted here)."""
+
+    def __init__(self) -> None:
+        self.packed: list[torch.nn.Module] = []
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        self.packed.append(layer)
+
+
+def _cpu_layer(weight: torch.nn.Parameter, method: _Method) -> torch.nn.Module:
+    layer = torch.nn.Module()
+    layer.weight, layer.quant_method, layer.cpu_linear = weight, method, object()
+    return layer
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_after_a_reload_only_a_head_that_shares_the_embedding_weight_is_packed_again(tied):
+    """The reload processed every layer it loaded (the embedding, an untied head, the linears, which drop their weight
+    after packing); a tied head was skipped, so it alone is packed again: once, not with the embedding."""
+    method = _Method()
+    model = torch.nn.Module()
+    embedding = torch.nn.Parameter(torch.ones(8, 4), requires_grad=False)
+    model.embed = _cpu_layer(embedding, method)
+    model.linear = _cpu_layer(torch.nn.Parameter(torch.empty(0), requires_grad=False), method)  # packed, dropped
+    model.norm = torch.nn.Module()
+    model.norm.weight = torch.nn.Parameter(torch.ones(4), requires_grad=False)  # no kernel of its own
+    head = embedding if tied else torch.nn.Parameter(torch.ones(8, 4), requires_grad=False)
+    model.head = _cpu_layer(head, method)
+    _repack_cpu_weight_sharing_heads(model)
+    assert method.packed == ([model.head] if tied else [])
