@@ -200,7 +200,7 @@ REGISTRY: dict[str, Entry] = {
         (summary_path("learning-spooky-objectives-quick"),), wall_figure, inline=True
     ),
     "test_tiers": Entry((f"{RESULTS}/test_tiers.json",), render_test_tiers),
-    "test_tiers_previous_wall": Entry((f"{RESULTS}/test_tiers-2026-11-29-0049.json",), test_tiers_wall, inline=True),
+    "test_tiers_previous_wall": Entry((f"{RESULTS}/test_tiers-2026-11-29-0336.json",), test_tiers_wall, inline=True),
     "objective_arms": Entry((summary_path("learning-spooky-objectives-quick"),), render_objective_arms),
     "objective_arms_full": Entry((summary_path("learning-spooky-objectives"),), render_objective_arms),
     "wall_spooky_objectives": Entry((summary_path("learning-spooky-objectives"),), wall_figure, inline=True),
