@@ -32,4 +32,5 @@ def test_gpu_step_bench_runs_on_cpu(algorithm, tmp_path):
     if lora:
         [record] = [json.loads(line) for line in (tmp_path / "gpu.jsonl").read_text().splitlines()]
         assert record["lora_rank"] == 4 and record["shape"] == "tiny" and record["mfu"] is None  # CPU: no bf16 peak
-        assert round(record["decode_tokens_per_s"]) == decode and "command" in record and "date" in record
+        # the record keeps one decimal, the line none: 4874.54 is printed 4875 and kept 4874.5
+        assert abs(record["decode_tokens_per_s"] - decode) <= 0.55 and "command" in record and "date" in record
