@@ -33,9 +33,9 @@ backend, the one step the backends do differently, without any server ("measure"
 learner's side writing the host tensors as a safetensors file (hf) or into a shared-memory segment (shm: refilling
 the spare one, as every sync after a run's first two); and the server's load of each ("measure": "worker_load", one
 server: reading the tensors, mmap views of page-cache or tmpfs pages either way, and vLLM's in-place reload; the
-folder through the worker extension, the segment through vLLM's weight-transfer API), timed by this client around
-the server's whole load, its pause and resume included (rows before 2026-11-29: the worker's own time).
-"""
+folder through the worker extension, the segment through vLLM's weight-transfer API, refilled in turn as a run's two
+are; rows of 2026-11-28: a new segment each time), timed by this client around the server's whole load, its pause and
+resume included (rows before 2026-11-29: the worker's own time)."""
 
 from __future__ import annotations
 
@@ -232,14 +232,18 @@ def to_servers(root: Path) -> list[dict]:
             (root / "handover").mkdir(exist_ok=True)
             write_safetensors(root / "handover" / "model.safetensors", host)
             worker: dict[str, list[float]] = {"hf": [], "shm": []}
-            for _ in range(FLAGS.repeats + WARMUP):  # the server's load (read + vLLM's in-place reload), one server
+            # the segments as a run's syncs use them: two, each refilled in turn (a new segment's first read by the
+            # server was slower than a refilled one's, 2026-11-29)
+            segments = [SharedWeights.write(host), SharedWeights.write(host)]
+            for i in range(FLAGS.repeats + WARMUP):  # the server's load (read + vLLM's in-place reload), one server
                 t0 = time.perf_counter()
                 servers[0].reload_weights(root / "handover")
                 worker["hf"].append(time.perf_counter() - t0)
-                shared = SharedWeights.write(host)
+                shared = segments[i % 2] = SharedWeights.write(host, spare=segments[i % 2])
                 t0 = time.perf_counter()
                 servers[0].load_shared(shared.name, shared.manifest_json())
                 worker["shm"].append(time.perf_counter() - t0)
+            for shared in segments:
                 shared.unlink()
             for backend in FLAGS.backends:
                 measured = worker[backend][WARMUP:]
