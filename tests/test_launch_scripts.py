@@ -174,10 +174,23 @@ RAY_TEMP_DIRS: dict[str, Path] = {}  # each test cluster's RAY_TEMP_DIR, by its 
 
 def executor_actors_started(address: str) -> int:
     """How many mle_jax executor actors the cluster at `address` has started: Ray writes one worker log per actor
-    process under its temp dir, naming the actor's class in it."""
-    sessions = [d for d in RAY_TEMP_DIRS[address].glob("session_*") if not d.is_symlink()]  # not session_latest
-    logs = [log for d in sessions for log in d.glob("logs/worker-*.out")]
-    return sum("SandboxActorImpl" in log.read_text(errors="replace") for log in logs)
+    process under its temp dir, naming the actor's class in it, and its log monitor moves a dead worker's logs to
+    logs/old/: both places count (2026-11-29: an earlier test's two actors' logs were moved there during a run, so
+    the count after it equalled the count before it although the run had started its two)."""
+    found = set()
+    for session in RAY_TEMP_DIRS[address].glob("session_*"):
+        if session.is_symlink():  # session_latest
+            continue
+        logs = session / "logs"
+        for log in [*logs.glob("worker-*.out"), *logs.glob("old/worker-*.out")]:
+            for path in (log, logs / "old" / log.name):  # moved between the listing and the read: read it there
+                try:
+                    if "SandboxActorImpl" in path.read_text(errors="replace"):
+                        found.add(log.name)
+                    break
+                except FileNotFoundError:
+                    continue
+    return len(found)
 
 
 @pytest.fixture(scope="module")
