@@ -9,6 +9,7 @@ in the :cpu run's shape with the :cpu run's task tokenizer (written by hf.save_p
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -177,20 +178,22 @@ def executor_actors_started(address: str) -> int:
     process under its temp dir, naming the actor's class in it, and its log monitor moves a dead worker's logs to
     logs/old/: both places count (2026-11-29: an earlier test's two actors' logs were moved there during a run, so
     the count after it equalled the count before it although the run had started its two)."""
-    found = set()
+    started = 0
     for session in RAY_TEMP_DIRS[address].glob("session_*"):
         if session.is_symlink():  # session_latest
             continue
         logs = session / "logs"
-        for log in [*logs.glob("worker-*.out"), *logs.glob("old/worker-*.out")]:
-            for path in (log, logs / "old" / log.name):  # moved between the listing and the read: read it there
-                try:
-                    if "SandboxActorImpl" in path.read_text(errors="replace"):
-                        found.add(log.name)
-                    break
-                except FileNotFoundError:
-                    continue
-    return len(found)
+        names = {log.name for log in (*logs.glob("worker-*.out"), *logs.glob("old/worker-*.out"))}
+        started += sum("SandboxActorImpl" in _worker_log_text(logs, name) for name in names)
+    return started
+
+
+def _worker_log_text(logs: Path, name: str) -> str:
+    """A worker log's text where it is now: logs/, or logs/old/ when it was moved after it was listed."""
+    for path in (logs / name, logs / "old" / name):
+        with contextlib.suppress(FileNotFoundError):
+            return path.read_text(errors="replace")
+    return ""
 
 
 @pytest.fixture(scope="module")
